@@ -1,0 +1,41 @@
+"""handoff_builder: multi-agent handoff orchestration on Microsoft Agent Framework.
+
+Several agents share one conversation; the active agent answers the user or passes the
+conversation on by calling a handoff tool. Start with :class:`HandoffWorkflowBuilder`.
+"""
+
+from ._builder import DEFAULT_ESCALATION_MESSAGE, HandoffWorkflowBuilder
+from ._events import (
+    HANDOFF_BLOCKED_EVENT,
+    HANDOFF_ESCALATED_EVENT,
+    HANDOFF_EVENT,
+    EscalationEvent,
+    HandoffBlockedEvent,
+    HandoffEvent,
+    HandoffTurnResult,
+)
+from ._host import GroupChatHost, Participant
+from ._manager import GroupChatManager, HandoffManager
+from ._naming import DEFAULT_HANDOFF_INSTRUCTIONS, handoff_tool_name
+from .exceptions import HandoffBuilderError, HandoffConfigurationError, ScriptExhaustedError
+
+__all__ = [
+    "DEFAULT_ESCALATION_MESSAGE",
+    "DEFAULT_HANDOFF_INSTRUCTIONS",
+    "HANDOFF_BLOCKED_EVENT",
+    "HANDOFF_ESCALATED_EVENT",
+    "HANDOFF_EVENT",
+    "EscalationEvent",
+    "GroupChatHost",
+    "GroupChatManager",
+    "HandoffBlockedEvent",
+    "HandoffBuilderError",
+    "HandoffConfigurationError",
+    "HandoffEvent",
+    "HandoffManager",
+    "HandoffTurnResult",
+    "HandoffWorkflowBuilder",
+    "Participant",
+    "ScriptExhaustedError",
+    "handoff_tool_name",
+]

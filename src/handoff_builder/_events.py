@@ -1,0 +1,131 @@
+"""Audit events and the per-turn result. All are small frozen dataclasses: data, not behaviour."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agent_framework import AgentResponse, Message
+
+__all__ = [
+    "HANDOFF_BLOCKED_EVENT",
+    "HANDOFF_ESCALATED_EVENT",
+    "HANDOFF_EVENT",
+    "EscalationEvent",
+    "HandoffBlockedEvent",
+    "HandoffEvent",
+    "HandoffTurnResult",
+]
+
+HANDOFF_EVENT = "handoff_sent"
+"""``WorkflowEvent.type`` of a performed handoff (the type agent_framework uses for handoffs)."""
+HANDOFF_BLOCKED_EVENT = "handoff_blocked"
+"""``WorkflowEvent.type`` of a handoff that was refused and returned to the agent as a tool error."""
+HANDOFF_ESCALATED_EVENT = "handoff_escalated"
+"""``WorkflowEvent.type`` of an escalation to a human (the per-message cap, or the iteration cap)."""
+
+BlockReason = Literal["empty_goal", "not_granted", "unknown_target"]
+EscalationReason = Literal["handoff_cap", "max_iterations"]
+
+
+@dataclass(frozen=True)
+class HandoffEvent:
+    """A performed handoff: ``source`` passed the conversation to ``target`` with ``goal``."""
+
+    source: str
+    target: str
+    goal: str
+    tool_name: str
+    call_id: str
+    type: Literal["handoff"] = "handoff"
+
+
+@dataclass(frozen=True)
+class HandoffBlockedEvent:
+    """A handoff call that was refused; the calling agent got a tool error and kept the turn.
+
+    ``reason`` is ``"empty_goal"`` (no goal was stated), ``"not_granted"`` (the tool belongs to
+    another agent's handoffs) or ``"unknown_target"`` (no such handoff tool in this workflow).
+    """
+
+    source: str
+    tool_name: str
+    reason: BlockReason
+    call_id: str
+    target: str | None = None
+    arguments: str = ""
+    type: Literal["handoff_blocked"] = "handoff_blocked"
+
+
+@dataclass(frozen=True)
+class EscalationEvent:
+    """The turn was handed to a human: a cap was reached and the user got an apology.
+
+    ``reason`` is ``"handoff_cap"`` (more handoffs were requested than the per-message cap
+    allows) or ``"max_iterations"`` (the turn used every agent invocation it was allowed).
+    """
+
+    reason: EscalationReason
+    agent: str
+    limit: int
+    requested_target: str | None = None
+    goal: str | None = None
+    type: Literal["escalation"] = "escalation"
+
+
+class HandoffTurnResult(AgentResponse):
+    """What one user turn produced: the workflow output yielded when the turn ends.
+
+    It is an :class:`agent_framework.AgentResponse` whose ``messages`` are the messages the turn
+    added after the user's input (agent replies, handoff calls and their results, and the apology
+    when the turn was escalated), so ``workflow.as_agent()`` and ``result.get_outputs()`` work as
+    usual. It also carries:
+
+    * ``active_agent``: the agent that ended the turn (the next message goes there when the
+      workflow returns to the previous agent);
+    * ``handoffs``: the handoffs performed in this turn, in order;
+    * ``escalation``: why the turn was escalated to a human, or ``None``; ``escalated`` is the flag;
+    * ``conversation``: the whole shared conversation at the end of the turn.
+    """
+
+    def __init__(
+        self,
+        *,
+        messages: Sequence[Message],
+        active_agent: str,
+        handoffs: Sequence[HandoffEvent],
+        escalation: EscalationEvent | None,
+        conversation: Sequence[Message],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(messages=list(messages), **kwargs)
+        self.active_agent = active_agent
+        self.handoffs: tuple[HandoffEvent, ...] = tuple(handoffs)
+        self.escalation = escalation
+        self.conversation: tuple[Message, ...] = tuple(conversation)
+
+    @property
+    def escalated(self) -> bool:
+        """True when the turn was escalated to a human; see ``escalation`` for why."""
+        return self.escalation is not None
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> "HandoffTurnResult":
+        # A turn result is a snapshot that nothing changes afterwards (the history is
+        # append-only), so agent_framework's defensive deep copy of outputs can share it.
+        return self
+
+    def __repr__(self) -> str:
+        return (
+            f"HandoffTurnResult(active_agent={self.active_agent!r}, "
+            f"handoffs={len(self.handoffs)}, escalated={self.escalated}, text={self.text!r})"
+        )
+
+
+@dataclass
+class _TurnLog:
+    """Facts collected while a turn runs (host-internal)."""
+
+    start: int
+    handoffs: list[HandoffEvent] = field(default_factory=lambda: [])
+    escalation: EscalationEvent | None = None

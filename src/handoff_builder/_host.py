@@ -1,0 +1,282 @@
+"""The group-chat host: one executor that owns the shared history and runs the turn loop.
+
+No ``from __future__ import annotations`` here: agent_framework reads handler annotations at run time.
+"""
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, cast
+
+from agent_framework import (
+    Agent,
+    AgentResponse,
+    AgentResponseUpdate,
+    Executor,
+    FunctionTool,
+    Message,
+    MiddlewareTypes,
+    WorkflowContext,
+    WorkflowEvent,
+    handler,
+    register_checkpoint_type,
+)
+
+from ._events import (
+    HANDOFF_BLOCKED_EVENT,
+    HANDOFF_ESCALATED_EVENT,
+    HANDOFF_EVENT,
+    EscalationEvent,
+    HandoffBlockedEvent,
+    HandoffEvent,
+    HandoffTurnResult,
+)
+from ._manager import Event, GroupChatManager
+
+__all__ = ["GroupChatHost", "Participant"]
+
+logger = logging.getLogger("handoff_builder")
+
+STATE_SCHEMA_VERSION = 1
+
+@dataclass(frozen=True)
+class _Hop:
+    """Self-addressed message: run ``agent`` next (one superstep, so one checkpoint, per hop)."""
+
+    agent: str
+
+
+register_checkpoint_type(_Hop)
+
+HostContext = WorkflowContext[_Hop, HandoffTurnResult | AgentResponseUpdate]
+
+
+@dataclass
+class Participant:
+    """An agent as the host runs it: its own configuration plus what this workflow adds per run.
+
+    The agent object is never changed; ``tools``, ``options`` and ``middleware`` are passed to
+    each ``agent.run`` call and merged there with the agent's own.
+    """
+
+    agent: Agent
+    tools: list[FunctionTool] = field(default_factory=lambda: [])
+    options: dict[str, Any] | None = None
+    middleware: list[MiddlewareTypes] = field(default_factory=lambda: [])
+
+    @property
+    def name(self) -> str:
+        """The agent's name: its identity in this workflow."""
+        return str(self.agent.name)
+
+    async def run(
+        self,
+        messages: Sequence[Message],
+        on_update: Callable[[AgentResponseUpdate], Awaitable[None]] | None,
+    ) -> AgentResponse:
+        """One agent invocation; streams each update to ``on_update`` when it is given."""
+        kwargs: dict[str, Any] = {
+            "tools": self.tools or None,
+            "options": self.options,
+            "middleware": self.middleware or None,
+        }
+        if on_update is None:
+            return await self.agent.run(messages, **kwargs)
+        stream = self.agent.run(messages, stream=True, **kwargs)
+        async for update in stream:
+            await on_update(update)
+        return await stream.get_final_response()
+
+
+@dataclass
+class _Turn:
+    start: int
+    handoffs: list[HandoffEvent] = field(default_factory=lambda: [])
+
+
+def _event_type(event: Event) -> str:
+    if isinstance(event, HandoffEvent):
+        return HANDOFF_EVENT
+    if isinstance(event, HandoffBlockedEvent):
+        return HANDOFF_BLOCKED_EVENT
+    return HANDOFF_ESCALATED_EVENT
+
+
+def _log(event: Event) -> None:
+    if isinstance(event, HandoffEvent):
+        logger.info("handoff %s -> %s: %s", event.source, event.target, event.goal)
+    elif isinstance(event, HandoffBlockedEvent):
+        logger.warning(
+            "blocked handoff from %s via %s (%s)", event.source, event.tool_name, event.reason
+        )
+    else:
+        logger.warning(
+            "escalated to a human: %s at %s (limit %d)", event.reason, event.agent, event.limit
+        )
+
+
+class GroupChatHost(Executor):
+    """Runs a group chat: keeps the shared, append-only history and asks a manager who speaks.
+
+    A user message (``str``, ``Message`` or ``list[Message]``) starts a turn. Each agent
+    invocation is one superstep (so one checkpoint); the turn ends when the manager returns
+    ``None`` or asks to terminate, and yields a :class:`HandoffTurnResult`. In streaming runs
+    every agent update is yielded as it arrives, with the agent's name as ``author_name``.
+    """
+
+    def __init__(
+        self,
+        *,
+        participants: Mapping[str, Participant],
+        manager: GroupChatManager,
+        apology: str,
+        id: str = "handoff_host",  # noqa: A002 - the Executor API's name
+    ) -> None:
+        super().__init__(id)
+        self._participants = participants
+        self._manager = manager
+        self._apology = apology
+        self._history: list[Message] = []
+        self._saved: list[dict[str, Any]] = []  # to_dict() of history[: len(_saved)], reused
+        self._turn: _Turn | None = None
+        self._speaker: str | None = None
+
+    @property
+    def history(self) -> Sequence[Message]:
+        """The shared conversation so far (read-only view)."""
+        return self._history
+
+    @property
+    def manager(self) -> GroupChatManager:
+        """The manager that picks speakers."""
+        return self._manager
+
+    # -- handlers ---------------------------------------------------------------------------------
+
+    @handler
+    async def handle_text(self, message: str, ctx: HostContext) -> None:
+        """A user message as plain text."""
+        await self._begin_turn([Message(role="user", contents=[message])], ctx)
+
+    @handler
+    async def handle_message(self, message: Message, ctx: HostContext) -> None:
+        """One user message."""
+        await self._begin_turn([message], ctx)
+
+    @handler
+    async def handle_messages(self, messages: list[Message], ctx: HostContext) -> None:
+        """Several input messages (e.g. prior history plus the new user message)."""
+        await self._begin_turn(messages, ctx)
+
+    @handler
+    async def handle_hop(self, hop: _Hop, ctx: HostContext) -> None:
+        """Run the next speaker of the current turn."""
+        await self._run_agent(hop.agent, ctx)
+
+    # -- the turn loop ----------------------------------------------------------------------------
+
+    async def _begin_turn(self, messages: Sequence[Message], ctx: HostContext) -> None:
+        if not messages:
+            raise ValueError("A turn needs at least one input message; got an empty list.")
+        if self._turn is not None:
+            raise RuntimeError(
+                "A turn is already in progress in this workflow; wait for its output before "
+                "sending the next message."
+            )
+        self._history.extend(messages)
+        self._turn = _Turn(start=len(self._history))
+        self._manager.begin_turn()
+        first = self._manager.select_next_agent(self._history, None)
+        await self._emit_events(ctx)
+        if first is None:
+            await self._end_turn(ctx)
+        else:
+            await self._run_agent(first, ctx)
+
+    async def _run_agent(self, name: str, ctx: HostContext) -> None:
+        participant = self._participants.get(name)
+        if participant is None:
+            await ctx.add_event(WorkflowEvent.warning(f"The manager selected unknown agent {name!r}."))
+            await self._end_turn(ctx)
+            return
+        if self._manager.should_terminate(self._history):
+            await self._emit_events(ctx)
+            await self._end_turn(ctx)
+            return
+        self._manager.record_invocation()
+        self._speaker = name
+        on_update = ctx.yield_output if ctx.is_streaming() else None
+        response = await participant.run(self._history, on_update)
+        delta = self._manager.update_history(name, list(response.messages))
+        for message in delta:
+            if message.author_name is None:
+                message.author_name = name
+        self._history.extend(delta)
+        following = self._manager.select_next_agent(self._history, name)
+        await self._emit_events(ctx)
+        if following is None:
+            await self._end_turn(ctx)
+        else:
+            await ctx.send_message(_Hop(following))
+
+    async def _emit_events(self, ctx: HostContext) -> None:
+        for event in self._manager.take_events():
+            _log(event)
+            if isinstance(event, HandoffEvent) and self._turn is not None:
+                self._turn.handoffs.append(event)
+            await ctx.add_event(WorkflowEvent(cast(Any, _event_type(event)), data=event))
+
+    async def _end_turn(self, ctx: HostContext) -> None:
+        turn = self._turn or _Turn(start=len(self._history))
+        escalation: EscalationEvent | None = self._manager.escalation
+        if escalation is not None:
+            self._history.append(
+                Message(role="assistant", contents=[self._apology], author_name=self.id)
+            )
+        result = HandoffTurnResult(
+            messages=self._history[turn.start :],
+            active_agent=self._speaker or "",
+            handoffs=turn.handoffs,
+            escalation=escalation,
+            conversation=self._history,
+        )
+        self._turn = None
+        await ctx.yield_output(result)
+
+    # -- checkpoints ------------------------------------------------------------------------------
+
+    async def on_checkpoint_save(self) -> dict[str, Any]:
+        """History (each message serialised once), manager state and the open turn, as JSON."""
+        self._saved.extend(message.to_dict() for message in self._history[len(self._saved) :])
+        turn = self._turn
+        return {
+            "schema_version": STATE_SCHEMA_VERSION,
+            "history": list(self._saved),
+            "manager": self._manager.save_state(),
+            "speaker": self._speaker,
+            "turn": None
+            if turn is None
+            else {"start": turn.start, "handoffs": [asdict(h) for h in turn.handoffs]},
+        }
+
+    async def on_checkpoint_restore(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`on_checkpoint_save` wrote."""
+        version = int(state.get("schema_version", 0))
+        if version > STATE_SCHEMA_VERSION:
+            raise ValueError(
+                f"Checkpoint state of {self.id!r} has schema version {version}; this version of "
+                f"handoff_builder reads up to {STATE_SCHEMA_VERSION}. Upgrade handoff_builder."
+            )
+        self._saved = list(state.get("history", []))
+        self._history = [Message.from_dict(item) for item in self._saved]
+        self._manager.restore_state(state.get("manager", {}))
+        self._speaker = state.get("speaker")
+        turn = state.get("turn")
+        self._turn = (
+            None
+            if turn is None
+            else _Turn(
+                start=int(turn["start"]),
+                handoffs=[HandoffEvent(**h) for h in turn.get("handoffs", [])],
+            )
+        )

@@ -1,0 +1,137 @@
+"""Handoff tools and the function middleware that turns a handoff call into a routing decision.
+
+Each agent gets one :class:`agent_framework.FunctionTool` per granted target, added to its run (the
+agent object is never changed). The tools are never executed: :class:`HandoffToolMiddleware`
+intercepts every call to them, asks the manager to review it, and either
+
+* accepts it: the result is a function result marked with :data:`HANDOFF_MARKER` and the agent's
+  tool loop ends (no further model call in that hop), or
+* rejects it: a tool error goes back to the agent, which keeps the turn and may try again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from agent_framework import (
+    Content,
+    FunctionInvocationContext,
+    FunctionMiddleware,
+    FunctionTool,
+    MiddlewareTermination,
+)
+
+HANDOFF_MARKER = "handoff_builder"
+"""Key, in a function result's ``additional_properties``, of the outcome of a handoff call."""
+
+TRANSFERRED_RESULT = "Transferred."
+GOAL_DESCRIPTION = "The user's goal, stated in one sentence, so the next agent does not have to ask."
+GOAL_SCHEMA: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {"goal": {"type": "string", "description": GOAL_DESCRIPTION}},
+    "required": ["goal"],
+    "additionalProperties": False,
+}
+
+Outcome = Literal["transferred", "escalated", "not_performed"]
+
+
+@dataclass(frozen=True)
+class HandoffRoute:
+    """One compiled edge: ``source`` may call ``tool_name`` to pass the conversation to ``target``."""
+
+    source: str
+    target: str
+    tool_name: str
+    description: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The manager's answer to a handoff call: accept, reject with a tool error, or escalate."""
+
+    outcome: Literal["transferred", "rejected", "escalated"]
+    message: str = TRANSFERRED_RESULT
+
+
+class HandoffReviewer(Protocol):
+    """What the middleware asks before a handoff call is accepted (implemented by the manager)."""
+
+    def review_handoff(self, route: HandoffRoute, goal: str, call_id: str) -> Verdict:
+        """Decide what happens to one handoff call made by ``route.source``."""
+        ...
+
+
+def parse_goal(arguments: Any) -> str:
+    """The stripped ``goal`` argument of a handoff call ("" when missing or not a string)."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError:
+            return ""
+    if isinstance(arguments, Mapping):
+        goal = arguments.get("goal")  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+        if isinstance(goal, str):
+            return goal.strip()
+    return ""
+
+
+def marker_of(content: Content) -> Mapping[str, Any] | None:
+    """The handoff outcome recorded on a function result, if it is one of ours."""
+    marker = (content.additional_properties or {}).get(HANDOFF_MARKER)
+    return marker if isinstance(marker, Mapping) else None  # pyright: ignore[reportUnknownVariableType]
+
+
+def marked_result(call_id: str, text: str, outcome: Outcome, route: HandoffRoute, goal: str) -> Content:
+    """A function result for a handoff call, carrying its outcome for the manager to read."""
+    marker = {"outcome": outcome, "source": route.source, "target": route.target, "goal": goal}
+    return Content.from_function_result(
+        call_id=call_id, result=text, additional_properties={HANDOFF_MARKER: marker}
+    )
+
+
+def _never_called(**_: Any) -> str:  # pragma: no cover - the middleware intercepts every call
+    raise RuntimeError("handoff tools are intercepted by HandoffToolMiddleware and never executed")
+
+
+def make_handoff_tool(route: HandoffRoute) -> FunctionTool:
+    """The tool an agent calls to hand the conversation to ``route.target``."""
+    return FunctionTool(
+        name=route.tool_name,
+        description=route.description,
+        func=_never_called,
+        input_model=GOAL_SCHEMA,
+        approval_mode="never_require",
+    )
+
+
+class HandoffToolMiddleware(FunctionMiddleware):
+    """Intercepts one agent's handoff tool calls (other tool calls pass through untouched)."""
+
+    def __init__(self, routes: Mapping[str, HandoffRoute], reviewer: HandoffReviewer) -> None:
+        self._routes = routes
+        self._reviewer = reviewer
+
+    async def process(
+        self,
+        context: FunctionInvocationContext,
+        call_next: Callable[[], Awaitable[None]],
+    ) -> None:
+        """Review a handoff call; end the tool loop when it is accepted or escalated."""
+        route = self._routes.get(context.function.name)
+        if route is None:
+            await call_next()
+            return
+        call_id = str(context.metadata.get("call_id") or "")
+        goal = parse_goal(context.arguments)
+        verdict = self._reviewer.review_handoff(route, goal, call_id)
+        if verdict.outcome == "rejected":
+            context.result = verdict.message
+            return
+        raise MiddlewareTermination(
+            verdict.message,
+            result=marked_result(call_id, verdict.message, verdict.outcome, route, goal),
+        )

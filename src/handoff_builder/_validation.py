@@ -1,0 +1,135 @@
+"""Pure checks of a handoff topology. Each returns problems as sentences that say how to fix them."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agent_framework import Agent
+
+from ._naming import MAX_TOOL_NAME_LENGTH, is_valid_tool_name
+
+
+@dataclass(frozen=True)
+class Edge:
+    """A declared handoff: ``source`` may pass the conversation to ``target``."""
+
+    source: Any
+    target: Any
+    reason: str | None = None
+    tool_name: str | None = None
+    derived: bool = False  # True for the default all-to-all mesh
+
+
+def label(agent: Any) -> str:
+    """How an agent is named in error messages."""
+    name = getattr(agent, "name", None)
+    if isinstance(name, str) and name.strip():
+        return repr(name)
+    return f"<unnamed agent id={getattr(agent, 'id', '?')!r}>"
+
+
+def agent_instructions(agent: Agent) -> str | None:
+    """The agent's own instructions, if it has text ones."""
+    instructions = (agent.default_options or {}).get("instructions")
+    return instructions if isinstance(instructions, str) else None
+
+
+def own_tool_names(agent: Agent) -> set[str]:
+    """Names of the tools the agent already has."""
+    tools: Any = (agent.default_options or {}).get("tools") or []
+    items: Iterable[Any] = tools if isinstance(tools, Sequence) else [tools]
+    names = (getattr(item, "name", None) for item in items)
+    return {name for name in names if isinstance(name, str)}
+
+
+def handoff_description(edge: Edge) -> str | None:
+    """The edge reason, else the target's description, name or instructions (first non-blank)."""
+    target = edge.target
+    for candidate in (
+        edge.reason,
+        getattr(target, "description", None),
+        getattr(target, "name", None),
+        agent_instructions(target) if isinstance(target, Agent) else None,
+    ):
+        if isinstance(candidate, str) and candidate.strip():
+            return candidate
+    return None
+
+
+def participant_problems(participants: Sequence[Any]) -> list[str]:
+    """Every participant is an Agent with a unique, non-blank name."""
+    problems: list[str] = []
+    for agent in participants:
+        if not isinstance(agent, Agent):
+            problems.append(
+                f"Participant {agent!r} is a {type(agent).__name__}; handoff workflows need "
+                "agent_framework.Agent instances, which accept tools and middleware per run."
+            )
+        elif not (isinstance(agent.name, str) and agent.name.strip()):
+            problems.append(
+                f"Agent {label(agent)} has no name; give every participant a unique name "
+                "(it names the agent's handoff tool and the messages it writes)."
+            )
+    counts = Counter(getattr(agent, "name", None) for agent in participants)
+    for name, count in counts.items():
+        if isinstance(name, str) and name.strip() and count > 1:
+            problems.append(
+                f"{count} different agents are named {name!r}; participant names must be unique."
+            )
+    return problems
+
+
+def edge_problems(edges: Sequence[Edge]) -> list[str]:
+    """No self-handoff, no duplicate edge, and every target can be described to the model."""
+    problems: list[str] = []
+    seen: set[tuple[int, int]] = set()
+    for edge in edges:
+        source, target = label(edge.source), label(edge.target)
+        key = (id(edge.source), id(edge.target))
+        if edge.source is edge.target:
+            problems.append(f"Agent {source} cannot hand off to itself; remove that handoff.")
+        elif key in seen:
+            problems.append(
+                f"The handoff from {source} to {target} is declared twice; keep one declaration."
+            )
+        seen.add(key)
+        if handoff_description(edge) is None:
+            problems.append(
+                f"Target agent {target} has no description, name or instructions, and the "
+                f"handoff from {source} gives no reason; pass reason= or describe the agent."
+            )
+        if edge.tool_name is not None and not is_valid_tool_name(edge.tool_name):
+            problems.append(
+                f"Tool name {edge.tool_name!r} for the handoff from {source} to {target} must "
+                f"use only [A-Za-z0-9_-] and be 1 to {MAX_TOOL_NAME_LENGTH} characters long."
+            )
+    return problems
+
+
+def tool_name_problems(tool_names: Mapping[Any, Sequence[tuple[str, Any]]]) -> list[str]:
+    """Per source agent: handoff tool names are unique and differ from the agent's own tools.
+
+    ``tool_names`` maps each source agent to its ``(tool name, target)`` pairs.
+    """
+    problems: list[str] = []
+    for source, pairs in tool_names.items():
+        own = own_tool_names(source) if isinstance(source, Agent) else set()
+        by_name: dict[str, list[Any]] = {}
+        for name, target in pairs:
+            by_name.setdefault(name, []).append(target)
+        for name, targets in by_name.items():
+            if len(targets) > 1:
+                names = " and ".join(label(target) for target in targets)
+                problems.append(
+                    f"Agent {label(source)} would get two handoff tools named {name!r} (to "
+                    f"{names}); pass tool_name= to with_handoff for one of them."
+                )
+            if name in own:
+                problems.append(
+                    f"Agent {label(source)} already has a tool named {name!r}, the name of its "
+                    f"handoff tool to {label(targets[0])}; rename its tool or pass tool_name=."
+                )
+    return problems

@@ -1,0 +1,213 @@
+"""A strict scripted chat client for tests and offline demos.
+
+:class:`ScriptedChatClient` is built on agent_framework's chat-client base classes
+(``FunctionInvocationLayer``, ``ChatMiddlewareLayer``, ``BaseChatClient``), so tool calls it
+scripts go through the real function-invocation path: middleware, tool execution, results fed back.
+
+Each model call takes the next step of the script; a step is one model response::
+
+    from handoff_builder.testing import ScriptedChatClient, handoff_to, reply, scripted_agent
+
+    triage = scripted_agent("triage", handoff_to("billing", goal="Refund a double charge."))
+    billing = scripted_agent("billing", reply("Refund issued."))
+    ...
+    triage.client.assert_complete()      # every step was used
+
+A step may also be a function of the :class:`ModelCall` that returns a step. Every call is
+recorded in ``client.calls`` with the messages, tool names and options it received. A call after
+the last step raises :class:`~handoff_builder.ScriptExhaustedError`: nothing returns a silent
+default.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agent_framework import (
+    Agent,
+    BaseChatClient,
+    ChatMiddlewareLayer,
+    ChatResponse,
+    ChatResponseUpdate,
+    Content,
+    FunctionInvocationLayer,
+    Message,
+    ResponseStream,
+)
+
+from ._naming import handoff_tool_name
+from .exceptions import ScriptExhaustedError
+
+__all__ = [
+    "ModelCall",
+    "ScriptStep",
+    "ScriptedChatClient",
+    "Step",
+    "call_tool",
+    "client_of",
+    "handoff_to",
+    "reply",
+    "respond",
+    "scripted_agent",
+]
+
+_call_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One scripted model response: its contents, in order."""
+
+    contents: tuple[Content, ...]
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """What one model call received."""
+
+    messages: tuple[Message, ...]
+    tool_names: tuple[str, ...]
+    options: Mapping[str, Any]
+
+    @property
+    def instructions(self) -> str:
+        """The instructions sent with the call ("" when none)."""
+        value = self.options.get("instructions")
+        return value if isinstance(value, str) else ""
+
+    @property
+    def texts(self) -> list[str]:
+        """The text of each message received, in order."""
+        return [message.text for message in self.messages]
+
+
+ScriptStep = Step | Callable[[ModelCall], Step]
+
+
+def _next_call_id() -> str:
+    return f"call_{next(_call_ids)}"
+
+
+def reply(text: str) -> Step:
+    """A response with text only."""
+    return Step((Content.from_text(text),))
+
+
+def call_tool(name: str, /, **arguments: Any) -> Step:
+    """A response that calls the tool ``name`` with ``arguments``."""
+    call = Content.from_function_call(
+        call_id=_next_call_id(), name=name, arguments=json.dumps(arguments)
+    )
+    return Step((call,))
+
+
+def handoff_to(target: str, goal: str = "Help the user.", *, tool_name: str | None = None) -> Step:
+    """A response that calls the handoff tool to ``target`` (``handoff_to_<target>`` by default)."""
+    return call_tool(tool_name or handoff_tool_name(target), goal=goal)
+
+
+def respond(*parts: Step | str) -> Step:
+    """One response made of several parts: text (a ``str``) and tool calls, in this order."""
+    contents: list[Content] = []
+    for part in parts:
+        contents.extend((Content.from_text(part),) if isinstance(part, str) else part.contents)
+    return Step(tuple(contents))
+
+
+class ScriptedChatClient(FunctionInvocationLayer[Any], ChatMiddlewareLayer[Any], BaseChatClient[Any]):
+    """A chat client that answers from a script, one step per model call, and records each call."""
+
+    OTEL_PROVIDER_NAME = "scripted"
+
+    def __init__(self, *steps: ScriptStep, name: str = "scripted") -> None:
+        """Create a client that plays ``steps`` in order."""
+        super().__init__()
+        self.name = name
+        self._steps: list[ScriptStep] = list(steps)
+        self._position = 0
+        self.calls: list[ModelCall] = []
+
+    def add_steps(self, *steps: ScriptStep) -> None:
+        """Append steps to the script."""
+        self._steps.extend(steps)
+
+    @property
+    def remaining(self) -> int:
+        """How many steps have not been played yet."""
+        return len(self._steps) - self._position
+
+    def assert_complete(self) -> None:
+        """Fail unless every step of the script was played."""
+        if self.remaining:
+            raise AssertionError(
+                f"Scripted chat client {self.name!r} has {self.remaining} unused step(s) "
+                f"after {len(self.calls)} call(s)."
+            )
+
+    def _next_step(self, messages: Sequence[Message], options: Mapping[str, Any]) -> Step:
+        tools: Sequence[Any] = options.get("tools") or ()
+        call = ModelCall(
+            messages=tuple(messages),
+            tool_names=tuple(str(getattr(tool, "name", tool)) for tool in tools),
+            options=dict(options),
+        )
+        self.calls.append(call)
+        if self._position >= len(self._steps):
+            raise ScriptExhaustedError(self.name, len(self.calls))
+        step = self._steps[self._position]
+        self._position += 1
+        return step(call) if callable(step) else step
+
+    def _inner_get_response(
+        self,
+        *,
+        messages: Sequence[Message],
+        stream: bool,
+        options: Mapping[str, Any],
+        **kwargs: Any,
+    ) -> Any:
+        step = self._next_step(messages, options)
+        if not stream:
+            return self._respond(step)
+        return self._build_response_stream(self._stream(step))
+
+    async def _respond(self, step: Step) -> ChatResponse:
+        message = Message(role="assistant", contents=list(step.contents))
+        return ChatResponse(messages=[message], response_id=_next_call_id())
+
+    async def _stream(self, step: Step) -> AsyncIterator[ChatResponseUpdate]:
+        for content in step.contents:
+            yield ChatResponseUpdate(role="assistant", contents=[content])
+
+
+def scripted_agent(
+    name: str,
+    *steps: ScriptStep,
+    instructions: str | None = None,
+    description: str | None = None,
+    tools: Sequence[Any] | None = None,
+) -> Agent:
+    """An ``agent_framework.Agent`` named ``name`` whose model is a fresh :class:`ScriptedChatClient`.
+
+    The client is ``agent.client`` (typed as a :class:`ScriptedChatClient` via :func:`client_of`).
+    """
+    return Agent(
+        client=ScriptedChatClient(*steps, name=name),
+        name=name,
+        instructions=instructions,
+        description=description,
+        tools=list(tools) if tools else None,
+    )
+
+
+def client_of(agent: Agent) -> ScriptedChatClient:
+    """The :class:`ScriptedChatClient` of an agent made by :func:`scripted_agent`."""
+    client = agent.client
+    if not isinstance(client, ScriptedChatClient):
+        raise TypeError(f"Agent {agent.name!r} does not use a ScriptedChatClient.")
+    return client
+
