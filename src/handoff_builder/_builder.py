@@ -1,4 +1,4 @@
-"""The fluent :class:`HandoffWorkflowBuilder`: records configuration; ``build()`` checks and compiles."""
+"""The fluent :class:`HandoffWorkflowBuilder`: it records a configuration; ``build()`` compiles."""
 
 from __future__ import annotations
 
@@ -38,13 +38,13 @@ class _Plan:
     routes: dict[str, dict[str, HandoffRoute]]
 
 
-def _agents_of(value: Agent | Iterable[Agent], what: str) -> list[Agent]:
+def _agents_of(value: Agent | Iterable[Agent] | None, what: str) -> list[Agent]:
     if value is None:
         raise TypeError(f"{what} must be an agent or a list of agents, not None.")
     if isinstance(value, Agent):
         return [value]
     agents = list(value)  # pyright: ignore[reportUnknownArgumentType]
-    if any(agent is None for agent in agents):
+    if any(agent is None for agent in agents):  # pyright: ignore[reportUnnecessaryComparison]
         raise TypeError(f"One or more {what} are None.")
     return agents
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from agent_framework import AgentResponse, Message
+from typing_extensions import override
 
 __all__ = [
     "HANDOFF_BLOCKED_EVENT",
@@ -21,9 +22,9 @@ __all__ = [
 HANDOFF_EVENT = "handoff_sent"
 """``WorkflowEvent.type`` of a performed handoff (the type agent_framework uses for handoffs)."""
 HANDOFF_BLOCKED_EVENT = "handoff_blocked"
-"""``WorkflowEvent.type`` of a handoff that was refused and returned to the agent as a tool error."""
+"""``WorkflowEvent.type`` of a refused handoff (the agent got a tool error)."""
 HANDOFF_ESCALATED_EVENT = "handoff_escalated"
-"""``WorkflowEvent.type`` of an escalation to a human (the per-message cap, or the iteration cap)."""
+"""``WorkflowEvent.type`` of an escalation to a human (a cap was reached)."""
 
 BlockReason = Literal["empty_goal", "not_granted", "unknown_target"]
 EscalationReason = Literal["handoff_cap", "max_iterations"]
@@ -110,22 +111,15 @@ class HandoffTurnResult(AgentResponse):
         """True when the turn was escalated to a human; see ``escalation`` for why."""
         return self.escalation is not None
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> "HandoffTurnResult":
+    @override
+    def __deepcopy__(self, memo: dict[int, Any]) -> HandoffTurnResult:
         # A turn result is a snapshot that nothing changes afterwards (the history is
         # append-only), so agent_framework's defensive deep copy of outputs can share it.
         return self
 
+    @override
     def __repr__(self) -> str:
         return (
             f"HandoffTurnResult(active_agent={self.active_agent!r}, "
             f"handoffs={len(self.handoffs)}, escalated={self.escalated}, text={self.text!r})"
         )
-
-
-@dataclass
-class _TurnLog:
-    """Facts collected while a turn runs (host-internal)."""
-
-    start: int
-    handoffs: list[HandoffEvent] = field(default_factory=lambda: [])
-    escalation: EscalationEvent | None = None

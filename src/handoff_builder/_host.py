@@ -1,6 +1,6 @@
 """The group-chat host: one executor that owns the shared history and runs the turn loop.
 
-No ``from __future__ import annotations`` here: agent_framework reads handler annotations at run time.
+No ``from __future__ import annotations`` here: agent_framework reads handler annotations.
 """
 
 import logging
@@ -21,6 +21,7 @@ from agent_framework import (
     handler,
     register_checkpoint_type,
 )
+from typing_extensions import override
 
 from ._events import (
     HANDOFF_BLOCKED_EVENT,
@@ -38,6 +39,7 @@ __all__ = ["GroupChatHost", "Participant"]
 logger = logging.getLogger("handoff_builder")
 
 STATE_SCHEMA_VERSION = 1
+
 
 @dataclass(frozen=True)
 class _Hop:
@@ -60,9 +62,9 @@ class Participant:
     """
 
     agent: Agent
-    tools: list[FunctionTool] = field(default_factory=lambda: [])
+    tools: list[FunctionTool] = field(default_factory=list[FunctionTool])
     options: dict[str, Any] | None = None
-    middleware: list[MiddlewareTypes] = field(default_factory=lambda: [])
+    middleware: list[MiddlewareTypes] = field(default_factory=list[MiddlewareTypes])
 
     @property
     def name(self) -> str:
@@ -91,7 +93,7 @@ class Participant:
 @dataclass
 class _Turn:
     start: int
-    handoffs: list[HandoffEvent] = field(default_factory=lambda: [])
+    handoffs: list[HandoffEvent] = field(default_factory=list[HandoffEvent])
 
 
 def _event_type(event: Event) -> str:
@@ -196,7 +198,9 @@ class GroupChatHost(Executor):
     async def _run_agent(self, name: str, ctx: HostContext) -> None:
         participant = self._participants.get(name)
         if participant is None:
-            await ctx.add_event(WorkflowEvent.warning(f"The manager selected unknown agent {name!r}."))
+            await ctx.add_event(
+                WorkflowEvent.warning(f"The manager selected unknown agent {name!r}.")
+            )
             await self._end_turn(ctx)
             return
         if self._manager.should_terminate(self._history):
@@ -245,6 +249,7 @@ class GroupChatHost(Executor):
 
     # -- checkpoints ------------------------------------------------------------------------------
 
+    @override
     async def on_checkpoint_save(self) -> dict[str, Any]:
         """History (each message serialised once), manager state and the open turn, as JSON."""
         self._saved.extend(message.to_dict() for message in self._history[len(self._saved) :])
@@ -259,6 +264,7 @@ class GroupChatHost(Executor):
             else {"start": turn.start, "handoffs": [asdict(h) for h in turn.handoffs]},
         }
 
+    @override
     async def on_checkpoint_restore(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`on_checkpoint_save` wrote."""
         version = int(state.get("schema_version", 0))

@@ -1,4 +1,4 @@
-"""Group-chat managers: who speaks next. :class:`HandoffManager` follows the agents' handoff calls."""
+"""Group-chat managers decide who speaks next; :class:`HandoffManager` follows handoff calls."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from dataclasses import asdict
 from typing import Any
 
 from agent_framework import Content, Message
+from typing_extensions import override
 
 from ._events import EscalationEvent, HandoffBlockedEvent, HandoffEvent
 from ._naming import HANDOFF_PREFIX
@@ -127,7 +128,9 @@ class HandoffManager(GroupChatManager):
     ) -> None:
         super().__init__(max_iterations=max_iterations)
         if max_handoffs_per_turn < 1:
-            raise ValueError(f"max_handoffs_per_turn must be at least 1, got {max_handoffs_per_turn}.")
+            raise ValueError(
+                f"max_handoffs_per_turn must be at least 1, got {max_handoffs_per_turn}."
+            )
         self.initial_agent = initial_agent
         self.routes = routes
         self.max_handoffs_per_turn = max_handoffs_per_turn
@@ -142,7 +145,9 @@ class HandoffManager(GroupChatManager):
         """Accept a handoff call, reject it with a tool error, or escalate on the cap."""
         if not goal:
             self._events.append(
-                HandoffBlockedEvent(route.source, route.tool_name, "empty_goal", call_id, route.target)
+                HandoffBlockedEvent(
+                    route.source, route.tool_name, "empty_goal", call_id, route.target
+                )
             )
             return Verdict("rejected", EMPTY_GOAL_ERROR)
         if self.handoff_count >= self.max_handoffs_per_turn:
@@ -151,11 +156,13 @@ class HandoffManager(GroupChatManager):
 
     # -- GroupChatManager -------------------------------------------------------------------------
 
+    @override
     def begin_turn(self) -> None:
         """Start a user turn at the initial agent with a fresh handoff count."""
         super().begin_turn()
         self.handoff_count = 0
 
+    @override
     def update_history(self, speaker: str, delta: list[Message]) -> list[Message]:
         """When one response holds several accepted handoff calls, only the last one stands."""
         accepted = [
@@ -185,6 +192,7 @@ class HandoffManager(GroupChatManager):
         )  # fmt: skip
         return delta
 
+    @override
     def select_next_agent(self, history: Sequence[Message], speaker: str | None) -> str | None:
         """The initial agent at the start of a turn; afterwards the target of the last handoff."""
         if speaker is None:
@@ -208,6 +216,7 @@ class HandoffManager(GroupChatManager):
         self._events.append(HandoffEvent(speaker, route.target, goal, route.tool_name, call_id))
         return route.target
 
+    @override
     def should_terminate(self, history: Sequence[Message]) -> bool:
         """Stop (and escalate) when the turn used all of its agent invocations."""
         if not super().should_terminate(history):
@@ -216,12 +225,14 @@ class HandoffManager(GroupChatManager):
         self._events.append(self.escalation)
         return True
 
+    @override
     def reset(self) -> None:
         """Back to the initial agent, at the start of an empty history."""
         super().reset()
         self.active_agent = self.initial_agent
         self.cursor = 0
 
+    @override
     def save_state(self) -> dict[str, Any]:
         """Cursor, counters and active agent, as JSON."""
         return {
@@ -231,6 +242,7 @@ class HandoffManager(GroupChatManager):
             "active_agent": self.active_agent,
         }
 
+    @override
     def restore_state(self, state: Mapping[str, Any]) -> None:
         """Restore what :meth:`save_state` returned."""
         super().restore_state(state)

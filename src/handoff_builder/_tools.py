@@ -23,12 +23,15 @@ from agent_framework import (
     FunctionTool,
     MiddlewareTermination,
 )
+from typing_extensions import override
 
 HANDOFF_MARKER = "handoff_builder"
 """Key, in a function result's ``additional_properties``, of the outcome of a handoff call."""
 
 TRANSFERRED_RESULT = "Transferred."
-GOAL_DESCRIPTION = "The user's goal, stated in one sentence, so the next agent does not have to ask."
+GOAL_DESCRIPTION = (
+    "The user's goal, stated in one sentence, so the next agent does not have to ask."
+)
 GOAL_SCHEMA: Mapping[str, Any] = {
     "type": "object",
     "properties": {"goal": {"type": "string", "description": GOAL_DESCRIPTION}},
@@ -41,7 +44,7 @@ Outcome = Literal["transferred", "escalated", "not_performed"]
 
 @dataclass(frozen=True)
 class HandoffRoute:
-    """One compiled edge: ``source`` may call ``tool_name`` to pass the conversation to ``target``."""
+    """A compiled edge: ``source`` calls ``tool_name`` to pass the conversation to ``target``."""
 
     source: str
     target: str
@@ -85,7 +88,9 @@ def marker_of(content: Content) -> Mapping[str, Any] | None:
     return marker if isinstance(marker, Mapping) else None  # pyright: ignore[reportUnknownVariableType]
 
 
-def marked_result(call_id: str, text: str, outcome: Outcome, route: HandoffRoute, goal: str) -> Content:
+def marked_result(
+    call_id: str, text: str, outcome: Outcome, route: HandoffRoute, goal: str
+) -> Content:
     """A function result for a handoff call, carrying its outcome for the manager to read."""
     marker = {"outcome": outcome, "source": route.source, "target": route.target, "goal": goal}
     return Content.from_function_result(
@@ -115,6 +120,7 @@ class HandoffToolMiddleware(FunctionMiddleware):
         self._routes = routes
         self._reviewer = reviewer
 
+    @override
     async def process(
         self,
         context: FunctionInvocationContext,

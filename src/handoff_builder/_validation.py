@@ -1,11 +1,11 @@
-"""Pure checks of a handoff topology. Each returns problems as sentences that say how to fix them."""
+"""Pure checks of a handoff topology; each problem is a sentence that says how to fix it."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from agent_framework import Agent
 
@@ -31,16 +31,16 @@ def label(agent: Any) -> str:
     return f"<unnamed agent id={getattr(agent, 'id', '?')!r}>"
 
 
-def agent_instructions(agent: Agent) -> str | None:
+def agent_instructions(agent: Agent[Any]) -> str | None:
     """The agent's own instructions, if it has text ones."""
     instructions = (agent.default_options or {}).get("instructions")
     return instructions if isinstance(instructions, str) else None
 
 
-def own_tool_names(agent: Agent) -> set[str]:
+def own_tool_names(agent: Agent[Any]) -> set[str]:
     """Names of the tools the agent already has."""
     tools: Any = (agent.default_options or {}).get("tools") or []
-    items: Iterable[Any] = tools if isinstance(tools, Sequence) else [tools]
+    items: Iterable[Any] = cast("Sequence[Any]", tools) if isinstance(tools, Sequence) else [tools]
     names = (getattr(item, "name", None) for item in items)
     return {name for name in names if isinstance(name, str)}
 
@@ -52,7 +52,7 @@ def handoff_description(edge: Edge) -> str | None:
         edge.reason,
         getattr(target, "description", None),
         getattr(target, "name", None),
-        agent_instructions(target) if isinstance(target, Agent) else None,
+        agent_instructions(cast("Agent[Any]", target)) if isinstance(target, Agent) else None,
     ):
         if isinstance(candidate, str) and candidate.strip():
             return candidate
@@ -116,7 +116,9 @@ def tool_name_problems(tool_names: Mapping[Any, Sequence[tuple[str, Any]]]) -> l
     """
     problems: list[str] = []
     for source, pairs in tool_names.items():
-        own = own_tool_names(source) if isinstance(source, Agent) else set()
+        own = (
+            own_tool_names(cast("Agent[Any]", source)) if isinstance(source, Agent) else set[str]()
+        )
         by_name: dict[str, list[Any]] = {}
         for name, target in pairs:
             by_name.setdefault(name, []).append(target)

@@ -5,7 +5,7 @@ so ``except ValueError`` keeps working for configuration mistakes::
 
     HandoffBuilderError(Exception)
     ├── HandoffConfigurationError(HandoffBuilderError, ValueError)   build() found problems
-    └── ScriptExhaustedError(HandoffBuilderError, RuntimeError)      a scripted model ran out of steps
+    └── ScriptExhaustedError(HandoffBuilderError, RuntimeError)      a scripted model ran out
 
 Errors that happen inside an agent's run (an empty goal, a handoff to an agent that is not granted)
 are never raised: they are returned to the calling agent as tool errors, and reported as events.

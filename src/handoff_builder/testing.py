@@ -36,8 +36,8 @@ from agent_framework import (
     Content,
     FunctionInvocationLayer,
     Message,
-    ResponseStream,
 )
+from typing_extensions import override
 
 from ._naming import handoff_tool_name
 from .exceptions import ScriptExhaustedError
@@ -118,7 +118,9 @@ def respond(*parts: Step | str) -> Step:
     return Step(tuple(contents))
 
 
-class ScriptedChatClient(FunctionInvocationLayer[Any], ChatMiddlewareLayer[Any], BaseChatClient[Any]):
+class ScriptedChatClient(
+    FunctionInvocationLayer[Any], ChatMiddlewareLayer[Any], BaseChatClient[Any]
+):
     """A chat client that answers from a script, one step per model call, and records each call."""
 
     OTEL_PROVIDER_NAME = "scripted"
@@ -162,6 +164,7 @@ class ScriptedChatClient(FunctionInvocationLayer[Any], ChatMiddlewareLayer[Any],
         self._position += 1
         return step(call) if callable(step) else step
 
+    @override
     def _inner_get_response(
         self,
         *,
@@ -191,7 +194,7 @@ def scripted_agent(
     description: str | None = None,
     tools: Sequence[Any] | None = None,
 ) -> Agent:
-    """An ``agent_framework.Agent`` named ``name`` whose model is a fresh :class:`ScriptedChatClient`.
+    """An ``agent_framework.Agent`` named ``name`` answered by a new :class:`ScriptedChatClient`.
 
     The client is ``agent.client`` (typed as a :class:`ScriptedChatClient` via :func:`client_of`).
     """
@@ -210,4 +213,3 @@ def client_of(agent: Agent) -> ScriptedChatClient:
     if not isinstance(client, ScriptedChatClient):
         raise TypeError(f"Agent {agent.name!r} does not use a ScriptedChatClient.")
     return client
-
