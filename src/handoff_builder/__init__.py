@@ -17,7 +17,12 @@ from ._events import (
 from ._host import GroupChatHost, Participant
 from ._manager import GroupChatManager, HandoffManager
 from ._naming import DEFAULT_HANDOFF_INSTRUCTIONS, handoff_tool_name
-from .exceptions import HandoffBuilderError, HandoffConfigurationError, ScriptExhaustedError
+from .exceptions import (
+    HandoffBuilderError,
+    HandoffConfigurationError,
+    SchemaVersionError,
+    ScriptExhaustedError,
+)
 
 __all__ = [
     "DEFAULT_ESCALATION_MESSAGE",
@@ -36,6 +41,7 @@ __all__ = [
     "HandoffTurnResult",
     "HandoffWorkflowBuilder",
     "Participant",
+    "SchemaVersionError",
     "ScriptExhaustedError",
     "handoff_tool_name",
 ]

@@ -32,7 +32,8 @@ from ._events import (
     HandoffEvent,
     HandoffTurnResult,
 )
-from ._manager import Event, GroupChatManager
+from ._manager import GroupChatManager
+from .exceptions import SchemaVersionError
 
 __all__ = ["GroupChatHost", "Participant"]
 
@@ -96,7 +97,7 @@ class _Turn:
     handoffs: list[HandoffEvent] = field(default_factory=list[HandoffEvent])
 
 
-def _event_type(event: Event) -> str:
+def _event_type(event: HandoffEvent | HandoffBlockedEvent | EscalationEvent) -> str:
     if isinstance(event, HandoffEvent):
         return HANDOFF_EVENT
     if isinstance(event, HandoffBlockedEvent):
@@ -104,7 +105,7 @@ def _event_type(event: Event) -> str:
     return HANDOFF_ESCALATED_EVENT
 
 
-def _log(event: Event) -> None:
+def _log(event: HandoffEvent | HandoffBlockedEvent | EscalationEvent) -> None:
     if isinstance(event, HandoffEvent):
         logger.info("handoff %s -> %s: %s", event.source, event.target, event.goal)
     elif isinstance(event, HandoffBlockedEvent):
@@ -225,6 +226,9 @@ class GroupChatHost(Executor):
 
     async def _emit_events(self, ctx: HostContext) -> None:
         for event in self._manager.take_events():
+            if isinstance(event, str):
+                await ctx.add_event(WorkflowEvent.warning(event))
+                continue
             _log(event)
             if isinstance(event, HandoffEvent) and self._turn is not None:
                 self._turn.handoffs.append(event)
@@ -269,9 +273,8 @@ class GroupChatHost(Executor):
         """Restore what :meth:`on_checkpoint_save` wrote."""
         version = int(state.get("schema_version", 0))
         if version > STATE_SCHEMA_VERSION:
-            raise ValueError(
-                f"Checkpoint state of {self.id!r} has schema version {version}; this version of "
-                f"handoff_builder reads up to {STATE_SCHEMA_VERSION}. Upgrade handoff_builder."
+            raise SchemaVersionError(
+                f"Checkpoint state of executor {self.id!r}", version, STATE_SCHEMA_VERSION
             )
         self._saved = list(state.get("history", []))
         self._history = [Message.from_dict(item) for item in self._saved]

@@ -36,7 +36,8 @@ CAP_RESULT = (
 # Names that read as handoffs even when no such tool exists (they are audited as blocked).
 HANDOFF_LIKE_PREFIXES = (HANDOFF_PREFIX, "transfer_to_", "transfer_back_to_")
 
-Event = HandoffEvent | HandoffBlockedEvent | EscalationEvent
+Event = HandoffEvent | HandoffBlockedEvent | EscalationEvent | str
+"""An audit event, or a warning (a ``str``)."""
 
 
 class GroupChatManager(ABC):
@@ -185,11 +186,13 @@ class HandoffManager(GroupChatManager):
                 route,
                 str(marker.get("goal", "")),
             )
-        names = [self._tool_name(speaker, content) for _, _, content in accepted]
-        logger.warning(
-            "Agent %r made %d handoff calls in one response (%s); following the last, %s.",
-            speaker, len(accepted), ", ".join(names), followed,
-        )  # fmt: skip
+        names = ", ".join(self._tool_name(speaker, content) for _, _, content in accepted)
+        warning = (
+            f"Duplicate handoff requests in one response from {speaker!r} ({names}); "
+            f"following the last, {followed}."
+        )
+        logger.warning(warning)
+        self._events.append(warning)
         return delta
 
     @override

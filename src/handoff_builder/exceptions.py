@@ -5,6 +5,7 @@ so ``except ValueError`` keeps working for configuration mistakes::
 
     HandoffBuilderError(Exception)
     ├── HandoffConfigurationError(HandoffBuilderError, ValueError)   build() found problems
+    ├── SchemaVersionError(HandoffBuilderError, ValueError)          state from a newer version
     └── ScriptExhaustedError(HandoffBuilderError, RuntimeError)      a scripted model ran out
 
 Errors that happen inside an agent's run (an empty goal, a handoff to an agent that is not granted)
@@ -15,7 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["HandoffBuilderError", "HandoffConfigurationError", "ScriptExhaustedError"]
+__all__ = [
+    "HandoffBuilderError",
+    "HandoffConfigurationError",
+    "SchemaVersionError",
+    "ScriptExhaustedError",
+]
 
 
 class HandoffBuilderError(Exception):
@@ -37,6 +43,19 @@ class HandoffConfigurationError(HandoffBuilderError, ValueError):
             lines = "\n".join(f"  - {problem}" for problem in self.problems)
             message = f"Invalid handoff workflow ({len(self.problems)} problems):\n{lines}"
         super().__init__(message)
+
+
+class SchemaVersionError(HandoffBuilderError, ValueError):
+    """Persisted state was written by a newer handoff_builder; it is refused, never overwritten."""
+
+    def __init__(self, where: str, found: int, supported: int) -> None:
+        self.where = where
+        self.found = found
+        self.supported = supported
+        super().__init__(
+            f"{where} has schema version {found}; this version of handoff_builder reads up to "
+            f"{supported}. Upgrade handoff_builder to read it."
+        )
 
 
 class ScriptExhaustedError(HandoffBuilderError, RuntimeError):

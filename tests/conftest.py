@@ -1,0 +1,28 @@
+"""Shared fixtures: no test may reach a real model or a non-local network address."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+_LOCAL_PREFIXES = ("127.", "::1", "localhost")
+
+
+@pytest.fixture(autouse=True)
+def _no_remote_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Fail any connection to a non-loopback address (a real model endpoint, say)."""
+    real_connect = socket.socket.connect
+
+    def guarded_connect(self: socket.socket, address: Any) -> Any:
+        host = address[0] if isinstance(address, tuple) else str(address)
+        if isinstance(host, str) and (host.startswith(_LOCAL_PREFIXES) or self.family == socket.AF_UNIX):
+            return real_connect(self, address)
+        raise AssertionError(f"test tried to reach {address!r}; tests must stay offline")
+
+    monkeypatch.setattr(socket.socket, "connect", guarded_connect)
+    for variable in ("OPENAI_API_KEY", "AZURE_OPENAI_API_KEY", "AZURE_OPENAI_ENDPOINT"):
+        monkeypatch.delenv(variable, raising=False)
+    yield

@@ -1,0 +1,67 @@
+"""Helpers for driving handoff workflows in tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent_framework import AgentResponseUpdate, Message, Workflow, WorkflowEvent
+
+from handoff_builder import (
+    EscalationEvent,
+    HandoffBlockedEvent,
+    HandoffEvent,
+    HandoffTurnResult,
+)
+
+
+@dataclass
+class Turn:
+    """Everything one run of a workflow produced."""
+
+    events: list[WorkflowEvent[Any]]
+    result: HandoffTurnResult
+    updates: list[AgentResponseUpdate] = field(default_factory=list[AgentResponseUpdate])
+
+    def of_type(self, kind: str) -> list[Any]:
+        return [event.data for event in self.events if event.type == kind]
+
+    @property
+    def handoffs(self) -> list[HandoffEvent]:
+        return [data for data in self.of_type("handoff_sent") if isinstance(data, HandoffEvent)]
+
+    @property
+    def blocked(self) -> list[HandoffBlockedEvent]:
+        return [d for d in self.of_type("handoff_blocked") if isinstance(d, HandoffBlockedEvent)]
+
+    @property
+    def escalations(self) -> list[EscalationEvent]:
+        return [d for d in self.of_type("handoff_escalated") if isinstance(d, EscalationEvent)]
+
+    @property
+    def warnings(self) -> list[str]:
+        return [str(data) for data in self.of_type("warning")]
+
+
+async def run_turn(
+    workflow: Workflow, message: str | Message | list[Message], *, stream: bool = False, **kwargs: Any
+) -> Turn:
+    """Run one user turn (streaming or not) and collect its events and its turn result."""
+    if stream:
+        events = [event async for event in workflow.run(message, stream=True, **kwargs)]
+    else:
+        events = list(await workflow.run(message, **kwargs))
+    outputs = [event.data for event in events if event.type == "output"]
+    results = [data for data in outputs if isinstance(data, HandoffTurnResult)]
+    assert len(results) == 1, f"expected one turn result, got {outputs!r}"
+    updates = [data for data in outputs if isinstance(data, AgentResponseUpdate)]
+    return Turn(events=events, result=results[0], updates=updates)
+
+
+def speakers(turn: Turn) -> list[str]:
+    """Agents that produced messages in the turn, in order, without repeats in a row."""
+    out: list[str] = []
+    for message in turn.result.messages:
+        if message.role == "assistant" and message.author_name and out[-1:] != [message.author_name]:
+            out.append(message.author_name)
+    return out

@@ -1,0 +1,144 @@
+"""The host's cursor, counters and history survive agent_framework workflow checkpoints."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from agent_framework import (
+    Agent,
+    CheckpointStorage,
+    FileCheckpointStorage,
+    InMemoryCheckpointStorage,
+    Workflow,
+    WorkflowCheckpoint,
+)
+
+from handoff_builder import HandoffWorkflowBuilder, SchemaVersionError
+from handoff_builder.testing import ScriptStep, client_of, handoff_to, reply, scripted_agent
+from tests.helpers import run_turn
+
+
+def support_workflow(
+    triage_steps: list[ScriptStep], billing_steps: list[ScriptStep], refunds_steps: list[ScriptStep]
+) -> tuple[Workflow, dict[str, Agent]]:
+    agents = {
+        "triage": scripted_agent("triage", *triage_steps),
+        "billing": scripted_agent("billing", *billing_steps),
+        "refunds": scripted_agent("refunds", *refunds_steps),
+    }
+    workflow = (
+        HandoffWorkflowBuilder(agents["triage"])
+        .with_handoff(agents["triage"], agents["billing"])
+        .with_handoff(agents["billing"], agents["refunds"])
+        .with_name("support")
+        .build()
+    )
+    return workflow, agents
+
+
+@pytest.fixture(params=["memory", "file"])
+def storage(request: pytest.FixtureRequest, tmp_path: Path) -> CheckpointStorage:
+    if request.param == "memory":
+        return InMemoryCheckpointStorage()
+    return FileCheckpointStorage(tmp_path)
+
+
+async def checkpoint_after_first_hop(storage: CheckpointStorage) -> WorkflowCheckpoint:
+    workflow, _ = support_workflow(
+        [handoff_to("billing", goal="Double charge.")],
+        [handoff_to("refunds", goal="Refund it.")],
+        [reply("Refunded.")],
+    )
+    turn = await run_turn(workflow, "I was charged twice", checkpoint_storage=storage)
+    assert turn.result.text == "Refunded."
+    checkpoints = await storage.list_checkpoints(workflow_name="support")
+    # An entry checkpoint, then one per superstep; superstep 1 ran triage, which handed off.
+    assert sorted(c.iteration_count for c in checkpoints) == [0, 1, 2, 3]
+    [first] = [checkpoint for checkpoint in checkpoints if checkpoint.iteration_count == 1]
+    return first
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["run", "stream"])
+async def test_restore_mid_turn_continues_with_the_target(
+    storage: CheckpointStorage, stream: bool
+) -> None:
+    """Restored after triage handed off and before billing answered: billing runs, triage doesn't."""
+    checkpoint = await checkpoint_after_first_hop(storage)
+
+    workflow, agents = support_workflow(
+        [], [handoff_to("refunds", goal="Refund it.")], [reply("Refunded after restore.")]
+    )
+    turn = await run_turn(
+        workflow,
+        None,  # type: ignore[arg-type]  # resume: no new message
+        stream=stream,
+        checkpoint_id=checkpoint.checkpoint_id,
+        checkpoint_storage=storage,
+    )
+
+    assert client_of(agents["triage"]).calls == []
+    assert len(client_of(agents["billing"]).calls) == 1
+    assert turn.result.text == "Refunded after restore."
+    assert turn.result.active_agent == "refunds"
+    # The restored turn still reports the handoff made before the checkpoint.
+    assert [(h.source, h.target) for h in turn.result.handoffs] == [
+        ("triage", "billing"),
+        ("billing", "refunds"),
+    ]
+    # Billing saw the user's message and triage's handoff, exactly once each.
+    billing_saw = client_of(agents["billing"]).calls[0].messages
+    assert [m.text for m in billing_saw].count("I was charged twice") == 1
+    assert [(m.role, m.author_name) for m in billing_saw] == [
+        ("user", None),
+        ("assistant", "triage"),
+        ("tool", "triage"),
+    ]
+
+
+async def test_checkpoint_state_is_versioned_json(storage: CheckpointStorage) -> None:
+    checkpoint = await checkpoint_after_first_hop(storage)
+    state = checkpoint.state["_executor_state"]["handoff_host"]
+    assert json.loads(json.dumps(state)) == state
+    assert state["schema_version"] == 1
+    assert state["manager"]["cursor"] == 3
+    assert state["manager"]["handoff_count"] == 1
+    assert state["manager"]["active_agent"] == "billing"
+    assert state["manager"]["iteration_count"] == 1
+    assert state["turn"]["start"] == 1
+    assert [item["role"] for item in state["history"]] == ["user", "assistant", "tool"]
+
+
+async def test_restore_refuses_a_newer_schema(storage: CheckpointStorage) -> None:
+    checkpoint = await checkpoint_after_first_hop(storage)
+    checkpoint.state["_executor_state"]["handoff_host"]["schema_version"] = 99
+    await storage.save(checkpoint)
+    workflow, _ = support_workflow([], [], [])
+    with pytest.raises(Exception, match="on_checkpoint_restore failed") as failure:
+        await workflow.run(checkpoint_id=checkpoint.checkpoint_id, checkpoint_storage=storage)
+    cause = failure.value.__cause__
+    assert isinstance(cause, SchemaVersionError)
+    assert str(cause) == (
+        "Checkpoint state of executor 'handoff_host' has schema version 99; this version of "
+        "handoff_builder reads up to 1. Upgrade handoff_builder to read it."
+    )
+
+
+async def test_next_turn_after_restore_keeps_the_history(storage: CheckpointStorage) -> None:
+    checkpoint = await checkpoint_after_first_hop(storage)
+    workflow, agents = support_workflow(
+        [reply("Anything else?")], [handoff_to("refunds", goal="Refund it.")], [reply("Refunded.")]
+    )
+    await run_turn(
+        workflow,
+        None,  # type: ignore[arg-type]
+        checkpoint_id=checkpoint.checkpoint_id,
+        checkpoint_storage=storage,
+    )
+    second = await run_turn(workflow, "thanks")
+    assert second.result.text == "Anything else?"
+    triage_saw = client_of(agents["triage"]).calls[0].texts
+    assert triage_saw[0] == "I was charged twice"
+    assert triage_saw[-1] == "thanks"
+    assert len(second.result.conversation) == 8
