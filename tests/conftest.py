@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,17 +11,18 @@ _LOCAL_PREFIXES = ("127.", "::1", "localhost")
 
 
 @pytest.fixture(autouse=True)
-def _no_remote_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _no_remote_network(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail any connection to a non-loopback address (a real model endpoint, say)."""
     real_connect = socket.socket.connect
 
     def guarded_connect(self: socket.socket, address: Any) -> Any:
-        host = address[0] if isinstance(address, tuple) else str(address)
-        if isinstance(host, str) and (host.startswith(_LOCAL_PREFIXES) or self.family == socket.AF_UNIX):
+        host: object = address[0] if isinstance(address, tuple) else str(address)  # pyright: ignore[reportUnknownVariableType]
+        if isinstance(host, str) and (
+            host.startswith(_LOCAL_PREFIXES) or self.family == socket.AF_UNIX
+        ):
             return real_connect(self, address)
-        raise AssertionError(f"test tried to reach {address!r}; tests must stay offline")
+        raise AssertionError(f"test tried to reach {host!r}; tests must stay offline")
 
     monkeypatch.setattr(socket.socket, "connect", guarded_connect)
     for variable in ("OPENAI_API_KEY", "AZURE_OPENAI_API_KEY", "AZURE_OPENAI_ENDPOINT"):
         monkeypatch.delenv(variable, raising=False)
-    yield

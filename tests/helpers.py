@@ -44,7 +44,11 @@ class Turn:
 
 
 async def run_turn(
-    workflow: Workflow, message: str | Message | list[Message], *, stream: bool = False, **kwargs: Any
+    workflow: Workflow,
+    message: str | Message | list[Message],
+    *,
+    stream: bool = False,
+    **kwargs: Any,
 ) -> Turn:
     """Run one user turn (streaming or not) and collect its events and its turn result."""
     if stream:
@@ -62,6 +66,10 @@ def speakers(turn: Turn) -> list[str]:
     """Agents that produced messages in the turn, in order, without repeats in a row."""
     out: list[str] = []
     for message in turn.result.messages:
-        if message.role == "assistant" and message.author_name and out[-1:] != [message.author_name]:
+        if (
+            message.role == "assistant"
+            and message.author_name
+            and out[-1:] != [message.author_name]
+        ):
             out.append(message.author_name)
     return out

@@ -64,7 +64,7 @@ async def checkpoint_after_first_hop(storage: CheckpointStorage) -> WorkflowChec
 async def test_restore_mid_turn_continues_with_the_target(
     storage: CheckpointStorage, stream: bool
 ) -> None:
-    """Restored after triage handed off and before billing answered: billing runs, triage doesn't."""
+    """Restored after triage handed off, before billing answered: billing runs, triage doesn't."""
     checkpoint = await checkpoint_after_first_hop(storage)
 
     workflow, agents = support_workflow(

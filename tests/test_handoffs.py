@@ -29,7 +29,10 @@ pytestmark = pytest.mark.parametrize("stream", [False, True], ids=["run", "strea
 
 
 def chain(*steps_by_agent: tuple[str, list[Any]]) -> dict[str, Agent]:
-    return {name: scripted_agent(name, *steps, description=f"{name} desk") for name, steps in steps_by_agent}
+    return {
+        name: scripted_agent(name, *steps, description=f"{name} desk")
+        for name, steps in steps_by_agent
+    }
 
 
 def results_for(messages: list[Message] | tuple[Message, ...], call_id: str) -> list[Content]:
@@ -87,11 +90,16 @@ async def test_pass_it_on_seed(stream: bool, caplog: pytest.LogCaptureFixture) -
 async def test_turn_output_shape_matches_dotnet(stream: bool) -> None:
     """Output: call, result, call, result, text; each authored by its agent."""
     agents = chain(
-        ("a", [handoff_to("b", goal="g1")]), ("b", [handoff_to("c", goal="g2")]), ("c", [reply("Hello from c")])
+        ("a", [handoff_to("b", goal="g1")]),
+        ("b", [handoff_to("c", goal="g2")]),
+        ("c", [reply("Hello from c")]),
     )
-    workflow = HandoffWorkflowBuilder(agents["a"]).with_handoff(agents["a"], agents["b"]).with_handoff(
-        agents["b"], agents["c"]
-    ).build()
+    workflow = (
+        HandoffWorkflowBuilder(agents["a"])
+        .with_handoff(agents["a"], agents["b"])
+        .with_handoff(agents["b"], agents["c"])
+        .build()
+    )
     turn = await run_turn(workflow, "abc", stream=stream)
     shape = [(m.role, m.author_name, [c.type for c in m.contents]) for m in turn.result.messages]
     assert shape == [
@@ -101,13 +109,17 @@ async def test_turn_output_shape_matches_dotnet(stream: bool) -> None:
         ("tool", "b", ["function_result"]),
         ("assistant", "c", ["text"]),
     ]
-    assert [m.text for m in turn.result.conversation][0] == "abc"
+    assert turn.result.conversation[0].text == "abc"
     assert len(turn.result.conversation) == 6
 
 
 async def test_no_handoff_answer_comes_from_initial_agent(stream: bool) -> None:
     agents = chain(("triage", [reply("Hi! How can I help?")]), ("billing", []))
-    workflow = HandoffWorkflowBuilder(agents["triage"]).with_handoff(agents["triage"], agents["billing"]).build()
+    workflow = (
+        HandoffWorkflowBuilder(agents["triage"])
+        .with_handoff(agents["triage"], agents["billing"])
+        .build()
+    )
     turn = await run_turn(workflow, "hello", stream=stream)
     assert turn.result.text == "Hi! How can I help?"
     assert turn.result.active_agent == "triage"
@@ -118,11 +130,17 @@ async def test_no_handoff_answer_comes_from_initial_agent(stream: bool) -> None:
 async def test_handoff_ends_the_callers_tool_loop(stream: bool) -> None:
     """The source gets exactly one model call in that hop: no narration after the handoff."""
     agents = chain(("triage", [handoff_to("billing")]), ("billing", [reply("done")]))
-    workflow = HandoffWorkflowBuilder(agents["triage"]).with_handoff(agents["triage"], agents["billing"]).build()
+    workflow = (
+        HandoffWorkflowBuilder(agents["triage"])
+        .with_handoff(agents["triage"], agents["billing"])
+        .build()
+    )
     turn = await run_turn(workflow, "help", stream=stream)
     assert len(client_of(agents["triage"]).calls) == 1
     assert turn.result.text == "done"
-    result = results_for(turn.result.messages, call_ids(turn.result.conversation, "handoff_to_billing")[0])
+    result = results_for(
+        turn.result.messages, call_ids(turn.result.conversation, "handoff_to_billing")[0]
+    )
     assert [r.result for r in result] == ["Transferred."]
 
 
@@ -131,7 +149,11 @@ async def test_empty_goal_is_a_tool_error_and_nothing_routes(stream: bool) -> No
         ("triage", [handoff_to("billing", goal="  "), reply("Could you tell me more?")]),
         ("billing", []),
     )
-    workflow = HandoffWorkflowBuilder(agents["triage"]).with_handoff(agents["triage"], agents["billing"]).build()
+    workflow = (
+        HandoffWorkflowBuilder(agents["triage"])
+        .with_handoff(agents["triage"], agents["billing"])
+        .build()
+    )
     turn = await run_turn(workflow, "help", stream=stream)
 
     assert turn.result.text == "Could you tell me more?"
@@ -139,9 +161,13 @@ async def test_empty_goal_is_a_tool_error_and_nothing_routes(stream: bool) -> No
     assert turn.handoffs == []
     assert client_of(agents["billing"]).calls == []
     second_call = client_of(agents["triage"]).calls[1]
-    tool_results = [c for m in second_call.messages for c in m.contents if c.type == "function_result"]
+    tool_results = [
+        c for m in second_call.messages for c in m.contents if c.type == "function_result"
+    ]
     assert len(tool_results) == 1
-    assert str(tool_results[0].result).startswith("Error: the handoff was not performed because the goal is empty")
+    assert str(tool_results[0].result).startswith(
+        "Error: the handoff was not performed because the goal is empty"
+    )
     assert "one sentence" in str(tool_results[0].result)
     [blocked] = turn.blocked
     assert (blocked.source, blocked.tool_name, blocked.reason, blocked.target) == (
@@ -154,24 +180,41 @@ async def test_retry_with_a_goal_after_an_empty_one_routes(stream: bool) -> None
         ("triage", [handoff_to("billing", goal=""), handoff_to("billing", goal="Fix my invoice.")]),
         ("billing", [reply("Invoice fixed.")]),
     )
-    workflow = HandoffWorkflowBuilder(agents["triage"]).with_handoff(agents["triage"], agents["billing"]).build()
+    workflow = (
+        HandoffWorkflowBuilder(agents["triage"])
+        .with_handoff(agents["triage"], agents["billing"])
+        .build()
+    )
     turn = await run_turn(workflow, "help", stream=stream)
     assert turn.result.text == "Invoice fixed."
-    assert [(h.source, h.target, h.goal) for h in turn.handoffs] == [("triage", "billing", "Fix my invoice.")]
+    assert [(h.source, h.target, h.goal) for h in turn.handoffs] == [
+        ("triage", "billing", "Fix my invoice.")
+    ]
 
 
 async def test_unknown_handoff_target_is_a_tool_error(stream: bool) -> None:
     agents = chain(
-        ("triage", [call_tool("handoff_to_ghost", goal="Haunt the user."), reply("Let me help myself.")]),
+        (
+            "triage",
+            [call_tool("handoff_to_ghost", goal="Haunt the user."), reply("Let me help myself.")],
+        ),
         ("billing", []),
     )
-    workflow = HandoffWorkflowBuilder(agents["triage"]).with_handoff(agents["triage"], agents["billing"]).build()
+    workflow = (
+        HandoffWorkflowBuilder(agents["triage"])
+        .with_handoff(agents["triage"], agents["billing"])
+        .build()
+    )
     turn = await run_turn(workflow, "help", stream=stream)
     assert turn.result.text == "Let me help myself."
     assert turn.result.active_agent == "triage"
     assert turn.handoffs == []
     [blocked] = turn.blocked
-    assert (blocked.tool_name, blocked.reason, blocked.target) == ("handoff_to_ghost", "unknown_target", None)
+    assert (blocked.tool_name, blocked.reason, blocked.target) == (
+        "handoff_to_ghost",
+        "unknown_target",
+        None,
+    )
     assert json.loads(blocked.arguments) == {"goal": "Haunt the user."}
     second_call = client_of(agents["triage"]).calls[1]
     [error] = [c for m in second_call.messages for c in m.contents if c.type == "function_result"]
@@ -182,7 +225,10 @@ async def test_unknown_handoff_target_is_a_tool_error(stream: bool) -> None:
 async def test_handoff_not_granted_to_the_speaker_is_blocked(stream: bool) -> None:
     """triage may only reach billing; billing's tool to refunds does not work for triage."""
     agents = chain(
-        ("triage", [handoff_to("refunds", goal="Refund."), reply("I can only send you to billing.")]),
+        (
+            "triage",
+            [handoff_to("refunds", goal="Refund."), reply("I can only send you to billing.")],
+        ),
         ("billing", []),
         ("refunds", []),
     )
@@ -211,13 +257,22 @@ async def test_handoff_not_granted_to_the_speaker_is_blocked(stream: bool) -> No
 
 async def test_several_handoff_calls_in_one_response_last_wins(stream: bool) -> None:
     agents = chain(
-        ("triage", [respond(handoff_to("billing", goal="Bill."), handoff_to("tech", goal="Fix the crash."))]),
+        (
+            "triage",
+            [
+                respond(
+                    handoff_to("billing", goal="Bill."), handoff_to("tech", goal="Fix the crash.")
+                )
+            ],
+        ),
         ("billing", []),
         ("tech", [reply("Crash fixed.")]),
     )
-    workflow = HandoffWorkflowBuilder(agents["triage"]).with_handoffs(
-        agents["triage"], [agents["billing"], agents["tech"]]
-    ).build()
+    workflow = (
+        HandoffWorkflowBuilder(agents["triage"])
+        .with_handoffs(agents["triage"], [agents["billing"], agents["tech"]])
+        .build()
+    )
     turn = await run_turn(workflow, "two things", stream=stream)
 
     assert turn.result.text == "Crash fixed."
@@ -239,10 +294,17 @@ async def test_several_handoff_calls_in_one_response_last_wins(stream: bool) -> 
 
 async def test_text_and_handoff_in_one_response_keeps_the_text(stream: bool) -> None:
     agents = chain(
-        ("triage", [respond("Let me get billing for you.", handoff_to("billing", goal="Invoice."))]),
+        (
+            "triage",
+            [respond("Let me get billing for you.", handoff_to("billing", goal="Invoice."))],
+        ),
         ("billing", [reply("Here is your invoice.")]),
     )
-    workflow = HandoffWorkflowBuilder(agents["triage"]).with_handoff(agents["triage"], agents["billing"]).build()
+    workflow = (
+        HandoffWorkflowBuilder(agents["triage"])
+        .with_handoff(agents["triage"], agents["billing"])
+        .build()
+    )
     turn = await run_turn(workflow, "invoice", stream=stream)
     texts = [m.text for m in turn.result.messages if m.role == "assistant" and m.text]
     assert texts == ["Let me get billing for you.", "Here is your invoice."]
@@ -302,7 +364,11 @@ async def test_max_iterations_ends_the_turn_with_an_escalation(stream: bool) -> 
     a = scripted_agent("a", handoff_to("b"))
     b = scripted_agent("b", handoff_to("a"))
     workflow = (
-        HandoffWorkflowBuilder(a).with_handoff(a, b).with_handoff(b, a).with_max_iterations(2).build()
+        HandoffWorkflowBuilder(a)
+        .with_handoff(a, b)
+        .with_handoff(b, a)
+        .with_max_iterations(2)
+        .build()
     )
     turn = await run_turn(workflow, "loop", stream=stream)
     assert turn.result.escalation is not None
@@ -348,7 +414,9 @@ async def test_agents_own_tools_and_instructions_are_kept(stream: bool) -> None:
 async def test_custom_and_disabled_handoff_instructions(stream: bool) -> None:
     a = scripted_agent("a", reply("x"), reply("y"), instructions="Own.")
     b = scripted_agent("b")
-    custom = HandoffWorkflowBuilder(a).with_handoff(a, b).with_instructions("Hand off wisely.").build()
+    custom = (
+        HandoffWorkflowBuilder(a).with_handoff(a, b).with_instructions("Hand off wisely.").build()
+    )
     await run_turn(custom, "hi", stream=stream)
     off = HandoffWorkflowBuilder(a).with_handoff(a, b).with_instructions("").build()
     await run_turn(off, "hi", stream=stream)
@@ -358,7 +426,13 @@ async def test_custom_and_disabled_handoff_instructions(stream: bool) -> None:
 async def test_instructions_none_restores_default(stream: bool) -> None:
     a = scripted_agent("a", reply("x"))
     b = scripted_agent("b")
-    workflow = HandoffWorkflowBuilder(a).with_handoff(a, b).with_instructions("x").with_instructions(None).build()
+    workflow = (
+        HandoffWorkflowBuilder(a)
+        .with_handoff(a, b)
+        .with_instructions("x")
+        .with_instructions(None)
+        .build()
+    )
     await run_turn(workflow, "hi", stream=stream)
     assert client_of(a).calls[0].instructions == DEFAULT_HANDOFF_INSTRUCTIONS
 
@@ -416,7 +490,9 @@ async def test_sanitised_tool_names(stream: bool) -> None:
 
 
 async def test_history_is_shared_and_next_message_starts_at_initial_agent(stream: bool) -> None:
-    triage = scripted_agent("triage", handoff_to("billing", goal="Invoice."), reply("Anything else?"))
+    triage = scripted_agent(
+        "triage", handoff_to("billing", goal="Invoice."), reply("Anything else?")
+    )
     billing = scripted_agent("billing", reply("Invoice sent."))
     workflow = HandoffWorkflowBuilder(triage).with_handoff(triage, billing).build()
     await run_turn(workflow, "send my invoice", stream=stream)

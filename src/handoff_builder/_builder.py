@@ -254,9 +254,13 @@ class HandoffWorkflowBuilder:
             for target in participants
             if source is not target
         ]
-        problems = participant_problems(participants) + edge_problems(edges)
+        agent_edges = [
+            e for e in edges if isinstance(e.source, Agent) and isinstance(e.target, Agent)
+        ]
+        problems = participant_problems(participants) + edge_problems(agent_edges)
         tool_names: dict[Any, list[tuple[str, Any]]] = {}
-        for edge in edges:
+        distinct = {(id(edge.source), id(edge.target)): edge for edge in reversed(agent_edges)}
+        for edge in reversed(distinct.values()):  # a duplicate edge is reported once, above
             name = edge.tool_name or handoff_tool_name(str(getattr(edge.target, "name", "")))
             tool_names.setdefault(edge.source, []).append((name, edge.target))
         problems += tool_name_problems(tool_names)

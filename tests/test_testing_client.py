@@ -1,0 +1,85 @@
+"""The scripted chat client: strict, recording, and on the real function-invocation path."""
+
+from __future__ import annotations
+
+import pytest
+from agent_framework import Agent, Message, tool
+
+from handoff_builder import ScriptExhaustedError
+from handoff_builder.testing import (
+    ModelCall,
+    ScriptedChatClient,
+    call_tool,
+    client_of,
+    reply,
+    respond,
+    scripted_agent,
+)
+
+
+async def test_plays_steps_in_order_and_records_calls() -> None:
+    agent = scripted_agent("a", reply("one"), reply("two"), instructions="Be brief.")
+    first = await agent.run("hello")
+    second = await agent.run([Message(role="user", contents=["again"])])
+    assert (first.text, second.text) == ("one", "two")
+    calls = client_of(agent).calls
+    assert [call.texts for call in calls] == [["hello"], ["again"]]
+    assert calls[0].instructions == "Be brief."
+    client_of(agent).assert_complete()
+
+
+async def test_raises_when_the_script_runs_out() -> None:
+    agent = scripted_agent("a", reply("only"))
+    await agent.run("one")
+    with pytest.raises(ScriptExhaustedError, match="'a' has no step left for model call #2"):
+        await agent.run("two")
+
+
+def test_assert_complete_reports_unused_steps() -> None:
+    client = ScriptedChatClient(reply("x"), name="c")
+    with pytest.raises(AssertionError, match="'c' has 1 unused step"):
+        client.assert_complete()
+
+
+async def test_tool_calls_run_through_the_function_invocation_loop() -> None:
+    seen: list[int] = []
+
+    @tool(name="add", description="Add two numbers.")
+    def add(x: int, y: int) -> int:
+        seen.append(x + y)
+        return x + y
+
+    agent = scripted_agent("a", call_tool("add", x=2, y=3), reply("5"), tools=[add])
+    response = await agent.run("2+3?")
+    assert seen == [5]
+    assert response.text == "5"
+    second = client_of(agent).calls[1]
+    [result] = [c for m in second.messages for c in m.contents if c.type == "function_result"]
+    assert str(result.result) == "5"
+    assert client_of(agent).calls[0].tool_names == ("add",)
+
+
+async def test_function_steps_see_the_call() -> None:
+    def echo(call: ModelCall) -> object:
+        return reply(f"you said {call.texts[-1]}")
+
+    agent = scripted_agent("a", echo)  # type: ignore[arg-type]
+    assert (await agent.run("ping")).text == "you said ping"
+
+
+async def test_streaming_yields_each_content() -> None:
+    agent = scripted_agent("a", respond("hello", "world"))
+    updates = [update async for update in agent.run("hi", stream=True)]
+    assert [u.text for u in updates] == ["hello", "world"]
+
+
+def test_client_of_rejects_other_clients() -> None:
+    class Other(ScriptedChatClient):
+        pass
+
+    agent = Agent(client=Other(), name="x")
+    assert isinstance(client_of(agent), ScriptedChatClient)
+    plain = Agent(client=ScriptedChatClient(), name="y")
+    plain.client = object()  # type: ignore[assignment]
+    with pytest.raises(TypeError, match="does not use a ScriptedChatClient"):
+        client_of(plain)
