@@ -20,7 +20,7 @@ def _no_remote_network(monkeypatch: pytest.MonkeyPatch) -> None:
         if isinstance(host, str) and (
             host.startswith(_LOCAL_PREFIXES) or self.family == socket.AF_UNIX
         ):
-            return real_connect(self, address)
+            return real_connect(self, address)  # pyright: ignore[reportUnknownArgumentType]
         raise AssertionError(f"test tried to reach {host!r}; tests must stay offline")
 
     monkeypatch.setattr(socket.socket, "connect", guarded_connect)

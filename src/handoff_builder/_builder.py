@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, overload
 
 from agent_framework import Agent, Workflow, WorkflowBuilder
+from typing_extensions import override
 
-from ._host import GroupChatHost, Participant
+from ._host import HOST_ID, GroupChatHost, Participant
 from ._manager import DEFAULT_MAX_HANDOFFS_PER_TURN, DEFAULT_MAX_ITERATIONS, HandoffManager
 from ._naming import DEFAULT_HANDOFF_INSTRUCTIONS, handoff_tool_name
 from ._tools import HandoffRoute, HandoffToolMiddleware, make_handoff_tool
@@ -27,6 +29,26 @@ DEFAULT_ESCALATION_MESSAGE = (
     "I'm sorry, I wasn't able to get your request to the right place. I'm passing this "
     "conversation to a human colleague, who will get back to you."
 )
+
+
+class _HopEdgeNotice(logging.Filter):
+    """Drops agent_framework's warning about the host's self-loop edge, which is deliberate.
+
+    The host sends itself one message per hop so that every agent invocation is its own
+    superstep (and checkpoint); agent_framework warns about every self-loop at build time.
+    """
+
+    def __init__(self, executor_id: str) -> None:
+        super().__init__()
+        self._prefix = f"Self-loop detected: Executor '{executor_id}'"
+
+    @override
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self._prefix)
+
+
+# The logger agent_framework's workflow validation writes to (a name only; nothing is imported).
+logging.getLogger("agent_framework._workflows._validation").addFilter(_HopEdgeNotice(HOST_ID))
 
 
 @dataclass(frozen=True)

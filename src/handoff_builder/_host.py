@@ -40,6 +40,7 @@ __all__ = ["GroupChatHost", "Participant"]
 logger = logging.getLogger("handoff_builder")
 
 STATE_SCHEMA_VERSION = 1
+HOST_ID = "handoff_host"
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ class GroupChatHost(Executor):
         participants: Mapping[str, Participant],
         manager: GroupChatManager,
         apology: str,
-        id: str = "handoff_host",  # noqa: A002 - the Executor API's name
+        id: str = HOST_ID,  # noqa: A002 - the Executor API's name
     ) -> None:
         super().__init__(id)
         self._participants = participants
