@@ -4,7 +4,7 @@ Several agents share one conversation; the active agent answers the user or pass
 conversation on by calling a handoff tool. Start with :class:`HandoffWorkflowBuilder`.
 """
 
-from ._builder import DEFAULT_ESCALATION_MESSAGE, HandoffWorkflowBuilder
+from ._builder import HandoffWorkflowBuilder
 from ._events import (
     HANDOFF_BLOCKED_EVENT,
     HANDOFF_ESCALATED_EVENT,
@@ -14,7 +14,7 @@ from ._events import (
     HandoffEvent,
     HandoffTurnResult,
 )
-from ._host import GroupChatHost, Participant
+from ._host import DEFAULT_ESCALATION_MESSAGE, GroupChatHost, Participant
 from ._manager import GroupChatManager, HandoffManager
 from ._naming import DEFAULT_HANDOFF_INSTRUCTIONS, handoff_tool_name
 from .exceptions import (

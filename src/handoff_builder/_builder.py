@@ -10,7 +10,7 @@ from typing import Any, overload
 from agent_framework import Agent, Workflow, WorkflowBuilder
 from typing_extensions import override
 
-from ._host import HOST_ID, GroupChatHost, Participant
+from ._host import DEFAULT_ESCALATION_MESSAGE, HOST_ID, GroupChatHost, Participant
 from ._manager import DEFAULT_MAX_HANDOFFS_PER_TURN, DEFAULT_MAX_ITERATIONS, HandoffManager
 from ._naming import DEFAULT_HANDOFF_INSTRUCTIONS, handoff_tool_name
 from ._tools import HandoffRoute, HandoffToolMiddleware, make_handoff_tool
@@ -23,12 +23,7 @@ from ._validation import (
 )
 from .exceptions import HandoffConfigurationError
 
-__all__ = ["DEFAULT_ESCALATION_MESSAGE", "HandoffWorkflowBuilder"]
-
-DEFAULT_ESCALATION_MESSAGE = (
-    "I'm sorry, I wasn't able to get your request to the right place. I'm passing this "
-    "conversation to a human colleague, who will get back to you."
-)
+__all__ = ["HandoffWorkflowBuilder"]
 
 
 class _HopEdgeNotice(logging.Filter):

@@ -35,12 +35,16 @@ from ._events import (
 from ._manager import GroupChatManager
 from .exceptions import SchemaVersionError
 
-__all__ = ["GroupChatHost", "Participant"]
+__all__ = ["DEFAULT_ESCALATION_MESSAGE", "GroupChatHost", "Participant"]
 
 logger = logging.getLogger("handoff_builder")
 
 STATE_SCHEMA_VERSION = 1
 HOST_ID = "handoff_host"
+DEFAULT_ESCALATION_MESSAGE = (
+    "I'm sorry, I wasn't able to get your request to the right place. I'm passing this "
+    "conversation to a human colleague, who will get back to you."
+)
 
 
 @dataclass(frozen=True)
@@ -133,7 +137,7 @@ class GroupChatHost(Executor):
         *,
         participants: Mapping[str, Participant],
         manager: GroupChatManager,
-        apology: str,
+        apology: str = DEFAULT_ESCALATION_MESSAGE,
         id: str = HOST_ID,  # noqa: A002 - the Executor API's name
     ) -> None:
         super().__init__(id)
