@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from agent_framework import Agent, Content, Message, tool
+from agent_framework import (
+    Agent,
+    Content,
+    FunctionInvocationContext,
+    Message,
+    function_middleware,
+    tool,
+)
 
 from handoff_builder import (
     DEFAULT_ESCALATION_MESSAGE,
@@ -16,6 +24,7 @@ from handoff_builder import (
     HandoffWorkflowBuilder,
 )
 from handoff_builder.testing import (
+    ScriptedChatClient,
     call_tool,
     client_of,
     handoff_to,
@@ -503,3 +512,33 @@ async def test_history_is_shared_and_next_message_starts_at_initial_agent(stream
     assert "Invoice sent." in seen
     assert seen[-1] == "thanks"
     assert len(second.result.conversation) == 6
+
+
+async def test_agents_own_function_middleware_still_runs(stream: bool) -> None:
+    seen: list[str] = []
+
+    @function_middleware
+    async def audit(
+        context: FunctionInvocationContext, call_next: Callable[[], Awaitable[None]]
+    ) -> None:
+        seen.append(context.function.name)
+        await call_next()
+
+    @tool(name="lookup", description="Look something up.")
+    def lookup() -> str:
+        return "found"
+
+    triage = Agent(
+        client=ScriptedChatClient(
+            call_tool("lookup"), handoff_to("billing", goal="g"), name="triage"
+        ),
+        name="triage",
+        tools=[lookup],
+        middleware=[audit],
+    )
+    billing = scripted_agent("billing", reply("ok"))
+    workflow = HandoffWorkflowBuilder(triage).with_handoff(triage, billing).build()
+    turn = await run_turn(workflow, "hi", stream=stream)
+    assert turn.result.text == "ok"
+    # The agent's own middleware sees its own tool and, being outermost, the handoff call too.
+    assert seen == ["lookup", "handoff_to_billing"]
