@@ -1,0 +1,1 @@
+"""Runnable samples; each has an async main() that runs offline by default."""
