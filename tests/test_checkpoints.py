@@ -87,14 +87,9 @@ async def test_restore_mid_turn_continues_with_the_target(
         ("triage", "billing"),
         ("billing", "refunds"),
     ]
-    # Billing saw the user's message and triage's handoff, exactly once each.
+    # Billing saw the user's message exactly once (triage's handoff call is filtered out).
     billing_saw = client_of(agents["billing"]).calls[0].messages
-    assert [m.text for m in billing_saw].count("I was charged twice") == 1
-    assert [(m.role, m.author_name) for m in billing_saw] == [
-        ("user", None),
-        ("assistant", "triage"),
-        ("tool", "triage"),
-    ]
+    assert [(m.role, m.text) for m in billing_saw] == [("user", "I was charged twice")]
 
 
 async def test_checkpoint_state_is_versioned_json(storage: CheckpointStorage) -> None:

@@ -21,7 +21,9 @@ class RoundRobin(GroupChatManager):
         self.next_index = 0
 
     @override
-    def select_next_agent(self, history: Sequence[Message], speaker: str | None) -> str | None:
+    async def select_next_agent(
+        self, history: Sequence[Message], speaker: str | None
+    ) -> str | None:
         if speaker is None:
             self.next_index = 0
         if self.next_index >= len(self.names):

@@ -2,57 +2,18 @@
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any, overload
+from collections.abc import Iterable, Mapping
+from typing import overload
 
-from agent_framework import Agent, Workflow, WorkflowBuilder
-from typing_extensions import override
+from agent_framework import Agent, Workflow
 
-from ._host import DEFAULT_ESCALATION_MESSAGE, HOST_ID, GroupChatHost, Participant
-from ._manager import DEFAULT_MAX_HANDOFFS_PER_TURN, DEFAULT_MAX_ITERATIONS, HandoffManager
-from ._naming import DEFAULT_HANDOFF_INSTRUCTIONS, handoff_tool_name
-from ._tools import HandoffRoute, HandoffToolMiddleware, make_handoff_tool
-from ._validation import (
-    Edge,
-    edge_problems,
-    handoff_description,
-    participant_problems,
-    tool_name_problems,
-)
-from .exceptions import HandoffConfigurationError
+from ._compile import AutonomousSettings, BuildConfig, HandBack, compile_workflow
+from ._filtering import HandoffToolCallFiltering
+from ._manager import DEFAULT_AUTONOMOUS_PROMPT, DEFAULT_AUTONOMOUS_TURN_LIMIT, TerminationCondition
+from ._naming import DEFAULT_HANDOFF_INSTRUCTIONS
+from ._validation import Edge
 
 __all__ = ["HandoffWorkflowBuilder"]
-
-
-class _HopEdgeNotice(logging.Filter):
-    """Drops agent_framework's warning about the host's self-loop edge, which is deliberate.
-
-    The host sends itself one message per hop so that every agent invocation is its own
-    superstep (and checkpoint); agent_framework warns about every self-loop at build time.
-    """
-
-    def __init__(self, executor_id: str) -> None:
-        super().__init__()
-        self._prefix = f"Self-loop detected: Executor '{executor_id}'"
-
-    @override
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(self._prefix)
-
-
-# The logger agent_framework's workflow validation writes to (a name only; nothing is imported).
-logging.getLogger("agent_framework._workflows._validation").addFilter(_HopEdgeNotice(HOST_ID))
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """The compiled, validated topology: what every build() of this configuration shares."""
-
-    initial: str
-    agents: dict[str, Agent]
-    routes: dict[str, dict[str, HandoffRoute]]
 
 
 def _agents_of(value: Agent | Iterable[Agent] | None, what: str) -> list[Agent]:
@@ -91,15 +52,7 @@ class HandoffWorkflowBuilder:
         """Start a builder whose conversations begin at ``initial_agent``."""
         if initial_agent is None:  # pyright: ignore[reportUnnecessaryComparison]
             raise TypeError("initial_agent must be an agent, not None.")
-        self._initial = initial_agent
-        self._participants: dict[int, Any] = {id(initial_agent): initial_agent}
-        self._edges: list[Edge] = []
-        self._instructions: str = DEFAULT_HANDOFF_INSTRUCTIONS
-        self._max_iterations = DEFAULT_MAX_ITERATIONS
-        self._max_handoffs = DEFAULT_MAX_HANDOFFS_PER_TURN
-        self._escalation_message = DEFAULT_ESCALATION_MESSAGE
-        self._name: str | None = None
-        self._description: str | None = None
+        self._config = BuildConfig(initial_agent, {id(initial_agent): initial_agent})
 
     # -- participants and edges -------------------------------------------------------------------
 
@@ -110,7 +63,7 @@ class HandoffWorkflowBuilder:
         """
         for item in agents:
             for agent in _agents_of(item, "agents"):
-                self._participants.setdefault(id(agent), agent)
+                self._config.participants.setdefault(id(agent), agent)
         return self
 
     def with_handoff(
@@ -133,7 +86,7 @@ class HandoffWorkflowBuilder:
         (source_agent,) = _agents_of(source, "source agents")
         (target_agent,) = _agents_of(target, "target agents")
         self.add_participants(source_agent, target_agent)
-        self._edges.append(Edge(source_agent, target_agent, reason, tool_name))
+        self._config.edges.append(Edge(source_agent, target_agent, reason, tool_name))
         return self
 
     @overload
@@ -176,6 +129,28 @@ class HandoffWorkflowBuilder:
             self.with_handoff(source, second, reason)
         return self
 
+    def with_hand_back(
+        self,
+        coordinator: Agent,
+        specialists: Agent | Iterable[Agent] | None = None,
+        reason: str | None = None,
+        *,
+        tool_name: str | None = None,
+    ) -> HandoffWorkflowBuilder:
+        """Give specialists a tool to hand the conversation back to ``coordinator``.
+
+        Each specialist gets ``transfer_back_to_<coordinator name>`` (or ``tool_name``) with a
+        required ``summary``: what it did and what is still open. ``specialists=None`` means every
+        agent the coordinator can hand off to. The coordinator may not hand straight back to the
+        agent that just handed back to it before the next user message (no ping-pong), and
+        hand-backs count toward the per-message cap.
+        """
+        (coordinator_agent,) = _agents_of(coordinator, "coordinator agents")
+        chosen = None if specialists is None else _agents_of(specialists, "specialist agents")
+        self.add_participants(coordinator_agent, *(chosen or []))
+        self._config.hand_backs.append(HandBack(coordinator_agent, chosen, reason, tool_name))
+        return self
+
     # -- options ----------------------------------------------------------------------------------
 
     def with_instructions(self, instructions: str | None) -> HandoffWorkflowBuilder:
@@ -183,39 +158,127 @@ class HandoffWorkflowBuilder:
 
         ``None`` restores the default (.NET's text); ``""`` turns them off.
         """
-        self._instructions = DEFAULT_HANDOFF_INSTRUCTIONS if instructions is None else instructions
+        self._config.instructions = (
+            DEFAULT_HANDOFF_INSTRUCTIONS if instructions is None else instructions
+        )
         return self
 
     def with_max_iterations(self, max_iterations: int) -> HandoffWorkflowBuilder:
         """At most this many agent invocations per user message (default 40); then escalate."""
-        self._max_iterations = _at_least_one("max_iterations", max_iterations)
+        self._config.max_iterations = _at_least_one("max_iterations", max_iterations)
         return self
 
     def with_max_handoffs_per_turn(
         self, max_handoffs: int, *, escalation_message: str | None = None
     ) -> HandoffWorkflowBuilder:
-        """At most this many handoffs per user message (default 3).
+        """At most this many handoffs per user message (default 3), hand-backs included.
 
         One more handoff ends the turn: the user gets ``escalation_message`` (a short apology;
-        ``None`` keeps the default) and the turn is escalated to a human.
+        ``None`` keeps the default) and the turn is escalated to a human. The seeds' hand-back
+        pattern uses 4.
         """
-        self._max_handoffs = _at_least_one("max_handoffs", max_handoffs)
+        self._config.max_handoffs = _at_least_one("max_handoffs", max_handoffs)
         if escalation_message is not None:
             if not escalation_message.strip():
                 raise ValueError("escalation_message must not be blank; the user must be told.")
-            self._escalation_message = escalation_message
+            self._config.escalation_message = escalation_message
+        return self
+
+    def with_tool_call_filtering(
+        self, filtering: HandoffToolCallFiltering
+    ) -> HandoffWorkflowBuilder:
+        """Which of the other agents' tool calls an agent sees (default ``HANDOFF_ONLY``).
+
+        The shared history always keeps everything; only each agent's view is filtered.
+        """
+        if not isinstance(filtering, HandoffToolCallFiltering):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(
+                f"filtering must be a HandoffToolCallFiltering, not {type(filtering).__name__}."
+            )
+        self._config.filtering = filtering
+        return self
+
+    def enable_return_to_previous(self, enabled: bool = True) -> HandoffWorkflowBuilder:  # noqa: FBT001, FBT002 - .NET's and Python's signature
+        """Start the next user message at the agent that ended the previous turn.
+
+        Off by default (as in .NET): every user message starts at the initial agent.
+        """
+        self._config.return_to_previous = bool(enabled)
+        return self
+
+    def with_termination_condition(
+        self, condition: TerminationCondition | None
+    ) -> HandoffWorkflowBuilder:
+        """End the turn when ``condition(conversation)`` is true (sync or async).
+
+        It is evaluated on the whole conversation after each agent reply without a handoff (a
+        handoff always routes). It matters with autonomous mode; the last call wins, ``None``
+        removes it.
+        """
+        if condition is not None and not callable(condition):
+            raise TypeError(f"condition must be callable, not {type(condition).__name__}.")
+        self._config.termination_condition = condition
+        return self
+
+    def with_autonomous_mode(
+        self,
+        turn_limit: int | None = None,
+        continuation_prompt: str | None = None,
+        agents: Iterable[Agent | str] | None = None,
+        agent_turn_limits: Mapping[Agent | str, int] | None = None,
+        agent_continuation_prompts: Mapping[Agent | str, str] | None = None,
+    ) -> HandoffWorkflowBuilder:
+        """Run an agent that replies without a handoff again, with a continuation prompt.
+
+        Args:
+            turn_limit: Continuations per agent per user message (default 50), for agents
+                without their own limit. An agent that never hands off runs 1 + limit times.
+            continuation_prompt: The user message added before each continuation (default
+                "User did not respond. Continue assisting autonomously.").
+            agents: Only these agents loop (``None`` or empty: every participant).
+            agent_turn_limits: Per-agent limits, keyed by agent or name.
+            agent_continuation_prompts: Per-agent prompts, keyed by agent or name.
+
+        Each call replaces every earlier autonomous setting. Counters are per agent and reset
+        when that agent hands off, when its loop ends, and on every new user message.
+        """
+        limit = DEFAULT_AUTONOMOUS_TURN_LIMIT if turn_limit is None else turn_limit
+        if limit <= 0:
+            raise ValueError("Turn limit must be greater than zero.")
+        allow = list(agents) if agents is not None else None
+        if allow is not None and any(agent is None for agent in allow):  # pyright: ignore[reportUnnecessaryComparison]
+            raise TypeError("One or more autonomous agents are None.")
+        limits = list((agent_turn_limits or {}).items())
+        for agent, value in limits:
+            if value <= 0:
+                raise ValueError(
+                    f"Turn limit for agent {_name(agent)!r} must be greater than zero."
+                )
+        prompts = list((agent_continuation_prompts or {}).items())
+        for agent, prompt in prompts:
+            if not prompt:
+                raise ValueError(
+                    f"Continuation prompt for agent {_name(agent)!r} must not be empty."
+                )
+        self._config.autonomous = AutonomousSettings(
+            turn_limit=limit,
+            continuation_prompt=continuation_prompt or DEFAULT_AUTONOMOUS_PROMPT,
+            agents=allow or None,
+            agent_turn_limits=limits,
+            agent_continuation_prompts=prompts,
+        )
         return self
 
     def with_name(self, name: str | None) -> HandoffWorkflowBuilder:
         """The workflow's name (blank values are ignored, as in .NET)."""
         if name and name.strip():
-            self._name = name
+            self._config.name = name
         return self
 
     def with_description(self, description: str | None) -> HandoffWorkflowBuilder:
         """The workflow's description (blank values are ignored, as in .NET)."""
         if description and description.strip():
-            self._description = description
+            self._config.description = description
         return self
 
     # -- build ------------------------------------------------------------------------------------
@@ -226,71 +289,11 @@ class HandoffWorkflowBuilder:
         Raises:
             HandoffConfigurationError: listing every problem found, each naming the agents.
         """
-        plan = self._plan()
-        manager = HandoffManager(
-            initial_agent=plan.initial,
-            routes=plan.routes,
-            max_handoffs_per_turn=self._max_handoffs,
-            max_iterations=self._max_iterations,
-        )
-        participants = {
-            name: self._participant(agent, plan.routes.get(name, {}), manager)
-            for name, agent in plan.agents.items()
-        }
-        host = GroupChatHost(
-            participants=participants, manager=manager, apology=self._escalation_message
-        )
-        builder = WorkflowBuilder(
-            start_executor=host,
-            name=self._name,
-            description=self._description,
-            max_iterations=self._max_iterations + 2,
-        )
-        return builder.add_edge(host, host).build()
+        return compile_workflow(self._config)
 
-    def _participant(
-        self, agent: Agent, routes: dict[str, HandoffRoute], manager: HandoffManager
-    ) -> Participant:
-        if not routes:
-            return Participant(agent)
-        options: dict[str, Any] = {"allow_multiple_tool_calls": False}
-        if self._instructions.strip():
-            options["instructions"] = self._instructions
-        return Participant(
-            agent,
-            tools=[make_handoff_tool(route) for route in routes.values()],
-            options=options,
-            middleware=[HandoffToolMiddleware(routes, manager)],
-        )
 
-    def _plan(self) -> _Plan:
-        participants = list(self._participants.values())
-        edges = self._edges or [
-            Edge(source, target, derived=True)
-            for source in participants
-            for target in participants
-            if source is not target
-        ]
-        agent_edges = [
-            e for e in edges if isinstance(e.source, Agent) and isinstance(e.target, Agent)
-        ]
-        problems = participant_problems(participants) + edge_problems(agent_edges)
-        tool_names: dict[Any, list[tuple[str, Any]]] = {}
-        distinct = {(id(edge.source), id(edge.target)): edge for edge in reversed(agent_edges)}
-        for edge in reversed(distinct.values()):  # a duplicate edge is reported once, above
-            name = edge.tool_name or handoff_tool_name(str(getattr(edge.target, "name", "")))
-            tool_names.setdefault(edge.source, []).append((name, edge.target))
-        problems += tool_name_problems(tool_names)
-        if problems:
-            raise HandoffConfigurationError(problems)
-        routes: dict[str, dict[str, HandoffRoute]] = {}
-        for edge in edges:
-            source, target = str(edge.source.name), str(edge.target.name)
-            tool = edge.tool_name or handoff_tool_name(target)
-            description = handoff_description(edge) or target
-            routes.setdefault(source, {})[tool] = HandoffRoute(source, target, tool, description)
-        agents = {str(agent.name): agent for agent in participants}
-        return _Plan(initial=str(self._initial.name), agents=agents, routes=routes)
+def _name(agent: Agent | str) -> str:
+    return agent if isinstance(agent, str) else str(agent.name or agent.id)
 
 
 def _at_least_one(what: str, value: int) -> int:

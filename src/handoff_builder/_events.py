@@ -26,28 +26,36 @@ HANDOFF_BLOCKED_EVENT = "handoff_blocked"
 HANDOFF_ESCALATED_EVENT = "handoff_escalated"
 """``WorkflowEvent.type`` of an escalation to a human (a cap was reached)."""
 
-BlockReason = Literal["empty_goal", "not_granted", "unknown_target"]
+BlockReason = Literal[
+    "empty_goal", "empty_summary", "not_granted", "unknown_target", "ping_pong", "pending_requests"
+]
+HandoffKind = Literal["handoff", "hand_back"]
 EscalationReason = Literal["handoff_cap", "max_iterations"]
 
 
 @dataclass(frozen=True)
 class HandoffEvent:
-    """A performed handoff: ``source`` passed the conversation to ``target`` with ``goal``."""
+    """A performed handoff: ``source`` passed the conversation to ``target``.
+
+    ``goal`` is the handoff's goal, or, for a hand-back (``kind="hand_back"``), its summary.
+    """
 
     source: str
     target: str
     goal: str
     tool_name: str
     call_id: str
-    type: Literal["handoff"] = "handoff"
+    kind: HandoffKind = "handoff"
 
 
 @dataclass(frozen=True)
 class HandoffBlockedEvent:
     """A handoff call that was refused; the calling agent got a tool error and kept the turn.
 
-    ``reason`` is ``"empty_goal"`` (no goal was stated), ``"not_granted"`` (the tool belongs to
-    another agent's handoffs) or ``"unknown_target"`` (no such handoff tool in this workflow).
+    ``reason`` is ``"empty_goal"`` / ``"empty_summary"`` (the argument was blank),
+    ``"not_granted"`` (the tool belongs to another agent's handoffs), ``"unknown_target"`` (no
+    such handoff tool in this workflow), ``"ping_pong"`` (handing straight back to the agent that
+    just handed back) or ``"pending_requests"`` (the agent still waits for approvals or results).
     """
 
     source: str
@@ -56,7 +64,6 @@ class HandoffBlockedEvent:
     call_id: str
     target: str | None = None
     arguments: str = ""
-    type: Literal["handoff_blocked"] = "handoff_blocked"
 
 
 @dataclass(frozen=True)
@@ -72,7 +79,6 @@ class EscalationEvent:
     limit: int
     requested_target: str | None = None
     goal: str | None = None
-    type: Literal["escalation"] = "escalation"
 
 
 class HandoffTurnResult(AgentResponse):

@@ -32,6 +32,7 @@ from ._events import (
     HandoffEvent,
     HandoffTurnResult,
 )
+from ._filtering import AgentView, HandoffToolCallFiltering
 from ._manager import GroupChatManager
 from .exceptions import SchemaVersionError
 
@@ -130,6 +131,10 @@ class GroupChatHost(Executor):
     invocation is one superstep (so one checkpoint); the turn ends when the manager returns
     ``None`` or asks to terminate, and yields a :class:`HandoffTurnResult`. In streaming runs
     every agent update is yielded as it arrives, with the agent's name as ``author_name``.
+
+    Each agent reads its own view of the history (see :class:`HandoffToolCallFiltering`):
+    ``filtering`` picks which of the other agents' tool calls it sees, and ``handoff_tools``
+    names the tools that count as handoffs.
     """
 
     def __init__(
@@ -138,6 +143,8 @@ class GroupChatHost(Executor):
         participants: Mapping[str, Participant],
         manager: GroupChatManager,
         apology: str = DEFAULT_ESCALATION_MESSAGE,
+        filtering: HandoffToolCallFiltering = HandoffToolCallFiltering.HANDOFF_ONLY,
+        handoff_tools: frozenset[str] = frozenset(),
         id: str = HOST_ID,  # noqa: A002 - the Executor API's name
     ) -> None:
         super().__init__(id)
@@ -148,6 +155,13 @@ class GroupChatHost(Executor):
         self._saved: list[dict[str, Any]] = []  # to_dict() of history[: len(_saved)], reused
         self._turn: _Turn | None = None
         self._speaker: str | None = None
+        self._filtering = filtering
+        self._handoff_tools = handoff_tools
+        self._views: dict[str, AgentView] = {}
+
+    def _new_view(self, name: str) -> AgentView:
+        view = self._views[name] = AgentView(name, self._filtering, self._handoff_tools)
+        return view
 
     @property
     def history(self) -> Sequence[Message]:
@@ -194,7 +208,7 @@ class GroupChatHost(Executor):
         self._history.extend(messages)
         self._turn = _Turn(start=len(self._history))
         self._manager.begin_turn()
-        first = self._manager.select_next_agent(self._history, None)
+        first = await self._manager.select_next_agent(self._history, None)
         await self._emit_events(ctx)
         if first is None:
             await self._end_turn(ctx)
@@ -209,20 +223,22 @@ class GroupChatHost(Executor):
             )
             await self._end_turn(ctx)
             return
-        if self._manager.should_terminate(self._history):
+        if await self._manager.should_terminate(self._history):
             await self._emit_events(ctx)
             await self._end_turn(ctx)
             return
         self._manager.record_invocation()
         self._speaker = name
         on_update = ctx.yield_output if ctx.is_streaming() else None
-        response = await participant.run(self._history, on_update)
+        view = self._views.get(name) or self._new_view(name)
+        response = await participant.run(view.update(self._history), on_update)
         delta = self._manager.update_history(name, list(response.messages))
         for message in delta:
             if message.author_name is None:
                 message.author_name = name
         self._history.extend(delta)
-        following = self._manager.select_next_agent(self._history, name)
+        following = await self._manager.select_next_agent(self._history, name)
+        self._history.extend(self._manager.take_input())
         await self._emit_events(ctx)
         if following is None:
             await self._end_turn(ctx)
@@ -283,6 +299,7 @@ class GroupChatHost(Executor):
             )
         self._saved = list(state.get("history", []))
         self._history = [Message.from_dict(item) for item in self._saved]
+        self._views.clear()  # rebuilt from the restored history on each agent's next run
         self._manager.restore_state(state.get("manager", {}))
         self._speaker = state.get("speaker")
         turn = state.get("turn")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 HANDOFF_PREFIX = "handoff_to_"
+HAND_BACK_PREFIX = "transfer_back_to_"
 MAX_TOOL_NAME_LENGTH = 64
 
 _INVALID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
@@ -29,6 +30,11 @@ def sanitize_tool_name(name: str) -> str:
 def handoff_tool_name(target_name: str) -> str:
     """The default handoff tool name for a target agent: ``handoff_to_<target name>``, sanitised."""
     return sanitize_tool_name(HANDOFF_PREFIX + target_name)
+
+
+def hand_back_tool_name(coordinator_name: str) -> str:
+    """The default hand-back tool name: ``transfer_back_to_<coordinator name>``, sanitised."""
+    return sanitize_tool_name(HAND_BACK_PREFIX + coordinator_name)
 
 
 def is_valid_tool_name(name: str) -> bool:

@@ -32,14 +32,20 @@ TRANSFERRED_RESULT = "Transferred."
 GOAL_DESCRIPTION = (
     "The user's goal, stated in one sentence, so the next agent does not have to ask."
 )
-GOAL_SCHEMA: Mapping[str, Any] = {
-    "type": "object",
-    "properties": {"goal": {"type": "string", "description": GOAL_DESCRIPTION}},
-    "required": ["goal"],
-    "additionalProperties": False,
-}
+SUMMARY_DESCRIPTION = "What you did, and what is still open for the agent you hand back to."
 
 Outcome = Literal["transferred", "escalated", "not_performed"]
+RouteKind = Literal["handoff", "hand_back"]
+
+
+def argument_schema(argument: str, description: str) -> Mapping[str, Any]:
+    """JSON schema of a handoff tool: one required string argument."""
+    return {
+        "type": "object",
+        "properties": {argument: {"type": "string", "description": description}},
+        "required": [argument],
+        "additionalProperties": False,
+    }
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,12 @@ class HandoffRoute:
     target: str
     tool_name: str
     description: str
+    kind: RouteKind = "handoff"
+
+    @property
+    def argument(self) -> str:
+        """The tool's one argument: ``goal`` for a handoff, ``summary`` for a hand-back."""
+        return "summary" if self.kind == "hand_back" else "goal"
 
 
 @dataclass(frozen=True)
@@ -63,22 +75,22 @@ class Verdict:
 class HandoffReviewer(Protocol):
     """What the middleware asks before a handoff call is accepted (implemented by the manager)."""
 
-    def review_handoff(self, route: HandoffRoute, goal: str, call_id: str) -> Verdict:
+    def review_handoff(self, route: HandoffRoute, argument: str, call_id: str) -> Verdict:
         """Decide what happens to one handoff call made by ``route.source``."""
         ...
 
 
-def parse_goal(arguments: Any) -> str:
-    """The stripped ``goal`` argument of a handoff call ("" when missing or not a string)."""
+def parse_argument(arguments: Any, name: str) -> str:
+    """The stripped argument ``name`` of a handoff call ("" when missing or not a string)."""
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError:
             return ""
     if isinstance(arguments, Mapping):
-        goal = arguments.get("goal")  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
-        if isinstance(goal, str):
-            return goal.strip()
+        value = arguments.get(name)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+        if isinstance(value, str):
+            return value.strip()
     return ""
 
 
@@ -89,10 +101,17 @@ def marker_of(content: Content) -> Mapping[str, Any] | None:
 
 
 def marked_result(
-    call_id: str, text: str, outcome: Outcome, route: HandoffRoute, goal: str
+    call_id: str, text: str, outcome: Outcome, route: HandoffRoute, argument: str
 ) -> Content:
     """A function result for a handoff call, carrying its outcome for the manager to read."""
-    marker = {"outcome": outcome, "source": route.source, "target": route.target, "goal": goal}
+    marker = {
+        "outcome": outcome,
+        "kind": route.kind,
+        "source": route.source,
+        "target": route.target,
+        "tool": route.tool_name,
+        "argument": argument,
+    }
     return Content.from_function_result(
         call_id=call_id, result=text, additional_properties={HANDOFF_MARKER: marker}
     )
@@ -108,7 +127,10 @@ def make_handoff_tool(route: HandoffRoute) -> FunctionTool:
         name=route.tool_name,
         description=route.description,
         func=_never_called,
-        input_model=GOAL_SCHEMA,
+        input_model=argument_schema(
+            route.argument,
+            SUMMARY_DESCRIPTION if route.kind == "hand_back" else GOAL_DESCRIPTION,
+        ),
         approval_mode="never_require",
     )
 
@@ -132,12 +154,12 @@ class HandoffToolMiddleware(FunctionMiddleware):
             await call_next()
             return
         call_id = str(context.metadata.get("call_id") or "")
-        goal = parse_goal(context.arguments)
-        verdict = self._reviewer.review_handoff(route, goal, call_id)
+        argument = parse_argument(context.arguments, route.argument)
+        verdict = self._reviewer.review_handoff(route, argument, call_id)
         if verdict.outcome == "rejected":
             context.result = verdict.message
             return
         raise MiddlewareTermination(
             verdict.message,
-            result=marked_result(call_id, verdict.message, verdict.outcome, route, goal),
+            result=marked_result(call_id, verdict.message, verdict.outcome, route, argument),
         )

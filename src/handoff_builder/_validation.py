@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from agent_framework import Agent
 
@@ -21,6 +21,17 @@ class Edge:
     reason: str | None = None
     tool_name: str | None = None
     derived: bool = False  # True for the default all-to-all mesh
+    kind: Literal["handoff", "hand_back"] = "handoff"
+
+    @property
+    def verb(self) -> str:
+        """How the edge reads in a sentence: "hand off" or "hand back"."""
+        return "hand back" if self.kind == "hand_back" else "hand off"
+
+    @property
+    def noun(self) -> str:
+        """How the edge is named in a sentence: "handoff" or "hand-back"."""
+        return "hand-back" if self.kind == "hand_back" else "handoff"
 
 
 def label(agent: Any) -> str:
@@ -85,15 +96,18 @@ def participant_problems(participants: Sequence[Any]) -> list[str]:
 def edge_problems(edges: Sequence[Edge]) -> list[str]:
     """No self-handoff, no duplicate edge, and every target can be described to the model."""
     problems: list[str] = []
-    seen: set[tuple[int, int]] = set()
+    seen: set[tuple[int, int, str]] = set()
     for edge in edges:
         source, target = label(edge.source), label(edge.target)
-        key = (id(edge.source), id(edge.target))
+        key = (id(edge.source), id(edge.target), edge.kind)
         if edge.source is edge.target:
-            problems.append(f"Agent {source} cannot hand off to itself; remove that handoff.")
+            problems.append(
+                f"Agent {source} cannot {edge.verb} to itself; remove that {edge.noun}."
+            )
         elif key in seen:
             problems.append(
-                f"The handoff from {source} to {target} is declared twice; keep one declaration."
+                f"The {edge.noun} from {source} to {target} is declared twice; "
+                "keep one declaration."
             )
         seen.add(key)
         if handoff_description(edge) is None:
@@ -103,7 +117,7 @@ def edge_problems(edges: Sequence[Edge]) -> list[str]:
             )
         if edge.tool_name is not None and not is_valid_tool_name(edge.tool_name):
             problems.append(
-                f"Tool name {edge.tool_name!r} for the handoff from {source} to {target} must "
+                f"Tool name {edge.tool_name!r} for the {edge.noun} from {source} to {target} must "
                 f"use only [A-Za-z0-9_-] and be 1 to {MAX_TOOL_NAME_LENGTH} characters long."
             )
     return problems
