@@ -14,9 +14,17 @@ from ._events import (
     HandoffEvent,
     HandoffTurnResult,
 )
+from ._filtering import HandoffToolCallFiltering
 from ._host import DEFAULT_ESCALATION_MESSAGE, GroupChatHost, Participant
-from ._manager import GroupChatManager, HandoffManager
-from ._naming import DEFAULT_HANDOFF_INSTRUCTIONS, handoff_tool_name
+from ._manager import (
+    DEFAULT_AUTONOMOUS_PROMPT,
+    DEFAULT_AUTONOMOUS_TURN_LIMIT,
+    AutonomousMode,
+    GroupChatManager,
+    HandoffManager,
+    TerminationCondition,
+)
+from ._naming import DEFAULT_HANDOFF_INSTRUCTIONS, hand_back_tool_name, handoff_tool_name
 from .exceptions import (
     HandoffBuilderError,
     HandoffConfigurationError,
@@ -25,11 +33,14 @@ from .exceptions import (
 )
 
 __all__ = [
+    "DEFAULT_AUTONOMOUS_PROMPT",
+    "DEFAULT_AUTONOMOUS_TURN_LIMIT",
     "DEFAULT_ESCALATION_MESSAGE",
     "DEFAULT_HANDOFF_INSTRUCTIONS",
     "HANDOFF_BLOCKED_EVENT",
     "HANDOFF_ESCALATED_EVENT",
     "HANDOFF_EVENT",
+    "AutonomousMode",
     "EscalationEvent",
     "GroupChatHost",
     "GroupChatManager",
@@ -38,10 +49,13 @@ __all__ = [
     "HandoffConfigurationError",
     "HandoffEvent",
     "HandoffManager",
+    "HandoffToolCallFiltering",
     "HandoffTurnResult",
     "HandoffWorkflowBuilder",
     "Participant",
     "SchemaVersionError",
     "ScriptExhaustedError",
+    "TerminationCondition",
+    "hand_back_tool_name",
     "handoff_tool_name",
 ]

@@ -110,11 +110,16 @@ def handoff_to(target: str, goal: str = "Help the user.", *, tool_name: str | No
     return call_tool(tool_name or handoff_tool_name(target), goal=goal)
 
 
-def respond(*parts: Step | str) -> Step:
-    """One response made of several parts: text (a ``str``) and tool calls, in this order."""
+def respond(*parts: Step | str | Content) -> Step:
+    """One response made of several parts, in order: text (``str``), steps, or raw ``Content``."""
     contents: list[Content] = []
     for part in parts:
-        contents.extend((Content.from_text(part),) if isinstance(part, str) else part.contents)
+        if isinstance(part, str):
+            contents.append(Content.from_text(part))
+        elif isinstance(part, Content):
+            contents.append(part)
+        else:
+            contents.extend(part.contents)
     return Step(tuple(contents))
 
 

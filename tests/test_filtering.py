@@ -1,0 +1,220 @@
+"""What an agent sees of the shared conversation: tool-call filtering and role reassignment."""
+
+from __future__ import annotations
+
+import pytest
+from agent_framework import Content, Message, tool
+
+from handoff_builder import HandoffToolCallFiltering, HandoffWorkflowBuilder
+from handoff_builder._filtering import AgentView
+from handoff_builder.testing import (
+    ModelCall,
+    call_tool,
+    client_of,
+    handoff_to,
+    reply,
+    respond,
+    scripted_agent,
+)
+from tests.helpers import run_turn
+
+
+def shape(call: ModelCall) -> list[tuple[str, str | None, list[str]]]:
+    return [(m.role, m.author_name, [c.type for c in m.contents]) for m in call.messages]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["run", "stream"])
+async def test_target_does_not_receive_handoff_calls_by_default(stream: bool) -> None:
+    a = scripted_agent("a", handoff_to("b", goal="g"))
+    b = scripted_agent("b", reply("b answers"))
+    workflow = HandoffWorkflowBuilder(a).with_handoff(a, b).build()
+    turn = await run_turn(workflow, "what is 2+2?", stream=stream)
+    [seen] = client_of(b).calls
+    assert [(m.role, m.text) for m in seen.messages] == [("user", "what is 2+2?")]
+    # The shared conversation and the output keep everything.
+    assert [c.type for m in turn.result.conversation for c in m.contents] == [
+        "text", "function_call", "function_result", "text",
+    ]  # fmt: skip
+
+
+async def test_other_agents_text_arrives_as_user_copies() -> None:
+    a = scripted_agent("a", respond("Let me ask b.", handoff_to("b", goal="g")))
+    b = scripted_agent("b", respond("b adds this.", handoff_to("c", goal="g")))
+    c = scripted_agent("c", reply("c answers"))
+    workflow = HandoffWorkflowBuilder(a).with_handoff(a, b).with_handoff(b, c).build()
+    turn = await run_turn(workflow, "question")
+    [seen_by_c] = client_of(c).calls
+    assert [(m.role, m.author_name, m.text) for m in seen_by_c.messages] == [
+        ("user", None, "question"),
+        ("user", "a", "Let me ask b."),
+        ("user", "b", "b adds this."),
+    ]
+    # The shared conversation is not mutated: a's message is still an assistant message.
+    shared_a = next(m for m in turn.result.conversation if m.author_name == "a" and m.text)
+    assert shared_a.role == "assistant"
+    assert [c.type for c in shared_a.contents] == ["text", "function_call"]
+    assert all(m is not shared_a for m in seen_by_c.messages)
+
+
+async def test_filtering_none_keeps_handoff_calls() -> None:
+    a = scripted_agent("a", handoff_to("b", goal="g"))
+    b = scripted_agent("b", reply("ok"))
+    workflow = (
+        HandoffWorkflowBuilder(a)
+        .with_handoff(a, b)
+        .with_tool_call_filtering(HandoffToolCallFiltering.NONE)
+        .build()
+    )
+    await run_turn(workflow, "hi")
+    assert shape(client_of(b).calls[0]) == [
+        ("user", None, ["text"]),
+        ("assistant", "a", ["function_call"]),
+        ("tool", "a", ["function_result"]),
+    ]
+
+
+def weather_tool() -> object:
+    @tool(name="get_weather", description="Weather for a city.")
+    def get_weather(city: str) -> str:
+        return f"Sunny in {city}"
+
+    return get_weather
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        (
+            HandoffToolCallFiltering.HANDOFF_ONLY,
+            [
+                ("user", None, ["text"]),
+                ("assistant", "a", ["function_call"]),
+                ("tool", "a", ["function_result"]),
+                ("user", "a", ["text"]),
+            ],
+        ),
+        (
+            HandoffToolCallFiltering.ALL,
+            [("user", None, ["text"]), ("user", "a", ["text"])],
+        ),
+    ],
+)
+async def test_non_handoff_tool_calls_by_mode(
+    mode: HandoffToolCallFiltering, expected: list[tuple[str, str | None, list[str]]]
+) -> None:
+    a = scripted_agent(
+        "a",
+        call_tool("get_weather", city="Oslo"),
+        respond("It is sunny; b will book.", handoff_to("b", goal="Book a trip to Oslo.")),
+        tools=[weather_tool()],
+    )
+    b = scripted_agent("b", reply("Booked."))
+    workflow = HandoffWorkflowBuilder(a).with_handoff(a, b).with_tool_call_filtering(mode).build()
+    await run_turn(workflow, "weather in Oslo, then book")
+    assert shape(client_of(b).calls[0]) == expected
+
+
+async def test_reentered_agent_sees_its_own_handoff_call_and_result() -> None:
+    """Every call an agent sees has its result when it runs again (.NET #4544)."""
+    a = scripted_agent("a", handoff_to("b", goal="g"), reply("back at a"))
+    b = scripted_agent("b", handoff_to("a", goal="g2"))
+    workflow = HandoffWorkflowBuilder(a).with_handoff(a, b).with_handoff(b, a).build()
+    turn = await run_turn(workflow, "ping")
+    assert turn.result.text == "back at a"
+    second = client_of(a).calls[1]
+    calls = [c.call_id for m in second.messages for c in m.contents if c.type == "function_call"]
+    results = [
+        c.call_id for m in second.messages for c in m.contents if c.type == "function_result"
+    ]
+    assert calls == results
+    assert len(calls) == 1  # its own call; b's handoff call is filtered out
+
+
+async def test_multi_turn_calls_always_have_results() -> None:
+    a = scripted_agent("a", handoff_to("b", goal="g"), handoff_to("b", goal="g3"))
+    b = scripted_agent("b", reply("one"), handoff_to("a", goal="g2"))
+    client_of(a).add_steps(reply("two"))
+    workflow = HandoffWorkflowBuilder(a).with_handoff(a, b).with_handoff(b, a).build()
+    await run_turn(workflow, "turn one")
+    await run_turn(workflow, "turn two")
+    for call in client_of(a).calls + client_of(b).calls:
+        contents = [c for m in call.messages for c in m.contents]
+        calls = sorted(str(c.call_id) for c in contents if c.type == "function_call")
+        results = sorted(str(c.call_id) for c in contents if c.type == "function_result")
+        assert calls == results
+
+
+def test_view_matches_calls_and_results_by_order_with_reused_ids() -> None:
+    """Providers that reuse call ids (the function name as id) still filter correctly."""
+    history = [
+        Message(role="user", contents=["go"]),
+        Message(
+            role="assistant",
+            author_name="a",
+            contents=[Content.from_function_call(call_id="same", name="lookup", arguments="{}")],
+        ),
+        Message(
+            role="tool",
+            author_name="a",
+            contents=[Content.from_function_result(call_id="same", result="looked up")],
+        ),
+        Message(
+            role="assistant",
+            author_name="a",
+            contents=[
+                Content.from_function_call(call_id="same", name="handoff_to_b", arguments="{}")
+            ],
+        ),
+        Message(
+            role="tool",
+            author_name="a",
+            contents=[Content.from_function_result(call_id="same", result="Transferred.")],
+        ),
+    ]
+    view = AgentView("b", HandoffToolCallFiltering.HANDOFF_ONLY, frozenset({"handoff_to_b"}))
+    seen = view.update(history)
+    assert [[c.type for c in m.contents] for m in seen] == [
+        ["text"], ["function_call"], ["function_result"],
+    ]  # fmt: skip
+    assert seen[2].contents[0].result == "looked up"
+
+
+def test_view_never_filters_approvals_and_drops_other_agents_reasoning() -> None:
+    call = Content.from_function_call(call_id="c1", name="pay", arguments="{}")
+    history = [
+        Message(role="user", contents=["pay it"]),
+        Message(
+            role="assistant",
+            author_name="a",
+            contents=[
+                Content.from_text_reasoning(text="thinking about handing off"),
+                Content.from_function_approval_request(id="r1", function_call=call),
+            ],
+        ),
+    ]
+    for mode in HandoffToolCallFiltering:
+        seen = AgentView("b", mode, frozenset()).update(history)
+        kinds = [c.type for c in seen[1].contents]
+        assert "function_approval_request" in kinds
+        assert ("text_reasoning" in kinds) is (mode is HandoffToolCallFiltering.NONE)
+
+
+async def test_reasoning_of_a_handoff_turn_does_not_reach_the_next_agent() -> None:
+    """.NET #7384: reasoning attached to a handoff defeated the filter."""
+    thinking = Content.from_text_reasoning(text="The user wants billing.")
+    a = scripted_agent("a", respond(thinking, handoff_to("b", goal="g")))
+    b = scripted_agent("b", reply("billing here"))
+    workflow = HandoffWorkflowBuilder(a).with_handoff(a, b).build()
+    await run_turn(workflow, "my bill")
+    assert shape(client_of(b).calls[0]) == [("user", None, ["text"])]
+
+
+def test_view_is_incremental() -> None:
+    history = [Message(role="user", contents=["one"])]
+    view = AgentView("a", HandoffToolCallFiltering.HANDOFF_ONLY, frozenset())
+    first = view.update(history)
+    history.append(Message(role="assistant", author_name="b", contents=["two"]))
+    second = view.update(history)
+    assert first is second
+    assert [m.text for m in second] == ["one", "two"]
+    assert view.cursor == 2
