@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 from agent_framework import Agent
 
 from handoff_builder import HandoffConfigurationError, HandoffWorkflowBuilder
 from handoff_builder.testing import (
     ScriptStep,
+    Step,
     call_tool,
     client_of,
     handoff_to,
@@ -18,12 +21,12 @@ from handoff_builder.testing import (
 from tests.helpers import run_turn
 
 
-def hand_back(summary: str) -> ScriptStep:
+def hand_back(summary: str) -> Step:
     return call_tool("transfer_back_to_triage", summary=summary)
 
 
 def desk(
-    triage: list[ScriptStep], billing: list[ScriptStep], tech: list[ScriptStep]
+    triage: Sequence[ScriptStep], billing: Sequence[ScriptStep], tech: Sequence[ScriptStep]
 ) -> tuple[HandoffWorkflowBuilder, dict[str, Agent]]:
     agents = {
         "triage": scripted_agent("triage", *triage),
