@@ -12,6 +12,7 @@ from agent_framework import (
     Agent,
     AgentResponse,
     AgentResponseUpdate,
+    Content,
     Executor,
     FunctionTool,
     Message,
@@ -20,6 +21,7 @@ from agent_framework import (
     WorkflowEvent,
     handler,
     register_checkpoint_type,
+    response_handler,
 )
 from typing_extensions import override
 
@@ -34,6 +36,7 @@ from ._events import (
 )
 from ._filtering import AgentView, HandoffToolCallFiltering
 from ._manager import GroupChatManager
+from ._requests import PendingRequests, requests_in
 from .exceptions import SchemaVersionError
 
 __all__ = ["DEFAULT_ESCALATION_MESSAGE", "GroupChatHost", "Participant"]
@@ -158,6 +161,7 @@ class GroupChatHost(Executor):
         self._filtering = filtering
         self._handoff_tools = handoff_tools
         self._views: dict[str, AgentView] = {}
+        self._pending = PendingRequests()
 
     def _new_view(self, name: str) -> AgentView:
         view = self._views[name] = AgentView(name, self._filtering, self._handoff_tools)
@@ -237,6 +241,10 @@ class GroupChatHost(Executor):
             if message.author_name is None:
                 message.author_name = name
         self._history.extend(delta)
+        requests = requests_in(delta)
+        if requests:
+            await self._wait_for(name, requests, ctx)
+            return
         following = await self._manager.select_next_agent(self._history, name)
         self._history.extend(self._manager.take_input())
         await self._emit_events(ctx)
@@ -244,6 +252,38 @@ class GroupChatHost(Executor):
             await self._end_turn(ctx)
         else:
             await ctx.send_message(_Hop(following))
+
+    async def _wait_for(self, name: str, requests: list[Content], ctx: HostContext) -> None:
+        """Surface the agent's requests; the turn stays open until all are answered."""
+        self._pending.open(name, requests)
+        await self._emit_events(ctx)
+        for request in requests:
+            await ctx.request_info(request, Content, request_id=str(request.id))
+
+    @response_handler
+    async def handle_response(
+        self, original_request: Content, response: Content, ctx: HostContext
+    ) -> None:
+        """An answer to a tool approval or an external function call; resumes the asking agent.
+
+        A wrong answer (the wrong content type) is reported as an ``error`` event and the request
+        stays pending under the same id, so nothing is lost: answer it again.
+        """
+        request_id = str(original_request.id)
+        try:
+            complete = self._pending.answer(request_id, response)
+        except (TypeError, ValueError) as error:
+            logger.warning("rejected an answer to request %s: %s", request_id, error)
+            await ctx.add_event(WorkflowEvent.error(error))
+            if request_id in self._pending.requests:
+                await ctx.request_info(original_request, Content, request_id=request_id)
+            return
+        if not complete:
+            return
+        name = str(self._pending.agent)
+        participant = self._participants[name]
+        self._history.extend(await self._pending.resolve(participant.agent))
+        await self._run_agent(name, ctx)
 
     async def _emit_events(self, ctx: HostContext) -> None:
         for event in self._manager.take_events():
@@ -284,6 +324,7 @@ class GroupChatHost(Executor):
             "history": list(self._saved),
             "manager": self._manager.save_state(),
             "speaker": self._speaker,
+            "pending": self._pending.to_state(),
             "turn": None
             if turn is None
             else {"start": turn.start, "handoffs": [asdict(h) for h in turn.handoffs]},
@@ -302,6 +343,7 @@ class GroupChatHost(Executor):
         self._views.clear()  # rebuilt from the restored history on each agent's next run
         self._manager.restore_state(state.get("manager", {}))
         self._speaker = state.get("speaker")
+        self._pending = PendingRequests.from_state(state.get("pending"))
         turn = state.get("turn")
         self._turn = (
             None

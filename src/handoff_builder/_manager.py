@@ -14,6 +14,7 @@ from typing_extensions import override
 
 from ._events import EscalationEvent, HandoffBlockedEvent, HandoffEvent
 from ._naming import HANDOFF_PREFIX
+from ._requests import requests_in
 from ._tools import TRANSFERRED_RESULT, HandoffRoute, Verdict, marked_result, marker_of
 
 __all__ = [
@@ -49,6 +50,10 @@ PING_PONG_ERROR = (
 )
 NOT_PERFORMED_RESULT = (
     "Not performed: only the last handoff call in a response is followed ({followed} was followed)."
+)
+PENDING_RESULT = (
+    "Not transferred: you still wait for answers to your tool approvals or external calls. "
+    "Finish them first, then hand off."
 )
 CAP_RESULT = (
     "Not transferred: the limit of {limit} handoffs for this user message was reached. "
@@ -260,13 +265,23 @@ class HandoffManager(GroupChatManager):
 
     @override
     def update_history(self, speaker: str, delta: list[Message]) -> list[Message]:
-        """When one response holds several accepted handoff calls, only the last one stands."""
+        """Only the last accepted handoff of a response stands, and none while requests wait."""
         accepted = [
             (message, index, marker)
             for message in delta
             for index, content in enumerate(message.contents)
             if (marker := marker_of(content)) is not None and marker.get("outcome") == "transferred"
         ]
+        if accepted and requests_in(delta):
+            for message, index, marker in accepted:
+                route = self._all_tools[str(marker.get("tool"))]
+                call_id = str(message.contents[index].call_id)
+                argument = str(marker.get("argument", ""))
+                message.contents[index] = marked_result(
+                    call_id, PENDING_RESULT, "not_performed", route, argument
+                )
+                self._block(route, "pending_requests", call_id)
+            return delta
         if len(accepted) < 2:
             return delta
         *dropped, (_, _, kept) = accepted
