@@ -8,6 +8,7 @@ from typing import Any
 from agent_framework import AgentResponseUpdate, Message, Workflow, WorkflowEvent
 
 from handoff_builder import (
+    HANDOFF_TURN_EVENT,
     EscalationEvent,
     HandoffBlockedEvent,
     HandoffEvent,
@@ -56,10 +57,14 @@ async def run_turn(
     else:
         events = list(await workflow.run(message, **kwargs))
     outputs = [event.data for event in events if event.type == "output"]
-    results = [data for data in outputs if isinstance(data, HandoffTurnResult)]
-    assert len(results) == 1, f"expected one turn result, got {outputs!r}"
+    [result] = [event.data for event in events if event.type == HANDOFF_TURN_EVENT]
+    assert isinstance(result, HandoffTurnResult)
     updates = [data for data in outputs if isinstance(data, AgentResponseUpdate)]
-    return Turn(events=events, result=results[0], updates=updates)
+    if stream:  # the turn's messages went out as updates; no second copy as output
+        assert len(updates) == len(outputs), f"unexpected outputs {outputs!r}"
+    else:
+        assert outputs == [result], f"expected the turn result as the only output: {outputs!r}"
+    return Turn(events=events, result=result, updates=updates)
 
 
 def speakers(turn: Turn) -> list[str]:

@@ -269,6 +269,28 @@ class HandoffWorkflowBuilder:
         )
         return self
 
+    def with_output_from(self, *agents: Agent | Iterable[Agent]) -> HandoffWorkflowBuilder:
+        """In streaming runs, yield only these agents' updates as outputs (default: every agent).
+
+        The others still speak and appear in the turn result and the conversation; their updates
+        are not streamed unless they are listed in :meth:`with_intermediate_output_from`.
+        """
+        chosen = [agent for item in agents for agent in _agents_of(item, "output agents")]
+        self._config.output_from = (self._config.output_from or []) + chosen
+        return self
+
+    def with_intermediate_output_from(
+        self, *agents: Agent | Iterable[Agent]
+    ) -> HandoffWorkflowBuilder:
+        """In streaming runs, send these agents' updates as ``handoff_intermediate`` events.
+
+        Intermediate updates are not workflow outputs (``workflow.as_agent()`` does not forward
+        them): use them for progress displays.
+        """
+        chosen = [agent for item in agents for agent in _agents_of(item, "intermediate agents")]
+        self._config.intermediate_from.extend(chosen)
+        return self
+
     def with_name(self, name: str | None) -> HandoffWorkflowBuilder:
         """The workflow's name (blank values are ignored, as in .NET)."""
         if name and name.strip():

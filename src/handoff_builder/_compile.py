@@ -73,6 +73,8 @@ class BuildConfig:
     return_to_previous: bool = False
     termination_condition: TerminationCondition | None = None
     autonomous: AutonomousSettings | None = None
+    output_from: list[Any] | None = None
+    intermediate_from: list[Any] = field(default_factory=list[Any])
 
 
 class _HopEdgeNotice(logging.Filter):
@@ -101,6 +103,8 @@ class _Plan:
     agents: dict[str, Agent]
     routes: dict[str, dict[str, HandoffRoute]]
     autonomous: AutonomousMode | None
+    output_agents: frozenset[str] | None
+    intermediate_agents: frozenset[str]
 
 
 def compile_workflow(config: BuildConfig) -> Workflow:
@@ -126,6 +130,8 @@ def compile_workflow(config: BuildConfig) -> Workflow:
         apology=config.escalation_message,
         filtering=config.filtering,
         handoff_tools=frozenset(name for by in plan.routes.values() for name in by),
+        output_agents=plan.output_agents,
+        intermediate_agents=plan.intermediate_agents,
     )
     builder = WorkflowBuilder(
         start_executor=host,
@@ -187,6 +193,8 @@ def _plan(config: BuildConfig) -> _Plan:
     problems += tool_name_problems(tool_names)
     autonomous, autonomous_problems = _autonomous(config, participants)
     problems += autonomous_problems
+    output_agents = _designated(config.output_from, config, problems)
+    intermediate_agents = _designated(config.intermediate_from, config, problems) or frozenset()
     if problems:
         raise HandoffConfigurationError(problems)
     routes: dict[str, dict[str, HandoffRoute]] = {}
@@ -198,7 +206,24 @@ def _plan(config: BuildConfig) -> _Plan:
             source, target, tool, description, edge.kind
         )
     agents = {str(agent.name): agent for agent in participants}
-    return _Plan(str(config.initial.name), agents, routes, autonomous)
+    return _Plan(
+        str(config.initial.name), agents, routes, autonomous, output_agents, intermediate_agents
+    )
+
+
+def _designated(
+    chosen: list[Any] | None, config: BuildConfig, problems: list[str]
+) -> frozenset[str] | None:
+    """Names of the agents in an output designation; non-participants are problems."""
+    if chosen is None:
+        return None
+    for agent in chosen:
+        if id(agent) not in config.participants:
+            problems.append(
+                f"Output designation references agent {label(agent)}, which is not a "
+                "participant in this handoff workflow."
+            )
+    return frozenset(str(getattr(agent, "name", "")) for agent in chosen)
 
 
 def _tool_name(edge: Edge) -> str:

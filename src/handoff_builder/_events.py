@@ -13,6 +13,8 @@ __all__ = [
     "HANDOFF_BLOCKED_EVENT",
     "HANDOFF_ESCALATED_EVENT",
     "HANDOFF_EVENT",
+    "HANDOFF_INTERMEDIATE_EVENT",
+    "HANDOFF_TURN_EVENT",
     "EscalationEvent",
     "HandoffBlockedEvent",
     "HandoffEvent",
@@ -25,6 +27,11 @@ HANDOFF_BLOCKED_EVENT = "handoff_blocked"
 """``WorkflowEvent.type`` of a refused handoff (the agent got a tool error)."""
 HANDOFF_ESCALATED_EVENT = "handoff_escalated"
 """``WorkflowEvent.type`` of an escalation to a human (a cap was reached)."""
+
+HANDOFF_TURN_EVENT = "handoff_turn_completed"
+"""``WorkflowEvent.type`` emitted at the end of every user turn; ``data`` is a HandoffTurnResult."""
+HANDOFF_INTERMEDIATE_EVENT = "handoff_intermediate"
+"""``WorkflowEvent.type`` of a streamed update from an agent designated as intermediate output."""
 
 BlockReason = Literal[
     "empty_goal", "empty_summary", "not_granted", "unknown_target", "ping_pong", "pending_requests"

@@ -29,6 +29,8 @@ from ._events import (
     HANDOFF_BLOCKED_EVENT,
     HANDOFF_ESCALATED_EVENT,
     HANDOFF_EVENT,
+    HANDOFF_INTERMEDIATE_EVENT,
+    HANDOFF_TURN_EVENT,
     EscalationEvent,
     HandoffBlockedEvent,
     HandoffEvent,
@@ -127,6 +129,25 @@ def _log(event: HandoffEvent | HandoffBlockedEvent | EscalationEvent) -> None:
         )
 
 
+def _same(a: Message, b: Message) -> bool:
+    return a is b or (
+        a.role == b.role
+        and a.author_name == b.author_name
+        and [(c.type, c.call_id, c.text) for c in a.contents]
+        == [(c.type, c.call_id, c.text) for c in b.contents]
+    )
+
+
+def _known_prefix(history: Sequence[Message], messages: Sequence[Message]) -> int:
+    """How many leading ``messages`` repeat the whole history (``workflow.as_agent()`` resends it).
+
+    0 unless ``messages`` starts with every message of ``history``, in order.
+    """
+    if not history or len(messages) <= len(history):
+        return 0
+    return len(history) if all(map(_same, history, messages)) else 0
+
+
 class GroupChatHost(Executor):
     """Runs a group chat: keeps the shared, append-only history and asks a manager who speaks.
 
@@ -148,6 +169,8 @@ class GroupChatHost(Executor):
         apology: str = DEFAULT_ESCALATION_MESSAGE,
         filtering: HandoffToolCallFiltering = HandoffToolCallFiltering.HANDOFF_ONLY,
         handoff_tools: frozenset[str] = frozenset(),
+        output_agents: frozenset[str] | None = None,
+        intermediate_agents: frozenset[str] = frozenset(),
         id: str = HOST_ID,  # noqa: A002 - the Executor API's name
     ) -> None:
         super().__init__(id)
@@ -162,6 +185,8 @@ class GroupChatHost(Executor):
         self._handoff_tools = handoff_tools
         self._views: dict[str, AgentView] = {}
         self._pending = PendingRequests()
+        self._output_agents = output_agents
+        self._intermediate_agents = intermediate_agents
 
     def _new_view(self, name: str) -> AgentView:
         view = self._views[name] = AgentView(name, self._filtering, self._handoff_tools)
@@ -209,7 +234,7 @@ class GroupChatHost(Executor):
                 "A turn is already in progress in this workflow; wait for its output before "
                 "sending the next message."
             )
-        self._history.extend(messages)
+        self._history.extend(messages[_known_prefix(self._history, messages) :])
         self._turn = _Turn(start=len(self._history))
         self._manager.begin_turn()
         first = await self._manager.select_next_agent(self._history, None)
@@ -233,7 +258,7 @@ class GroupChatHost(Executor):
             return
         self._manager.record_invocation()
         self._speaker = name
-        on_update = ctx.yield_output if ctx.is_streaming() else None
+        on_update = self._update_sink(name, ctx)
         view = self._views.get(name) or self._new_view(name)
         response = await participant.run(view.update(self._history), on_update)
         delta = self._manager.update_history(name, list(response.messages))
@@ -252,6 +277,24 @@ class GroupChatHost(Executor):
             await self._end_turn(ctx)
         else:
             await ctx.send_message(_Hop(following))
+
+    def _update_sink(
+        self, name: str, ctx: HostContext
+    ) -> Callable[[AgentResponseUpdate], Awaitable[None]] | None:
+        """Where a streaming run sends an agent's updates (``None``: run it without streaming)."""
+        if not ctx.is_streaming():
+            return None
+        if name in self._intermediate_agents:
+
+            async def as_event(update: AgentResponseUpdate) -> None:
+                await ctx.add_event(
+                    WorkflowEvent(cast(Any, HANDOFF_INTERMEDIATE_EVENT), data=update)
+                )
+
+            return as_event
+        if self._output_agents is None or name in self._output_agents:
+            return ctx.yield_output
+        return None
 
     async def _wait_for(self, name: str, requests: list[Content], ctx: HostContext) -> None:
         """Surface the agent's requests; the turn stays open until all are answered."""
@@ -296,12 +339,18 @@ class GroupChatHost(Executor):
             await ctx.add_event(WorkflowEvent(cast(Any, _event_type(event)), data=event))
 
     async def _end_turn(self, ctx: HostContext) -> None:
+        """Yield the turn's result; in streaming runs the messages went out as updates already."""
         turn = self._turn or _Turn(start=len(self._history))
         escalation: EscalationEvent | None = self._manager.escalation
         if escalation is not None:
-            self._history.append(
-                Message(role="assistant", contents=[self._apology], author_name=self.id)
-            )
+            apology = Message(role="assistant", contents=[self._apology], author_name=self.id)
+            self._history.append(apology)
+            if ctx.is_streaming():
+                await ctx.yield_output(
+                    AgentResponseUpdate(
+                        role="assistant", contents=list(apology.contents), author_name=self.id
+                    )
+                )
         result = HandoffTurnResult(
             messages=self._history[turn.start :],
             active_agent=self._speaker or "",
@@ -310,7 +359,9 @@ class GroupChatHost(Executor):
             conversation=self._history,
         )
         self._turn = None
-        await ctx.yield_output(result)
+        await ctx.add_event(WorkflowEvent(cast(Any, HANDOFF_TURN_EVENT), data=result))
+        if not ctx.is_streaming():
+            await ctx.yield_output(result)
 
     # -- checkpoints ------------------------------------------------------------------------------
 
