@@ -21,16 +21,16 @@ __all__ = [
     "HandoffTurnResult",
 ]
 
-HANDOFF_EVENT = "handoff_sent"
+HANDOFF_EVENT: str = "handoff_sent"
 """``WorkflowEvent.type`` of a performed handoff (the type agent_framework uses for handoffs)."""
-HANDOFF_BLOCKED_EVENT = "handoff_blocked"
+HANDOFF_BLOCKED_EVENT: str = "handoff_blocked"
 """``WorkflowEvent.type`` of a refused handoff (the agent got a tool error)."""
-HANDOFF_ESCALATED_EVENT = "handoff_escalated"
+HANDOFF_ESCALATED_EVENT: str = "handoff_escalated"
 """``WorkflowEvent.type`` of an escalation to a human (a cap was reached)."""
 
-HANDOFF_TURN_EVENT = "handoff_turn_completed"
+HANDOFF_TURN_EVENT: str = "handoff_turn_completed"
 """``WorkflowEvent.type`` emitted at the end of every user turn; ``data`` is a HandoffTurnResult."""
-HANDOFF_INTERMEDIATE_EVENT = "handoff_intermediate"
+HANDOFF_INTERMEDIATE_EVENT: str = "handoff_intermediate"
 """``WorkflowEvent.type`` of a streamed update from an agent designated as intermediate output."""
 
 BlockReason = Literal[
