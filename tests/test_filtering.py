@@ -218,3 +218,43 @@ def test_view_is_incremental() -> None:
     assert first is second
     assert [m.text for m in second] == ["one", "two"]
     assert view.cursor == 2
+
+
+def _call(name: str, call_id: str) -> Content:
+    return Content.from_function_call(call_id=call_id, name=name, arguments="{}")
+
+
+def _result(call_id: str, text: str) -> Content:
+    return Content.from_function_result(call_id=call_id, result=text)
+
+
+@pytest.mark.parametrize("call_id", ["c1", ""], ids=["with-call-id", "empty-call-id"])
+@pytest.mark.parametrize(
+    ("mode", "kept"),
+    [
+        (HandoffToolCallFiltering.NONE, ["lookup", "looked", "handoff_to_b", "Transferred.", "hi"]),
+        (HandoffToolCallFiltering.HANDOFF_ONLY, ["lookup", "looked", "hi"]),
+        (HandoffToolCallFiltering.ALL, ["hi"]),
+    ],
+)
+def test_filter_cases(call_id: str, mode: HandoffToolCallFiltering, kept: list[str]) -> None:
+    """The .NET filter's cases: each mode, with and without call ids, on another agent's turn."""
+    other = "a"
+    history = [
+        Message(role="assistant", author_name=other, contents=[_call("lookup", call_id)]),
+        Message(role="tool", author_name=other, contents=[_result(call_id, "looked")]),
+        Message(role="assistant", author_name=other, contents=[_call("handoff_to_b", call_id)]),
+        Message(role="tool", author_name=other, contents=[_result(call_id, "Transferred.")]),
+        Message(role="assistant", author_name=other, contents=["hi"]),
+    ]
+    seen = AgentView("b", mode, frozenset({"handoff_to_b"})).update(history)
+    labels = [
+        c.name
+        if c.type == "function_call"
+        else (str(c.result) if c.type == "function_result" else c.text)
+        for m in seen
+        for c in m.contents
+    ]
+    assert labels == kept
+    assert seen[-1].role == "user"
+    assert history[-1].role == "assistant"  # the shared history is never changed
