@@ -25,5 +25,8 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests samples
 	$(BIN)/pyright
 
+bench:
+	bash benchmarks/run.sh
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
