@@ -115,7 +115,7 @@ async def test_restore_refuses_a_newer_schema(storage: CheckpointStorage) -> Non
     cause = failure.value.__cause__
     assert isinstance(cause, SchemaVersionError)
     assert str(cause) == (
-        "Checkpoint state of executor 'handoff_host' has schema version 99; this version of "
+        "Saved state of executor 'handoff_host' has schema version 99; this version of "
         "handoff_builder reads up to 1. Upgrade handoff_builder to read it."
     )
 

@@ -6,7 +6,7 @@ No ``from __future__ import annotations`` here: agent_framework reads handler an
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from agent_framework import (
     Agent,
@@ -41,7 +41,7 @@ from ._manager import GroupChatManager
 from ._requests import PendingRequests, requests_in
 from .exceptions import SchemaVersionError
 
-__all__ = ["DEFAULT_ESCALATION_MESSAGE", "GroupChatHost", "Participant"]
+__all__ = ["DEFAULT_ESCALATION_MESSAGE", "GroupChatHost", "Participant", "TurnJournal"]
 
 logger = logging.getLogger("handoff_builder")
 
@@ -148,6 +148,14 @@ def _known_prefix(history: Sequence[Message], messages: Sequence[Message]) -> in
     return len(history) if all(map(_same, history, messages)) else 0
 
 
+class TurnJournal(Protocol):
+    """Saves a host's progress; called after the user's input and before every agent call."""
+
+    async def record(self, host: "GroupChatHost") -> None:
+        """Persist what changed: the new messages of ``host.history`` and ``host.snapshot()``."""
+        ...
+
+
 class GroupChatHost(Executor):
     """Runs a group chat: keeps the shared, append-only history and asks a manager who speaks.
 
@@ -187,6 +195,8 @@ class GroupChatHost(Executor):
         self._pending = PendingRequests()
         self._output_agents = output_agents
         self._intermediate_agents = intermediate_agents
+        self._next: str | None = None
+        self.journal: TurnJournal | None = None
 
     def _new_view(self, name: str) -> AgentView:
         view = self._views[name] = AgentView(name, self._filtering, self._handoff_tools)
@@ -238,6 +248,8 @@ class GroupChatHost(Executor):
         self._turn = _Turn(start=len(self._history))
         self._manager.begin_turn()
         first = await self._manager.select_next_agent(self._history, None)
+        self._next = first
+        await self._record()
         await self._emit_events(ctx)
         if first is None:
             await self._end_turn(ctx)
@@ -272,6 +284,9 @@ class GroupChatHost(Executor):
             return
         following = await self._manager.select_next_agent(self._history, name)
         self._history.extend(self._manager.take_input())
+        self._next = following
+        if following is not None:
+            await self._record()  # the next agent is saved before it is called
         await self._emit_events(ctx)
         if following is None:
             await self._end_turn(ctx)
@@ -299,6 +314,8 @@ class GroupChatHost(Executor):
     async def _wait_for(self, name: str, requests: list[Content], ctx: HostContext) -> None:
         """Surface the agent's requests; the turn stays open until all are answered."""
         self._pending.open(name, requests)
+        self._next = None
+        await self._record()
         await self._emit_events(ctx)
         for request in requests:
             await ctx.request_info(request, Content, request_id=str(request.id))
@@ -359,41 +376,55 @@ class GroupChatHost(Executor):
             conversation=self._history,
         )
         self._turn = None
+        self._next = None
+        await self._record()
         await ctx.add_event(WorkflowEvent(cast(Any, HANDOFF_TURN_EVENT), data=result))
         if not ctx.is_streaming():
             await ctx.yield_output(result)
 
-    # -- checkpoints ------------------------------------------------------------------------------
+    # -- state: checkpoints and hosted conversations ---------------------------------------------
 
-    @override
-    async def on_checkpoint_save(self) -> dict[str, Any]:
-        """History (each message serialised once), manager state and the open turn, as JSON."""
-        self._saved.extend(message.to_dict() for message in self._history[len(self._saved) :])
+    @property
+    def next_agent(self) -> str | None:
+        """The agent that runs next in the open turn (``None`` between turns)."""
+        return self._next
+
+    @property
+    def turn_open(self) -> bool:
+        """True while a user turn has started and not yet ended."""
+        return self._turn is not None
+
+    def snapshot(self) -> dict[str, Any]:
+        """The host's small state as JSON: everything but the history (which is append-only)."""
         turn = self._turn
         return {
             "schema_version": STATE_SCHEMA_VERSION,
-            "history": list(self._saved),
             "manager": self._manager.save_state(),
             "speaker": self._speaker,
+            "next": self._next,
             "pending": self._pending.to_state(),
             "turn": None
             if turn is None
             else {"start": turn.start, "handoffs": [asdict(h) for h in turn.handoffs]},
         }
 
-    @override
-    async def on_checkpoint_restore(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`on_checkpoint_save` wrote."""
+    def load(self, history: Sequence[Message], state: Mapping[str, Any]) -> None:
+        """Replace the host's conversation and state with saved ones (see :meth:`snapshot`).
+
+        Raises:
+            SchemaVersionError: the state was written by a newer version of handoff_builder.
+        """
         version = int(state.get("schema_version", 0))
         if version > STATE_SCHEMA_VERSION:
             raise SchemaVersionError(
-                f"Checkpoint state of executor {self.id!r}", version, STATE_SCHEMA_VERSION
+                f"Saved state of executor {self.id!r}", version, STATE_SCHEMA_VERSION
             )
-        self._saved = list(state.get("history", []))
-        self._history = [Message.from_dict(item) for item in self._saved]
+        self._history = list(history)
+        self._saved = []
         self._views.clear()  # rebuilt from the restored history on each agent's next run
         self._manager.restore_state(state.get("manager", {}))
         self._speaker = state.get("speaker")
+        self._next = state.get("next")
         self._pending = PendingRequests.from_state(state.get("pending"))
         turn = state.get("turn")
         self._turn = (
@@ -404,3 +435,21 @@ class GroupChatHost(Executor):
                 handoffs=[HandoffEvent(**h) for h in turn.get("handoffs", [])],
             )
         )
+
+    async def _record(self) -> None:
+        """Let the journal (a hosted conversation's store) save what changed, if there is one."""
+        if self.journal is not None:
+            await self.journal.record(self)
+
+    @override
+    async def on_checkpoint_save(self) -> dict[str, Any]:
+        """History (each message serialised once) and :meth:`snapshot`, as JSON."""
+        self._saved.extend(message.to_dict() for message in self._history[len(self._saved) :])
+        return {**self.snapshot(), "history": list(self._saved)}
+
+    @override
+    async def on_checkpoint_restore(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`on_checkpoint_save` wrote."""
+        saved = list(state.get("history", []))
+        self.load([Message.from_dict(item) for item in saved], state)
+        self._saved = saved
