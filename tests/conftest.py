@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+from handoff_builder.stores import ConversationStore
+from tests.stores import STORE_KINDS, make_store
 
 _LOCAL_PREFIXES = ("127.", "::1", "localhost")
 
@@ -26,3 +31,10 @@ def _no_remote_network(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(socket.socket, "connect", guarded_connect)
     for variable in ("OPENAI_API_KEY", "AZURE_OPENAI_API_KEY", "AZURE_OPENAI_ENDPOINT"):
         monkeypatch.delenv(variable, raising=False)
+
+
+@pytest.fixture(params=STORE_KINDS)
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ConversationStore]:
+    """Every store backend, for the contract suite and the hosting tests."""
+    async for made in make_store(request.param, tmp_path):
+        yield made

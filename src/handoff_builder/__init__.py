@@ -17,7 +17,8 @@ from ._events import (
     HandoffTurnResult,
 )
 from ._filtering import HandoffToolCallFiltering
-from ._host import DEFAULT_ESCALATION_MESSAGE, GroupChatHost, Participant
+from ._host import DEFAULT_ESCALATION_MESSAGE, GroupChatHost, Participant, TurnJournal
+from ._hosting import DEFAULT_IDLE_TIMEOUT, ConversationHost
 from ._manager import (
     DEFAULT_AUTONOMOUS_PROMPT,
     DEFAULT_AUTONOMOUS_TURN_LIMIT,
@@ -28,10 +29,14 @@ from ._manager import (
 )
 from ._naming import DEFAULT_HANDOFF_INSTRUCTIONS, hand_back_tool_name, handoff_tool_name
 from .exceptions import (
+    ConversationBusyError,
+    ConversationConflictError,
+    CorruptConversationError,
     HandoffBuilderError,
     HandoffConfigurationError,
     SchemaVersionError,
     ScriptExhaustedError,
+    StoreUnavailableError,
 )
 
 __all__ = [
@@ -39,12 +44,17 @@ __all__ = [
     "DEFAULT_AUTONOMOUS_TURN_LIMIT",
     "DEFAULT_ESCALATION_MESSAGE",
     "DEFAULT_HANDOFF_INSTRUCTIONS",
+    "DEFAULT_IDLE_TIMEOUT",
     "HANDOFF_BLOCKED_EVENT",
     "HANDOFF_ESCALATED_EVENT",
     "HANDOFF_EVENT",
     "HANDOFF_INTERMEDIATE_EVENT",
     "HANDOFF_TURN_EVENT",
     "AutonomousMode",
+    "ConversationBusyError",
+    "ConversationConflictError",
+    "ConversationHost",
+    "CorruptConversationError",
     "EscalationEvent",
     "GroupChatHost",
     "GroupChatManager",
@@ -59,7 +69,9 @@ __all__ = [
     "Participant",
     "SchemaVersionError",
     "ScriptExhaustedError",
+    "StoreUnavailableError",
     "TerminationCondition",
+    "TurnJournal",
     "hand_back_tool_name",
     "handoff_tool_name",
 ]

@@ -6,6 +6,10 @@ so ``except ValueError`` keeps working for configuration mistakes::
     HandoffBuilderError(Exception)
     ├── HandoffConfigurationError(HandoffBuilderError, ValueError)   build() found problems
     ├── SchemaVersionError(HandoffBuilderError, ValueError)          state from a newer version
+    ├── CorruptConversationError(HandoffBuilderError, ValueError)    a stored record is unreadable
+    ├── ConversationBusyError(HandoffBuilderError, RuntimeError)     another turn holds it
+    ├── ConversationConflictError(HandoffBuilderError, RuntimeError) it changed under this turn
+    ├── StoreUnavailableError(HandoffBuilderError, ConnectionError)  the store cannot be reached
     └── ScriptExhaustedError(HandoffBuilderError, RuntimeError)      a scripted model ran out
 
 Errors that happen inside an agent's run (an empty goal, a handoff to an agent that is not granted)
@@ -17,10 +21,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 __all__ = [
+    "ConversationBusyError",
+    "ConversationConflictError",
+    "CorruptConversationError",
     "HandoffBuilderError",
     "HandoffConfigurationError",
     "SchemaVersionError",
     "ScriptExhaustedError",
+    "StoreUnavailableError",
 ]
 
 
@@ -56,6 +64,52 @@ class SchemaVersionError(HandoffBuilderError, ValueError):
             f"{where} has schema version {found}; this version of handoff_builder reads up to "
             f"{supported}. Upgrade handoff_builder to read it."
         )
+
+
+class CorruptConversationError(HandoffBuilderError, ValueError):
+    """A stored conversation cannot be read; other conversations are not affected."""
+
+    def __init__(self, conversation_id: str, detail: str) -> None:
+        self.conversation_id = conversation_id
+        self.detail = detail
+        super().__init__(
+            f"Conversation {conversation_id!r} is corrupt: {detail}. It was left untouched; "
+            "repair or delete it in the store."
+        )
+
+
+class ConversationBusyError(HandoffBuilderError, RuntimeError):
+    """Another turn of the same conversation is running (in this process or another one)."""
+
+    def __init__(self, conversation_id: str, waited: float | None = None) -> None:
+        self.conversation_id = conversation_id
+        self.waited = waited
+        detail = "" if waited is None else f" (waited {waited:.1f} s)"
+        super().__init__(
+            f"Conversation {conversation_id!r} is busy with another turn{detail}; send again "
+            "later, or pass wait=True to wait for it."
+        )
+
+
+class ConversationConflictError(HandoffBuilderError, RuntimeError):
+    """The stored conversation changed while this turn ran; nothing was written."""
+
+    def __init__(self, conversation_id: str, expected: int, found: int | None) -> None:
+        self.conversation_id = conversation_id
+        self.expected = expected
+        self.found = found
+        super().__init__(
+            f"Conversation {conversation_id!r} changed under this turn: expected version "
+            f"{expected}, found {found}. Nothing was written; send the message again."
+        )
+
+
+class StoreUnavailableError(HandoffBuilderError, ConnectionError):
+    """The conversation store cannot be reached; raised before any model is called."""
+
+    def __init__(self, store: str, detail: str) -> None:
+        self.store = store
+        super().__init__(f"The {store} conversation store is unavailable: {detail}")
 
 
 class ScriptExhaustedError(HandoffBuilderError, RuntimeError):

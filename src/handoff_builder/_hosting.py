@@ -1,0 +1,217 @@
+"""Hosted conversations: many conversations, one store, several workers, restarts survived."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from agent_framework import Message, Workflow, WorkflowEvent
+
+from ._builder import HandoffWorkflowBuilder
+from ._events import HANDOFF_TURN_EVENT, HandoffTurnResult
+from ._host import GroupChatHost, _Hop  # pyright: ignore[reportPrivateUsage]
+from ._manager import HandoffManager
+from .exceptions import HandoffBuilderError
+from .stores import ConversationStore
+
+__all__ = ["DEFAULT_IDLE_TIMEOUT", "ConversationHost"]
+
+logger = logging.getLogger("handoff_builder")
+
+DEFAULT_IDLE_TIMEOUT = timedelta(minutes=30)
+
+UserInput = str | Message | Sequence[Message]
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class _StoreJournal:
+    """Writes a hosted turn's progress: the new messages and the state row, in one write."""
+
+    def __init__(
+        self,
+        store: ConversationStore,
+        conversation_id: str,
+        *,
+        version: int,
+        saved: int,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self._store = store
+        self._conversation_id = conversation_id
+        self.version = version
+        self.saved = saved
+        self._clock = clock
+
+    async def record(self, host: GroupChatHost) -> None:
+        history = host.history
+        new = [message.to_dict() for message in history[self.saved :]]
+        state = {"host": host.snapshot(), "last_activity": self._clock().isoformat()}
+        self.version = await self._store.append(
+            self._conversation_id,
+            start=self.saved,
+            messages=new,
+            state=state,
+            expected_version=self.version,
+        )
+        self.saved = len(history)
+
+
+class ConversationHost:
+    """Serves many conversations of one handoff workflow, each remembered in a store.
+
+    ``await host.send(conversation_id, message)`` runs one user turn and returns its
+    :class:`HandoffTurnResult`. Each conversation id has its own history and state:
+
+    * each message starts at the agent the conversation was left with (the stored active agent);
+      a stored agent that no longer exists falls back to the initial agent (logged), and a
+      conversation idle for longer than ``idle_timeout`` starts again at the initial agent;
+    * the store is written after the user's message and before every agent call, so a turn
+      interrupted by a crash resumes with the right agent (:meth:`resume`, or the next
+      :meth:`send`), without calling the earlier agents again or duplicating a message;
+    * one turn at a time per conversation, across processes and machines (the store's lock): a
+      second concurrent turn raises :class:`~handoff_builder.ConversationBusyError`, or waits
+      when ``wait=True``.
+
+    Args:
+        builder: The workflow every conversation runs (built anew for each turn).
+        store: Where conversations live (see :mod:`handoff_builder.stores`).
+        idle_timeout: Idle time after which a conversation starts again at the initial agent.
+        remember_active_agent: Start each message at the stored agent (default ``True``); with
+            ``False`` the builder's ``enable_return_to_previous`` setting decides.
+        lock_timeout: How long ``wait=True`` waits for a busy conversation, in seconds.
+        clock: Returns the current time (UTC-aware); injectable for tests.
+    """
+
+    def __init__(
+        self,
+        builder: HandoffWorkflowBuilder,
+        store: ConversationStore,
+        *,
+        idle_timeout: timedelta | float = DEFAULT_IDLE_TIMEOUT,
+        remember_active_agent: bool = True,
+        lock_timeout: float = 30.0,
+        clock: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        self.builder = builder
+        self.store = store
+        self.idle_timeout = (
+            idle_timeout if isinstance(idle_timeout, timedelta) else timedelta(seconds=idle_timeout)
+        )
+        if self.idle_timeout <= timedelta(0):
+            raise ValueError(f"idle_timeout must be positive, got {self.idle_timeout}.")
+        self.remember_active_agent = remember_active_agent
+        self.lock_timeout = lock_timeout
+        self._clock = clock
+
+    async def send(
+        self, conversation_id: str, message: UserInput, *, wait: bool = False
+    ) -> HandoffTurnResult:
+        """Run one user turn of the conversation and return its result.
+
+        An interrupted earlier turn (a crash mid-turn) is finished first.
+
+        Raises:
+            ConversationBusyError: another turn of this conversation is running.
+            StoreUnavailableError: the store cannot be reached (before any model call).
+            CorruptConversationError / SchemaVersionError: the stored record cannot be used.
+        """
+        _check_id(conversation_id)
+        async with self.store.lock(conversation_id, wait=wait, timeout=self.lock_timeout):
+            workflow, host = await self._open(conversation_id)
+            await self._finish_interrupted(conversation_id, workflow, host)
+            return _turn_result(conversation_id, list(await workflow.run(message)))
+
+    async def stream(
+        self, conversation_id: str, message: UserInput, *, wait: bool = False
+    ) -> AsyncIterator[WorkflowEvent[Any]]:
+        """Run one user turn as a stream of workflow events (agent updates, handoffs, the end)."""
+        _check_id(conversation_id)
+        async with self.store.lock(conversation_id, wait=wait, timeout=self.lock_timeout):
+            workflow, host = await self._open(conversation_id)
+            await self._finish_interrupted(conversation_id, workflow, host)
+            async for event in workflow.run(message, stream=True):
+                yield event
+
+    async def resume(self, conversation_id: str, *, wait: bool = False) -> HandoffTurnResult | None:
+        """Finish a turn that a crash interrupted; ``None`` when there is nothing to finish."""
+        _check_id(conversation_id)
+        async with self.store.lock(conversation_id, wait=wait, timeout=self.lock_timeout):
+            workflow, host = await self._open(conversation_id)
+            return await self._finish_interrupted(conversation_id, workflow, host)
+
+    async def active_agent(self, conversation_id: str) -> str | None:
+        """The agent the conversation's next message would start at (``None``: no conversation)."""
+        record = await self.store.load(conversation_id)
+        if record is None:
+            return None
+        manager = record.state.get("host", {}).get("manager", {})
+        return manager.get("active_agent")
+
+    # -- internals --------------------------------------------------------------------------------
+
+    async def _open(self, conversation_id: str) -> tuple[Workflow, GroupChatHost]:
+        record = await self.store.load(conversation_id)  # errors surface before any model call
+        workflow = self.builder.build()
+        host = workflow.get_start_executor()
+        if not isinstance(host, GroupChatHost):  # pragma: no cover - build() always makes one
+            raise TypeError("ConversationHost needs a workflow built by HandoffWorkflowBuilder.")
+        manager = host.manager
+        if self.remember_active_agent and isinstance(manager, HandoffManager):
+            manager.return_to_previous = True
+        version, saved = 0, 0
+        if record is not None:
+            history = [Message.from_dict(item) for item in record.messages]
+            host.load(history, record.state.get("host", {}))
+            version, saved = record.version, len(history)
+            self._expire_if_idle(conversation_id, record.state.get("last_activity"), host)
+        host.journal = _StoreJournal(
+            self.store, conversation_id, version=version, saved=saved, clock=self._clock
+        )
+        return workflow, host
+
+    def _expire_if_idle(self, conversation_id: str, last: Any, host: GroupChatHost) -> None:
+        manager = host.manager
+        if not isinstance(last, str) or host.turn_open or not isinstance(manager, HandoffManager):
+            return
+        idle = self._clock() - datetime.fromisoformat(last)
+        if idle > self.idle_timeout and manager.active_agent != manager.initial_agent:
+            logger.info(
+                "conversation %s was idle for %s; starting again at %r instead of %r",
+                conversation_id, idle, manager.initial_agent, manager.active_agent,
+            )  # fmt: skip
+            manager.active_agent = manager.initial_agent
+
+    async def _finish_interrupted(
+        self, conversation_id: str, workflow: Workflow, host: GroupChatHost
+    ) -> HandoffTurnResult | None:
+        following = host.next_agent
+        if not host.turn_open or following is None:
+            return None
+        logger.warning(
+            "conversation %s: finishing a turn interrupted before %r answered",
+            conversation_id, following,
+        )  # fmt: skip
+        return _turn_result(conversation_id, list(await workflow.run(_Hop(following))))
+
+
+def _check_id(conversation_id: str) -> None:
+    if not isinstance(conversation_id, str) or not conversation_id.strip():  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise ValueError(f"conversation_id must be a non-empty string, got {conversation_id!r}.")
+
+
+def _turn_result(conversation_id: str, events: list[WorkflowEvent[Any]]) -> HandoffTurnResult:
+    for event in reversed(events):
+        if event.type == HANDOFF_TURN_EVENT and isinstance(event.data, HandoffTurnResult):
+            return event.data
+    if any(event.type == "request_info" for event in events):
+        raise HandoffBuilderError(
+            f"Conversation {conversation_id!r} is waiting for tool approvals or external calls; "
+            "hosted conversations do not answer pending requests yet. Run the workflow directly "
+            "(workflow.run(responses=...)) for human-in-the-loop turns."
+        )
+    raise HandoffBuilderError(f"The turn of conversation {conversation_id!r} produced no result.")

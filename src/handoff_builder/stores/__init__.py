@@ -1,0 +1,37 @@
+"""Conversation stores for hosted conversations.
+
+* :class:`InMemoryConversationStore`: one process (tests, prototypes).
+* :class:`SqliteConversationStore`: the embedded default: one file, processes on one machine.
+* :class:`PostgresConversationStore`: several workers on several machines
+  (``pip install 'handoff-builder[postgres]'``; imported on first use).
+
+Every store keeps an append-only message log and a small state row per conversation, as JSON.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._base import RECORD_SCHEMA_VERSION, ConversationRecord, ConversationStore
+from ._memory import InMemoryConversationStore
+from ._sqlite import SqliteConversationStore
+
+if TYPE_CHECKING:
+    from ._postgres import PostgresConversationStore
+
+__all__ = [
+    "RECORD_SCHEMA_VERSION",
+    "ConversationRecord",
+    "ConversationStore",
+    "InMemoryConversationStore",
+    "PostgresConversationStore",
+    "SqliteConversationStore",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PostgresConversationStore":
+        from ._postgres import PostgresConversationStore
+
+        return PostgresConversationStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

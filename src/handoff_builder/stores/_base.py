@@ -1,0 +1,117 @@
+"""The store contract shared by every backend, and the JSON encoding of records."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from handoff_builder.exceptions import CorruptConversationError, SchemaVersionError
+
+RECORD_SCHEMA_VERSION = 1
+"""Schema version of the records our stores write (the state row and the message log)."""
+
+
+@dataclass(frozen=True)
+class ConversationRecord:
+    """One conversation as stored: its message log and its small state row.
+
+    ``messages`` are ``agent_framework.Message.to_dict()`` dictionaries in order; ``state`` is the
+    host's snapshot; ``version`` counts the writes (optimistic concurrency).
+    """
+
+    conversation_id: str
+    messages: list[dict[str, Any]]
+    state: dict[str, Any]
+    version: int
+
+
+@runtime_checkable
+class ConversationStore(Protocol):
+    """Where hosted conversations live. One contract, several backends.
+
+    * :meth:`load` returns the record, or ``None`` for a new conversation.
+    * :meth:`append` adds messages to the log (the log is append-only: a write never rewrites
+      earlier messages) and replaces the state row, atomically, only if the stored version is
+      still ``expected_version``; it returns the new version.
+    * :meth:`lock` holds the conversation for one turn, across processes for shared backends.
+    """
+
+    async def load(self, conversation_id: str) -> ConversationRecord | None:
+        """The stored conversation, or ``None`` if there is none."""
+        ...
+
+    async def append(
+        self,
+        conversation_id: str,
+        *,
+        start: int,
+        messages: Sequence[Mapping[str, Any]],
+        state: Mapping[str, Any],
+        expected_version: int,
+    ) -> int:
+        """Append ``messages`` at position ``start`` and replace the state; the new version."""
+        ...
+
+    def lock(
+        self, conversation_id: str, *, wait: bool = False, timeout: float = 30.0
+    ) -> AbstractAsyncContextManager[None]:
+        """Hold the conversation for one turn; ``ConversationBusyError`` when it is held."""
+        ...
+
+    async def delete(self, conversation_id: str) -> None:
+        """Forget the conversation."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections."""
+        ...
+
+
+def encode(value: Any) -> str:
+    """Compact JSON (never pickle)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def decode_state(
+    conversation_id: str, schema_version: int, raw: str | bytes | None
+) -> dict[str, Any]:
+    """The state row, checked: refuses newer schemas and reports corrupt rows clearly."""
+    if schema_version > RECORD_SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"Conversation {conversation_id!r}", schema_version, RECORD_SCHEMA_VERSION
+        )
+    state = _decode(conversation_id, "state", raw)
+    if not isinstance(state, dict):
+        raise CorruptConversationError(conversation_id, "the state row is not a JSON object")
+    return state  # pyright: ignore[reportUnknownVariableType]
+
+
+def decode_message(conversation_id: str, position: int, raw: str | bytes | None) -> dict[str, Any]:
+    """One message of the log, checked."""
+    message = _decode(conversation_id, f"message #{position}", raw)
+    if not isinstance(message, dict) or "role" not in message:
+        raise CorruptConversationError(conversation_id, f"message #{position} is not a message")
+    return message  # pyright: ignore[reportUnknownVariableType]
+
+
+def check_positions(conversation_id: str, positions: Sequence[int]) -> None:
+    """The log must be 0, 1, 2, ... with no gap (a gap means a lost write)."""
+    for expected, position in enumerate(positions):
+        if position != expected:
+            raise CorruptConversationError(
+                conversation_id, f"the message log has a gap at #{expected} (found #{position})"
+            )
+
+
+def _decode(conversation_id: str, what: str, raw: str | bytes | None) -> Any:
+    if raw is None:
+        raise CorruptConversationError(conversation_id, f"{what} is empty")
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise CorruptConversationError(
+            conversation_id, f"{what} is not valid JSON ({error})"
+        ) from error

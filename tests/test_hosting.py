@@ -1,0 +1,282 @@
+"""Hosted conversations: remembering the active agent, restarts, crashes, idle time, workers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_framework import Agent
+
+from handoff_builder import (
+    ConversationBusyError,
+    ConversationHost,
+    HandoffWorkflowBuilder,
+    StoreUnavailableError,
+)
+from handoff_builder.stores import (
+    ConversationStore,
+    PostgresConversationStore,
+    SqliteConversationStore,
+)
+from handoff_builder.testing import client_of, handoff_to, reply, scripted_agent
+from tests.stores import POSTGRES_DSN_VARIABLE, postgres_dsn, unique_prefix
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def desk(
+    triage_steps: list[Any], billing_steps: list[Any]
+) -> tuple[HandoffWorkflowBuilder, Agent, Agent]:
+    triage = scripted_agent("triage", *triage_steps)
+    billing = scripted_agent("billing", *billing_steps, description="charges, invoices, plans")
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing).with_hand_back(triage)
+    return builder, triage, billing
+
+
+async def test_remembers_active_agent_seed(store: ConversationStore) -> None:
+    """The seed: message 1 triage hands off to billing; on message 2 billing is called first."""
+    builder, triage, billing = desk(
+        [handoff_to("billing", goal="Explain the invoice.")],
+        [reply("Your invoice is 42 EUR."), reply("It was paid on March 3rd.")],
+    )
+    host = ConversationHost(builder, store)
+    first = await host.send("conv-1", "What is on my invoice?")
+    assert (first.active_agent, first.text) == ("billing", "Your invoice is 42 EUR.")
+    assert await host.active_agent("conv-1") == "billing"
+
+    second = await host.send("conv-1", "When was it paid?")
+    assert second.text == "It was paid on March 3rd."
+    assert len(client_of(triage).calls) == 1  # triage was never called for message 2
+    assert client_of(billing).calls[1].texts[-1] == "When was it paid?"
+
+
+async def test_survives_a_restart(store: ConversationStore) -> None:
+    """A new host (a new process, as far as the store is concerned) continues the conversation."""
+    builder, _, _ = desk([handoff_to("billing", goal="Invoice.")], [reply("Invoice: 42 EUR.")])
+    await ConversationHost(builder, store).send("conv-1", "invoice?")
+
+    builder2, triage2, billing2 = desk([], [reply("Sent to your email.")])
+    result = await ConversationHost(builder2, store).send("conv-1", "email it please")
+    assert result.text == "Sent to your email."
+    assert client_of(triage2).calls == []
+    seen = client_of(billing2).calls[0].texts
+    assert seen == ["invoice?", "Invoice: 42 EUR.", "email it please"]
+    assert len(result.conversation) == 6
+
+
+async def test_conversations_are_isolated(store: ConversationStore) -> None:
+    builder, _, billing = desk(
+        [handoff_to("billing", goal="A."), reply("triage for B")], [reply("billing for A")]
+    )
+    host = ConversationHost(builder, store)
+    a = await host.send("A", "billing question")
+    b = await host.send("B", "hello")
+    assert (a.active_agent, b.active_agent) == ("billing", "triage")
+    assert b.text == "triage for B"
+    assert [m.text for m in b.conversation] == ["hello", "triage for B"]
+    assert client_of(billing).calls[0].texts == ["billing question"]
+
+
+async def test_the_log_is_append_only_and_written_per_hop(store: ConversationStore) -> None:
+    builder, _, _ = desk([handoff_to("billing", goal="g")], [reply("done")])
+    await ConversationHost(builder, store).send("c", "hi")
+    record = await store.load("c")
+    assert record is not None
+    assert [m["role"] for m in record.messages] == ["user", "assistant", "tool", "assistant"]
+    # user input (1), before billing (2), end of turn (3): the store was written before billing ran.
+    assert record.version == 3
+    assert record.state["host"]["turn"] is None
+    assert record.state["host"]["manager"]["active_agent"] == "billing"
+
+
+async def test_idle_conversation_starts_again_at_the_initial_agent(
+    store: ConversationStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = [datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)]
+    builder, triage, billing = desk(
+        [handoff_to("billing", goal="Invoice."), reply("Welcome back! How can I help?")],
+        [reply("Invoice: 42 EUR.")],
+    )
+    host = ConversationHost(builder, store, clock=lambda: now[0])
+    await host.send("c", "invoice?")
+    now[0] += timedelta(minutes=31)  # default idle timeout: 30 minutes
+    with caplog.at_level(logging.INFO, logger="handoff_builder"):
+        result = await host.send("c", "hi again")
+    assert result.text == "Welcome back! How can I help?"
+    assert len(client_of(triage).calls) == 2
+    assert len(client_of(billing).calls) == 1
+    assert any("was idle for 0:31:00" in r.getMessage() for r in caplog.records)
+
+
+async def test_not_idle_within_the_timeout(store: ConversationStore) -> None:
+    now = [datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)]
+    builder, _, _ = desk([handoff_to("billing", goal="Invoice.")], [reply("one"), reply("two")])
+    host = ConversationHost(builder, store, idle_timeout=timedelta(minutes=5), clock=lambda: now[0])
+    await host.send("c", "a")
+    now[0] += timedelta(minutes=4)
+    assert (await host.send("c", "b")).text == "two"
+
+
+async def test_stored_agent_that_no_longer_exists_falls_back(
+    store: ConversationStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    builder, _, _ = desk([handoff_to("billing", goal="Invoice.")], [reply("Invoice: 42 EUR.")])
+    await ConversationHost(builder, store).send("c", "invoice?")
+
+    triage = scripted_agent("triage", reply("triage here"))
+    tech = scripted_agent("tech")
+    without_billing = HandoffWorkflowBuilder(triage).with_handoff(triage, tech)
+    with caplog.at_level(logging.WARNING, logger="handoff_builder"):
+        result = await ConversationHost(without_billing, store).send("c", "hello?")
+    assert result.text == "triage here"
+    assert any(
+        "The previous agent 'billing' is not a participant any more; starting at 'triage'"
+        in r.getMessage()
+        for r in caplog.records
+    )
+
+
+async def test_busy_conversation(store: ConversationStore) -> None:
+    builder, _, _ = desk([reply("hi")], [])
+    host = ConversationHost(builder, store)
+    async with store.lock("c"):
+        with pytest.raises(ConversationBusyError, match="'c' is busy with another turn"):
+            await host.send("c", "hello")
+    assert (await host.send("c", "hello")).text == "hi"
+
+
+async def test_waiting_for_a_busy_conversation(store: ConversationStore) -> None:
+    builder, _, _ = desk([reply("first"), reply("second")], [])
+    host = ConversationHost(builder, store)
+    results = await asyncio.gather(
+        host.send("c", "one", wait=True), host.send("c", "two", wait=True)
+    )
+    assert sorted(r.text for r in results) == ["first", "second"]
+    record = await store.load("c")
+    assert record is not None
+    assert [m["role"] for m in record.messages] == ["user", "assistant", "user", "assistant"]
+
+
+async def test_unreachable_store_fails_before_any_model_call(tmp_path: Path) -> None:
+    builder, triage, _ = desk([reply("never")], [])
+    host = ConversationHost(builder, SqliteConversationStore(tmp_path / "nope" / "c.db"))
+    with pytest.raises(StoreUnavailableError):
+        await host.send("c", "hello")
+    assert client_of(triage).calls == []
+
+
+async def test_streaming_form(store: ConversationStore) -> None:
+    builder, _, _ = desk([handoff_to("billing", goal="g")], [reply("streamed reply")])
+    host = ConversationHost(builder, store)
+    texts = [
+        event.data.text
+        async for event in host.stream("c", "hi")
+        if event.type == "output" and getattr(event.data, "text", "")
+    ]
+    assert texts == ["streamed reply"]
+    assert await host.active_agent("c") == "billing"
+
+
+def test_bad_arguments() -> None:
+    builder, _, _ = desk([], [])
+    with pytest.raises(ValueError, match="idle_timeout must be positive"):
+        ConversationHost(builder, SqliteConversationStore(":memory:"), idle_timeout=0)
+
+
+async def test_empty_conversation_id(store: ConversationStore) -> None:
+    builder, _, _ = desk([], [])
+    with pytest.raises(ValueError, match="conversation_id must be a non-empty string"):
+        await ConversationHost(builder, store).send(" ", "hi")
+
+
+# -- real processes ------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """A store spec for worker processes, and the same store opened here."""
+    if request.param == "sqlite":
+        path = tmp_path / "shared.db"
+        store = SqliteConversationStore(path)
+        yield f"sqlite:{path}", store
+        await store.close()
+    else:
+        prefix = unique_prefix()
+        store = PostgresConversationStore(postgres_dsn(), table_prefix=prefix)
+        yield f"postgres:{prefix}", store
+        await store.drop_tables()
+        await store.close()
+
+
+def worker(*args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(  # noqa: S603 - our own interpreter and module
+        [sys.executable, "-m", "tests.hosting_worker", *args],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def finished(process: subprocess.Popen[str]) -> dict[str, Any]:
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1])
+
+
+async def test_crash_mid_turn_resumes_with_the_target(shared_store: Any, tmp_path: Path) -> None:
+    """A process killed while billing runs; a new process finishes the turn with billing."""
+    spec, store = shared_store
+    marker = tmp_path / "billing-called"
+    crashing = worker("crash", spec, "conv-crash", str(marker))
+    deadline = time.monotonic() + 30
+    while not marker.exists():
+        assert crashing.poll() is None, crashing.communicate()[1]
+        assert time.monotonic() < deadline, "billing was never called"
+        await asyncio.sleep(0.05)
+    crashing.send_signal(signal.SIGKILL)
+    crashing.wait(timeout=10)
+
+    record = await store.load("conv-crash")
+    assert record is not None
+    assert record.state["host"]["next"] == "billing"  # written before billing was called
+
+    report = finished(worker("resume", spec, "conv-crash", "-"))
+    assert report["text"] == "Refunded after the restart."
+    assert report["active_agent"] == "billing"
+    assert report["triage_calls"] == 0
+    assert report["billing_calls"] == 1
+    assert report["billing_saw"] == ["I was charged twice"]
+    assert report["stored_roles"] == [
+        ["user", None],
+        ["assistant", "triage"],
+        ["tool", "triage"],
+        ["assistant", "billing"],
+    ]
+
+
+async def test_two_processes_on_one_conversation(shared_store: Any) -> None:
+    """Two workers send at once: both messages land, in some order, and nothing forks."""
+    spec, store = shared_store
+    processes = [worker("send", spec, "conv-shared", str(n)) for n in (1, 2)]
+    reports = [finished(process) for process in processes]
+    assert sorted(r["text"] for r in reports) == ["triage answers 1", "triage answers 2"]
+    record = await store.load("conv-shared")
+    assert record is not None
+    texts = [m["contents"][0]["text"] for m in record.messages]
+    assert sorted(texts[0::2]) == ["message 1", "message 2"]
+    for user, answer in zip(texts[0::2], texts[1::2], strict=True):
+        assert answer == "triage answers " + user.split()[-1]
+    assert record.version == 4  # two writes per turn, no lost or forked write
+
+
+def test_postgres_variable_name_is_documented() -> None:
+    assert POSTGRES_DSN_VARIABLE in (ROOT / ".ci" / "run").read_text(encoding="utf-8")

@@ -1,0 +1,194 @@
+"""One contract, every store: in-memory, SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from handoff_builder import (
+    ConversationBusyError,
+    ConversationConflictError,
+    CorruptConversationError,
+    SchemaVersionError,
+    StoreUnavailableError,
+)
+from handoff_builder.stores import (
+    ConversationStore,
+    PostgresConversationStore,
+    SqliteConversationStore,
+)
+
+
+def msg(text: str, role: str = "user") -> dict[str, object]:
+    return {"type": "message", "role": role, "contents": [{"type": "text", "text": text}]}
+
+
+async def test_new_conversation_is_none(store: ConversationStore) -> None:
+    assert await store.load("nobody") is None
+
+
+async def test_append_then_load(store: ConversationStore) -> None:
+    version = await store.append(
+        "c1",
+        start=0,
+        messages=[msg("hi"), msg("hello", "assistant")],
+        state={"a": 1},
+        expected_version=0,
+    )
+    assert version == 1
+    version = await store.append(
+        "c1", start=2, messages=[msg("more")], state={"a": 2}, expected_version=1
+    )
+    assert version == 2
+    record = await store.load("c1")
+    assert record is not None
+    assert [m["contents"][0]["text"] for m in record.messages] == ["hi", "hello", "more"]  # type: ignore[index]
+    assert record.state == {"a": 2}
+    assert record.version == 2
+
+
+async def test_state_only_write_keeps_the_log(store: ConversationStore) -> None:
+    await store.append("c1", start=0, messages=[msg("hi")], state={"n": 1}, expected_version=0)
+    await store.append("c1", start=1, messages=[], state={"n": 2}, expected_version=1)
+    record = await store.load("c1")
+    assert record is not None
+    assert len(record.messages) == 1
+    assert record.state == {"n": 2}
+
+
+async def test_conversations_do_not_leak(store: ConversationStore) -> None:
+    await store.append(
+        "a", start=0, messages=[msg("for a")], state={"who": "a"}, expected_version=0
+    )
+    await store.append(
+        "b", start=0, messages=[msg("for b")], state={"who": "b"}, expected_version=0
+    )
+    a, b = await store.load("a"), await store.load("b")
+    assert a is not None
+    assert b is not None
+    assert (a.state, len(a.messages), b.state, len(b.messages)) == (
+        {"who": "a"},
+        1,
+        {"who": "b"},
+        1,
+    )
+
+
+@pytest.mark.parametrize(("start", "expected_version"), [(0, 0), (1, 0), (2, 1)])
+async def test_stale_writes_conflict_and_write_nothing(
+    store: ConversationStore, start: int, expected_version: int
+) -> None:
+    await store.append("c1", start=0, messages=[msg("hi")], state={"n": 1}, expected_version=0)
+    with pytest.raises(ConversationConflictError, match="'c1' changed under this turn"):
+        await store.append(
+            "c1",
+            start=start,
+            messages=[msg("forked")],
+            state={"n": 99},
+            expected_version=expected_version,
+        )
+    record = await store.load("c1")
+    assert record is not None
+    assert (len(record.messages), record.state, record.version) == (1, {"n": 1}, 1)
+
+
+async def test_lock_is_exclusive_and_released(store: ConversationStore) -> None:
+    async with store.lock("c1"):
+        with pytest.raises(ConversationBusyError, match="'c1' is busy with another turn"):
+            async with store.lock("c1"):
+                pass
+        async with store.lock("other"):  # other conversations are not blocked
+            pass
+    async with store.lock("c1"):
+        pass
+
+
+async def test_lock_waits_when_asked(store: ConversationStore) -> None:
+    order: list[str] = []
+
+    async def first() -> None:
+        async with store.lock("c1"):
+            order.append("first in")
+            await asyncio.sleep(0.1)
+            order.append("first out")
+
+    async def second() -> None:
+        await asyncio.sleep(0.02)
+        async with store.lock("c1", wait=True, timeout=5):
+            order.append("second in")
+
+    await asyncio.gather(first(), second())
+    assert order == ["first in", "first out", "second in"]
+
+
+async def test_lock_wait_times_out(store: ConversationStore) -> None:
+    async with store.lock("c1"):
+        with pytest.raises(ConversationBusyError, match=r"waited 0\.\d s"):
+            async with store.lock("c1", wait=True, timeout=0.2):
+                pass
+
+
+async def test_delete(store: ConversationStore) -> None:
+    await store.append("c1", start=0, messages=[msg("hi")], state={}, expected_version=0)
+    await store.delete("c1")
+    assert await store.load("c1") is None
+
+
+# -- backend specifics: corruption, newer schemas, unreachable servers ----------------------------
+
+
+async def test_sqlite_corrupt_record_names_the_conversation(tmp_path: Path) -> None:
+    path = tmp_path / "c.db"
+    store = SqliteConversationStore(path)
+    await store.append("good", start=0, messages=[msg("ok")], state={}, expected_version=0)
+    await store.append("bad", start=0, messages=[msg("ok")], state={}, expected_version=0)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE handoff_messages SET body = '{not json' WHERE conversation_id = 'bad'")
+    with pytest.raises(
+        CorruptConversationError, match=r"Conversation 'bad' is corrupt: message #0"
+    ):
+        await store.load("bad")
+    assert await store.load("good") is not None
+    await store.close()
+
+
+async def test_sqlite_newer_schema_is_refused_and_never_overwritten(tmp_path: Path) -> None:
+    path = tmp_path / "c.db"
+    store = SqliteConversationStore(path)
+    await store.append("c1", start=0, messages=[msg("ok")], state={"n": 1}, expected_version=0)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE handoff_conversations SET schema_version = 7")
+    with pytest.raises(SchemaVersionError, match="Conversation 'c1' has schema version 7"):
+        await store.load("c1")
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT schema_version, state FROM handoff_conversations").fetchone() == (
+            7,
+            '{"n":1}',
+        )
+    await store.close()
+
+
+async def test_sqlite_unreachable_path(tmp_path: Path) -> None:
+    store = SqliteConversationStore(tmp_path / "missing-dir" / "c.db")
+    with pytest.raises(StoreUnavailableError, match="The SQLite conversation store is unavailable"):
+        await store.load("c1")
+
+
+@pytest.mark.postgres
+async def test_postgres_unreachable_server() -> None:
+    store = PostgresConversationStore(
+        "postgresql://nobody@127.0.0.1:1/none", connect_timeout=0.5, table_prefix="unused_"
+    )
+    with pytest.raises(
+        StoreUnavailableError, match="The PostgreSQL conversation store is unavailable"
+    ):
+        await store.load("c1")
+    await store.close()
+
+
+def test_postgres_table_prefix_is_checked() -> None:
+    with pytest.raises(ValueError, match="table_prefix must match"):
+        PostgresConversationStore("postgresql://x", table_prefix="bad; drop")
