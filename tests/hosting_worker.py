@@ -5,6 +5,8 @@ Modes:
           file and hangs, so the test can kill this process mid-turn.
   resume  finish the interrupted turn; triage must not be called; print a JSON report.
   send    send one message (waiting for the conversation if it is busy); print a JSON report.
+  seed1   the seed's message 1: triage hands off to billing, which answers.
+  seed2   the seed's message 2 in a new process: billing answers; print who was called.
 
 STORE is ``sqlite:PATH`` or ``postgres:PREFIX`` (the DSN comes from the environment variable the
 tests use).
@@ -71,6 +73,25 @@ async def main(mode: str, spec: str, conversation_id: str, extra: str) -> None:
             "billing_calls": len(client_of(billing).calls),
             "billing_saw": client_of(billing).calls[0].texts if client_of(billing).calls else [],
             "stored_roles": [(m["role"], m.get("author_name")) for m in record.messages],
+        }
+        print(json.dumps(report))  # noqa: T201
+    elif mode in ("seed1", "seed2"):
+        first = mode == "seed1"
+        triage = scripted_agent(
+            "triage", *([handoff_to("billing", goal="Invoice.")] if first else [])
+        )
+        billing = scripted_agent(
+            "billing", reply("Invoice: 42 EUR." if first else "Paid on March 3rd.")
+        )
+        message = "What is on my invoice?" if first else "When was it paid?"
+        result = await ConversationHost(builder(triage, billing), store).send(
+            conversation_id, message
+        )
+        report = {
+            "text": result.text,
+            "active_agent": result.active_agent,
+            "triage_calls": len(client_of(triage).calls),
+            "billing_saw": client_of(billing).calls[0].texts,
         }
         print(json.dumps(report))  # noqa: T201
     else:

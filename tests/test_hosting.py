@@ -14,13 +14,17 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from agent_framework import Agent
+from psycopg import sql
 
 from handoff_builder import (
     ConversationBusyError,
     ConversationHost,
+    CorruptConversationError,
     HandoffWorkflowBuilder,
+    SchemaVersionError,
     StoreUnavailableError,
 )
 from handoff_builder.stores import (
@@ -218,6 +222,14 @@ async def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
         await store.close()
 
 
+@pytest.fixture
+async def postgres_store() -> Any:
+    store = PostgresConversationStore(postgres_dsn(), table_prefix=unique_prefix())
+    yield store
+    await store.drop_tables()
+    await store.close()
+
+
 def worker(*args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(  # noqa: S603 - our own interpreter and module
@@ -276,6 +288,51 @@ async def test_two_processes_on_one_conversation(shared_store: Any) -> None:
     for user, answer in zip(texts[0::2], texts[1::2], strict=True):
         assert answer == "triage answers " + user.split()[-1]
     assert record.version == 4  # two writes per turn, no lost or forked write
+
+
+async def test_remembers_active_agent_across_a_process_restart(shared_store: Any) -> None:
+    """The seed's test, with message 2 sent by a new process."""
+    spec, _ = shared_store
+    first = finished(worker("seed1", spec, "conv-seed", "-"))
+    assert (first["text"], first["active_agent"]) == ("Invoice: 42 EUR.", "billing")
+    second = finished(worker("seed2", spec, "conv-seed", "-"))
+    assert second["text"] == "Paid on March 3rd."
+    assert second["triage_calls"] == 0
+    assert second["billing_saw"] == [
+        "What is on my invoice?",
+        "Invoice: 42 EUR.",
+        "When was it paid?",
+    ]
+
+
+async def test_postgres_corrupt_and_newer_records(
+    postgres_store: PostgresConversationStore,
+) -> None:
+    builder, triage, _ = desk([reply("hello")], [])
+    host = ConversationHost(builder, postgres_store)
+    await host.send("good", "hi")
+    await postgres_store.append("bad", start=0, messages=[], state={}, expected_version=0)
+    await postgres_store.append("newer", start=0, messages=[], state={}, expected_version=0)
+    async with await psycopg.AsyncConnection.connect(postgres_dsn(), autocommit=True) as db:
+        table = postgres_store.tables[0]
+        await db.execute(
+            sql.SQL("UPDATE {} SET state = '[1' WHERE conversation_id = 'bad'").format(
+                sql.Identifier(table)
+            )
+        )
+        await db.execute(
+            sql.SQL("UPDATE {} SET schema_version = 9 WHERE conversation_id = 'newer'").format(
+                sql.Identifier(table)
+            )
+        )
+    with pytest.raises(CorruptConversationError, match="Conversation 'bad' is corrupt: state"):
+        await host.send("bad", "hi")
+    with pytest.raises(SchemaVersionError, match="Conversation 'newer' has schema version 9"):
+        await host.send("newer", "hi")
+    assert len(client_of(triage).calls) == 1  # only the good conversation reached the model
+    record = await postgres_store.load("good")
+    assert record is not None
+    assert record.version == 2
 
 
 def test_postgres_variable_name_is_documented() -> None:

@@ -62,10 +62,9 @@ class PostgresConversationStore:
                 f"underscores), got {table_prefix!r}."
             )
         self.dsn = dsn
-        self._q = _queries(
-            sql.Identifier(f"{table_prefix}conversations"),
-            sql.Identifier(f"{table_prefix}messages"),
-        )
+        self.tables = (f"{table_prefix}conversations", f"{table_prefix}messages")
+        """The store's two tables: conversations (the state rows) and messages (the log)."""
+        self._q = _queries(*(sql.Identifier(name) for name in self.tables))
         self._timeout = connect_timeout
         self._sizes = (min_size, max_size)
         self._pool = self._new_pool()
