@@ -16,14 +16,16 @@ from typing import Any
 
 import psycopg
 import pytest
-from agent_framework import Agent
+from agent_framework import Agent, tool
 from psycopg import sql
 
 from handoff_builder import (
     ConversationBusyError,
     ConversationHost,
     CorruptConversationError,
+    HandoffBuilderError,
     HandoffWorkflowBuilder,
+    PendingRequestsError,
     SchemaVersionError,
     StoreUnavailableError,
 )
@@ -32,7 +34,7 @@ from handoff_builder.stores import (
     PostgresConversationStore,
     SqliteConversationStore,
 )
-from handoff_builder.testing import client_of, handoff_to, reply, scripted_agent
+from handoff_builder.testing import call_tool, client_of, handoff_to, reply, scripted_agent
 from tests.stores import POSTGRES_DSN_VARIABLE, postgres_dsn, unique_prefix
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -337,3 +339,36 @@ async def test_postgres_corrupt_and_newer_records(
 
 def test_postgres_variable_name_is_documented() -> None:
     assert POSTGRES_DSN_VARIABLE in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+
+
+async def test_hosted_turn_with_an_approval(store: ConversationStore) -> None:
+    """A hosted turn that needs an approval: send raises with the request, respond carries on."""
+    refunded: list[int] = []
+
+    @tool(name="refund", description="Refund an amount.", approval_mode="always_require")
+    def refund(amount: int) -> str:
+        refunded.append(amount)
+        return f"refunded {amount}"
+
+    triage = scripted_agent("triage", handoff_to("billing", goal="Refund 5 EUR."))
+    billing = scripted_agent(
+        "billing", call_tool("refund", amount=5), reply("Refunded 5 EUR."), tools=[refund]
+    )
+    host = ConversationHost(HandoffWorkflowBuilder(triage).with_handoff(triage, billing), store)
+    with pytest.raises(PendingRequestsError, match="'c' waits for answers to 1 request") as pending:
+        await host.send("c", "refund 5 please")
+    [request] = pending.value.requests
+    assert request.type == "function_approval_request"
+    with pytest.raises(PendingRequestsError):  # a new message cannot jump the queue
+        await host.send("c", "hello?")
+
+    answer = request.to_function_approval_response(approved=True)
+    result = await host.respond("c", {str(request.id): answer})
+    assert result.text == "Refunded 5 EUR."
+    assert refunded == [5]
+    assert len(client_of(triage).calls) == 1
+    record = await store.load("c")
+    assert record is not None
+    assert record.state["host"]["pending"] is None
+    with pytest.raises(HandoffBuilderError, match="waits for no answers"):
+        await host.respond("c", {str(request.id): answer})

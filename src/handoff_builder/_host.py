@@ -62,6 +62,14 @@ class _Hop:
 
 register_checkpoint_type(_Hop)
 
+
+@dataclass(frozen=True)
+class _Reissue:
+    """Ask again for the answers a restored host still waits for (hosted conversations)."""
+
+
+register_checkpoint_type(_Reissue)
+
 HostContext = WorkflowContext[_Hop, HandoffTurnResult | AgentResponseUpdate]
 
 
@@ -233,6 +241,23 @@ class GroupChatHost(Executor):
     async def handle_hop(self, hop: _Hop, ctx: HostContext) -> None:
         """Run the next speaker of the current turn."""
         await self._run_agent(hop.agent, ctx)
+
+    @handler
+    async def handle_reissue(self, message: _Reissue, ctx: HostContext) -> None:
+        """Emit the pending requests again, under their ids, so that they can be answered."""
+        del message
+        for request_id, request in self._pending.requests.items():
+            if request_id not in self._pending.answers:
+                await ctx.request_info(request, Content, request_id=request_id)
+
+    @property
+    def pending_requests(self) -> list[Content]:
+        """The requests (approvals, external calls) the open turn waits for."""
+        return [
+            request
+            for request_id, request in self._pending.requests.items()
+            if request_id not in self._pending.answers
+        ]
 
     # -- the turn loop ----------------------------------------------------------------------------
 

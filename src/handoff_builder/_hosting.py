@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from agent_framework import Message, Workflow, WorkflowEvent
+from agent_framework import Content, Message, Workflow, WorkflowEvent
 
 from ._builder import HandoffWorkflowBuilder
 from ._events import HANDOFF_TURN_EVENT, HandoffTurnResult
-from ._host import GroupChatHost, _Hop  # pyright: ignore[reportPrivateUsage]
+from ._host import (
+    GroupChatHost,
+    _Hop,  # pyright: ignore[reportPrivateUsage]
+    _Reissue,  # pyright: ignore[reportPrivateUsage]
+)
 from ._manager import HandoffManager
-from .exceptions import HandoffBuilderError
+from .exceptions import HandoffBuilderError, PendingRequestsError
 from .stores import ConversationStore
 
 __all__ = ["DEFAULT_IDLE_TIMEOUT", "ConversationHost"]
@@ -124,7 +128,26 @@ class ConversationHost:
         async with self.store.lock(conversation_id, wait=wait, timeout=self.lock_timeout):
             workflow, host = await self._open(conversation_id)
             await self._finish_interrupted(conversation_id, workflow, host)
-            return _turn_result(conversation_id, list(await workflow.run(message)))
+            return _turn_result(conversation_id, host, list(await workflow.run(message)))
+
+    async def respond(
+        self, conversation_id: str, answers: Mapping[str, Content], *, wait: bool = False
+    ) -> HandoffTurnResult:
+        """Answer the requests a hosted turn waits for; the asking agent carries on.
+
+        ``answers`` maps each request's id to its answer: ``request.to_function_approval_response
+        (approved=...)`` for an approval, a ``function_result`` Content for an external call.
+        """
+        _check_id(conversation_id)
+        async with self.store.lock(conversation_id, wait=wait, timeout=self.lock_timeout):
+            workflow, host = await self._open(conversation_id)
+            if not host.pending_requests:
+                raise HandoffBuilderError(
+                    f"Conversation {conversation_id!r} waits for no answers; use send()."
+                )
+            await workflow.run(_Reissue())
+            events = list(await workflow.run(responses=dict(answers)))
+            return _turn_result(conversation_id, host, events)
 
     async def stream(
         self, conversation_id: str, message: UserInput, *, wait: bool = False
@@ -189,6 +212,8 @@ class ConversationHost:
     async def _finish_interrupted(
         self, conversation_id: str, workflow: Workflow, host: GroupChatHost
     ) -> HandoffTurnResult | None:
+        if host.pending_requests:
+            raise PendingRequestsError(conversation_id, host.pending_requests)
         following = host.next_agent
         if not host.turn_open or following is None:
             return None
@@ -196,7 +221,7 @@ class ConversationHost:
             "conversation %s: finishing a turn interrupted before %r answered",
             conversation_id, following,
         )  # fmt: skip
-        return _turn_result(conversation_id, list(await workflow.run(_Hop(following))))
+        return _turn_result(conversation_id, host, list(await workflow.run(_Hop(following))))
 
 
 def _check_id(conversation_id: str) -> None:
@@ -204,14 +229,12 @@ def _check_id(conversation_id: str) -> None:
         raise ValueError(f"conversation_id must be a non-empty string, got {conversation_id!r}.")
 
 
-def _turn_result(conversation_id: str, events: list[WorkflowEvent[Any]]) -> HandoffTurnResult:
+def _turn_result(
+    conversation_id: str, host: GroupChatHost, events: list[WorkflowEvent[Any]]
+) -> HandoffTurnResult:
     for event in reversed(events):
         if event.type == HANDOFF_TURN_EVENT and isinstance(event.data, HandoffTurnResult):
             return event.data
-    if any(event.type == "request_info" for event in events):
-        raise HandoffBuilderError(
-            f"Conversation {conversation_id!r} is waiting for tool approvals or external calls; "
-            "hosted conversations do not answer pending requests yet. Run the workflow directly "
-            "(workflow.run(responses=...)) for human-in-the-loop turns."
-        )
+    if host.pending_requests:
+        raise PendingRequestsError(conversation_id, host.pending_requests)
     raise HandoffBuilderError(f"The turn of conversation {conversation_id!r} produced no result.")

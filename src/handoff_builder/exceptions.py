@@ -10,6 +10,7 @@ so ``except ValueError`` keeps working for configuration mistakes::
     ├── ConversationBusyError(HandoffBuilderError, RuntimeError)     another turn holds it
     ├── ConversationConflictError(HandoffBuilderError, RuntimeError) it changed under this turn
     ├── StoreUnavailableError(HandoffBuilderError, ConnectionError)  the store cannot be reached
+    ├── PendingRequestsError(HandoffBuilderError, RuntimeError)     a hosted turn waits for answers
     └── ScriptExhaustedError(HandoffBuilderError, RuntimeError)      a scripted model ran out
 
 Errors that happen inside an agent's run (an empty goal, a handoff to an agent that is not granted)
@@ -19,6 +20,7 @@ are never raised: they are returned to the calling agent as tool errors, and rep
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = [
     "ConversationBusyError",
@@ -26,6 +28,7 @@ __all__ = [
     "CorruptConversationError",
     "HandoffBuilderError",
     "HandoffConfigurationError",
+    "PendingRequestsError",
     "SchemaVersionError",
     "ScriptExhaustedError",
     "StoreUnavailableError",
@@ -110,6 +113,23 @@ class StoreUnavailableError(HandoffBuilderError, ConnectionError):
     def __init__(self, store: str, detail: str) -> None:
         self.store = store
         super().__init__(f"The {store} conversation store is unavailable: {detail}")
+
+
+class PendingRequestsError(HandoffBuilderError, RuntimeError):
+    """A hosted turn waits for tool approvals or external call results.
+
+    ``requests`` holds the request contents (``function_approval_request`` or ``function_call``);
+    answer them with ``ConversationHost.respond(conversation_id, {request.id: answer})``.
+    """
+
+    def __init__(self, conversation_id: str, requests: Sequence[Any]) -> None:
+        self.conversation_id = conversation_id
+        self.requests: tuple[Any, ...] = tuple(requests)
+        ids = ", ".join(str(getattr(request, "id", "?")) for request in self.requests)
+        super().__init__(
+            f"Conversation {conversation_id!r} waits for answers to {len(self.requests)} "
+            f"request(s) ({ids}); answer them with ConversationHost.respond()."
+        )
 
 
 class ScriptExhaustedError(HandoffBuilderError, RuntimeError):
