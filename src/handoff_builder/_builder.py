@@ -7,7 +7,7 @@ from typing import overload
 
 from agent_framework import Agent, Workflow
 
-from ._compile import AutonomousSettings, BuildConfig, HandBack, compile_workflow
+from ._compile import AutonomousSettings, BuildConfig, HandBack, compile_workflow, to_mermaid
 from ._filtering import HandoffToolCallFiltering
 from ._manager import DEFAULT_AUTONOMOUS_PROMPT, DEFAULT_AUTONOMOUS_TURN_LIMIT, TerminationCondition
 from ._naming import DEFAULT_HANDOFF_INSTRUCTIONS
@@ -312,6 +312,17 @@ class HandoffWorkflowBuilder:
             HandoffConfigurationError: listing every problem found, each naming the agents.
         """
         return compile_workflow(self._config)
+
+    def to_mermaid(self) -> str:
+        """The handoff graph as a Mermaid flowchart.
+
+        One node per agent (the initial agent rounded), a solid arrow per handoff and a dotted
+        one per hand-back, each labelled with its tool name.
+
+        Raises:
+            HandoffConfigurationError: the same problems ``build()`` reports.
+        """
+        return to_mermaid(self._config)
 
 
 def _name(agent: Agent | str) -> str:

@@ -266,3 +266,18 @@ def _autonomous(
         agent_continuation_prompts={name_of(a): p for a, p in settings.agent_continuation_prompts},
     )
     return mode, problems
+
+
+def to_mermaid(config: BuildConfig) -> str:
+    """The handoff graph as a Mermaid flowchart (validated like ``build()``)."""
+    plan = _plan(config)
+    ids = {name: f"a{index}" for index, name in enumerate(plan.agents)}
+    lines = ["flowchart LR"]
+    for name, node in ids.items():
+        shape = f'{node}(["{name}"])' if name == plan.initial else f'{node}["{name}"]'
+        lines.append(f"    {shape}")
+    for source, routes in plan.routes.items():
+        for route in routes.values():
+            arrow = "-.->" if route.kind == "hand_back" else "-->"
+            lines.append(f"    {ids[source]} {arrow}|{route.tool_name}| {ids[route.target]}")
+    return "\n".join(lines) + "\n"

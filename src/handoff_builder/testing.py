@@ -130,10 +130,23 @@ class ScriptedChatClient(
 
     OTEL_PROVIDER_NAME = "scripted"
 
-    def __init__(self, *steps: ScriptStep, name: str = "scripted") -> None:
-        """Create a client that plays ``steps`` in order."""
+    def __init__(
+        self,
+        *steps: ScriptStep,
+        name: str = "scripted",
+        respond_with: Callable[[ModelCall], Step] | None = None,
+    ) -> None:
+        """Create a client that plays ``steps`` in order.
+
+        Args:
+            steps: One step per model call.
+            name: Names the client in errors (``scripted_agent`` uses the agent's name).
+            respond_with: Answers every call after the last step (an open-ended script, for
+                demos and chats); without it, a call after the last step raises.
+        """
         super().__init__()
         self.name = name
+        self._respond_with = respond_with
         self._steps: list[ScriptStep] = list(steps)
         self._position = 0
         self.calls: list[ModelCall] = []
@@ -164,6 +177,8 @@ class ScriptedChatClient(
         )
         self.calls.append(call)
         if self._position >= len(self._steps):
+            if self._respond_with is not None:
+                return self._respond_with(call)
             raise ScriptExhaustedError(self.name, len(self.calls))
         step = self._steps[self._position]
         self._position += 1
@@ -198,13 +213,14 @@ def scripted_agent(
     instructions: str | None = None,
     description: str | None = None,
     tools: Sequence[Any] | None = None,
+    respond_with: Callable[[ModelCall], Step] | None = None,
 ) -> Agent:
     """An ``agent_framework.Agent`` named ``name`` answered by a new :class:`ScriptedChatClient`.
 
     The client is ``agent.client`` (typed as a :class:`ScriptedChatClient` via :func:`client_of`).
     """
     return Agent(
-        client=ScriptedChatClient(*steps, name=name),
+        client=ScriptedChatClient(*steps, name=name, respond_with=respond_with),
         name=name,
         instructions=instructions,
         description=description,

@@ -1,0 +1,102 @@
+"""Chat clients for samples and the CLI: ``scripted`` (offline), ``openai`` and ``azure``.
+
+Real providers use agent_framework's own OpenAI client (install ``handoff-builder[openai]``, or
+``handoff-builder[azure]`` for Azure OpenAI with ``azure-identity``). Configuration comes from
+environment variables; a missing one is a one-line :class:`ProviderConfigurationError` that says
+what to set.
+
+=============  ==========================================================================
+provider       environment
+=============  ==========================================================================
+``openai``     ``OPENAI_API_KEY`` (required), ``OPENAI_MODEL`` (default ``gpt-4o-mini``),
+               ``OPENAI_BASE_URL`` (optional: an OpenAI-compatible server)
+``azure``      ``AZURE_OPENAI_ENDPOINT`` and ``AZURE_OPENAI_DEPLOYMENT`` (required);
+               ``AZURE_OPENAI_API_KEY`` (optional: without it, azure-identity's
+               ``DefaultAzureCredential`` signs in); ``AZURE_OPENAI_API_VERSION`` (optional)
+=============  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from .exceptions import HandoffBuilderError
+
+__all__ = ["PROVIDERS", "ProviderConfigurationError", "chat_client"]
+
+PROVIDERS = ("scripted", "openai", "azure")
+DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
+
+
+class ProviderConfigurationError(HandoffBuilderError, ValueError):
+    """A provider was chosen but not configured; the message says what to set or install."""
+
+
+def chat_client(provider: str, *, environ: Mapping[str, str] | None = None) -> Any:
+    """A chat client for ``openai`` or ``azure``; ``scripted`` has none (agents bring scripts).
+
+    Raises:
+        ProviderConfigurationError: unknown provider, missing variable or missing package.
+    """
+    env = os.environ if environ is None else environ
+    if provider == "openai":
+        key = _required(env, "OPENAI_API_KEY", "openai")
+        client_class = _openai_client_class("openai")
+        return client_class(
+            model=env.get("OPENAI_MODEL", DEFAULT_OPENAI_MODEL),
+            api_key=key,
+            base_url=env.get("OPENAI_BASE_URL") or None,
+        )
+    if provider == "azure":
+        endpoint = _required(env, "AZURE_OPENAI_ENDPOINT", "azure")
+        deployment = _required(env, "AZURE_OPENAI_DEPLOYMENT", "azure")
+        client_class = _openai_client_class("azure")
+        key = env.get("AZURE_OPENAI_API_KEY")
+        credentials: dict[str, Any] = (
+            {"api_key": key} if key else {"credential": _azure_credential()}
+        )
+        return client_class(
+            model=deployment,
+            azure_endpoint=endpoint,
+            api_version=env.get("AZURE_OPENAI_API_VERSION") or None,
+            **credentials,
+        )
+    if provider == "scripted":
+        raise ProviderConfigurationError(
+            "The scripted provider has no chat client: each agent gets its own script."
+        )
+    raise ProviderConfigurationError(
+        f"Unknown provider {provider!r}; choose one of: {', '.join(PROVIDERS)}."
+    )
+
+
+def _required(env: Mapping[str, str], name: str, provider: str) -> str:
+    value = env.get(name, "").strip()
+    if not value:
+        raise ProviderConfigurationError(f"Set {name} to use the {provider} provider.")
+    return value
+
+
+def _openai_client_class(provider: str) -> Any:
+    try:
+        from agent_framework.openai import OpenAIChatCompletionClient
+    except (ImportError, AttributeError) as missing:
+        raise ProviderConfigurationError(
+            f"The {provider} provider needs agent-framework-openai: "
+            f"pip install 'handoff-builder[{provider}]'."
+        ) from missing
+    return OpenAIChatCompletionClient
+
+
+def _azure_credential() -> Any:
+    try:
+        identity = importlib.import_module("azure.identity")
+    except ImportError as missing:
+        raise ProviderConfigurationError(
+            "Set AZURE_OPENAI_API_KEY, or install azure-identity to sign in: "
+            "pip install 'handoff-builder[azure]'."
+        ) from missing
+    return identity.DefaultAzureCredential()
