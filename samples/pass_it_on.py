@@ -1,63 +1,79 @@
 """Pass it on: triage hands off to billing, billing to refunds, which answers.
 
-Run with: python samples/pass_it_on.py
+Run with: python -m samples.pass_it_on [--provider scripted|openai|azure]
 
-Offline on the scripted model: each agent's model is a script, so the conversation is the same
-every time. Replace ``scripted_agent`` with ``Agent(client=<a real chat client>, ...)`` to use a
-real model.
+The seed's "Pass it on" pattern. The triage and specialist prompts are the seed's templates,
+filled in by code; the handoff tools use the seed's names (transfer_to_billing, ...).
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 
 from handoff_builder import HandoffTurnResult, HandoffWorkflowBuilder
-from handoff_builder.testing import handoff_to, reply, scripted_agent
+from handoff_builder.testing import handoff_to, reply
+from samples._shared import SPECIALIST, TRIAGE, make_agent, provider_from_argv, render, show
 
-TRIAGE = """You are the front desk for {company}. Greet the user and work out what
-they need. Do not try to solve the problem yourself.
-Before you hand off, state the user's goal in one sentence so the next
-agent does not have to ask again."""
-
-SPECIALIST = """You are the {role} agent for {company}. You now own this conversation.
-The full history above is yours to read.
-Help the user directly. If the request belongs to another agent, hand off
-and say what you are passing on."""
+COMPANY = "Contoso"
+QUESTION = "I was charged twice this month and I want my money back."
 
 
-async def main(company: str = "Contoso") -> HandoffTurnResult:
-    triage = scripted_agent(
+async def main(provider: str = "scripted") -> HandoffTurnResult:
+    triage = make_agent(
         "triage",
-        handoff_to("billing", goal="The user was charged twice and wants the extra charge back."),
-        instructions=TRIAGE.format(company=company),
+        provider=provider,
+        instructions=render(TRIAGE, company=COMPANY),
+        script=[
+            handoff_to(
+                "billing",
+                goal="The user was charged twice and wants the extra charge back.",
+                tool_name="transfer_to_billing",
+            )
+        ],
     )
-    billing = scripted_agent(
+    billing = make_agent(
         "billing",
-        handoff_to("refunds", goal="Refund the duplicate charge."),
-        instructions=SPECIALIST.format(role="billing", company=company),
+        provider=provider,
         description="charges, invoices, plans",
+        instructions=render(
+            SPECIALIST, role="billing", company=COMPANY, handoff_tools="transfer_to_refunds"
+        ),
+        script=[
+            handoff_to(
+                "refunds", goal="Refund the duplicate charge.", tool_name="transfer_to_refunds"
+            )
+        ],
     )
-    refunds = scripted_agent(
+    tech = make_agent(
+        "tech",
+        provider=provider,
+        description="errors, bugs, how-to questions",
+        instructions=render(SPECIALIST, role="tech", company=COMPANY, handoff_tools="(none)"),
+    )
+    refunds = make_agent(
         "refunds",
-        reply("Done: the duplicate charge is refunded."),
-        instructions=SPECIALIST.format(role="refunds", company=company),
-        description="refunds",
+        provider=provider,
+        description="refunds of duplicate or wrong charges",
+        instructions=render(SPECIALIST, role="refunds", company=COMPANY, handoff_tools="(none)"),
+        script=[reply("Done: the duplicate charge is refunded; expect it within 3 days.")],
     )
     workflow = (
         HandoffWorkflowBuilder(triage)
-        .with_handoff(triage, billing, reason="charges, invoices, plans")
-        .with_handoff(billing, refunds, reason="refunds of duplicate or wrong charges")
+        .with_handoff(triage, billing, "charges, invoices, plans", tool_name="transfer_to_billing")
+        .with_handoff(triage, tech, "errors, bugs, how-to questions", tool_name="transfer_to_tech")
+        .with_handoff(billing, refunds, "refunds", tool_name="transfer_to_refunds")
+        .with_max_handoffs_per_turn(3)
         .build()
     )
-    result = await workflow.run("I was charged twice this month.")
+    print(f"user: {QUESTION}")
+    result = await workflow.run(QUESTION)
     turn = result.get_outputs()[-1]
     if not isinstance(turn, HandoffTurnResult):
         raise TypeError(f"expected a HandoffTurnResult, got {turn!r}")
-    for handoff in turn.handoffs:
-        print(f"handoff {handoff.source} -> {handoff.target}: {handoff.goal}")
-    print(f"{turn.active_agent}: {turn.text}")
+    show(turn)
     return turn
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(main(provider_from_argv(sys.argv)))

@@ -1,0 +1,109 @@
+"""What the samples share: an agent for a provider, printing a turn, the seed prompts."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from agent_framework import Agent
+
+from handoff_builder import HandoffTurnResult
+from handoff_builder.providers import chat_client
+from handoff_builder.testing import ModelCall, ScriptStep, Step, scripted_agent
+
+# The seed's prompts (shared/seeds, "Handoffs"), filled in by render().
+TRIAGE = """You are the front desk for {{company}}. Greet the user and work out what
+they need. Do not try to solve the problem yourself.
+
+Hand off with exactly one tool:
+- transfer_to_billing: charges, invoices, plans
+- transfer_to_tech: errors, bugs, how-to questions
+Before you hand off, state the user's goal in one sentence so the next
+agent does not have to ask again."""
+
+SPECIALIST = """You are the {{role}} agent for {{company}}. You now own this conversation.
+The full history above is yours to read.
+
+Help the user directly. If the request belongs to another agent, hand off
+with {{handoff_tools}} and say what you are passing on.
+Never ask the user to repeat something already in the history."""
+
+TRIAGE_HAND_BACK = """You are the front desk for {{company}}. Work out what the user needs.
+Do not try to solve the problem yourself.
+
+Hand off with exactly one tool:
+- transfer_to_billing: charges, invoices, plans
+- transfer_to_tech: errors, bugs, how-to questions
+State the user's goal in one sentence when you hand off.
+
+When a specialist hands the conversation back, read its summary. If
+something is still open, hand that part to the right specialist;
+otherwise ask the user whether there is anything else."""
+
+SPECIALIST_HAND_BACK = """You are the {{role}} agent for {{company}}. You now own this conversation.
+The full history above is yours to read.
+
+Help the user with the part that is yours. When it is done, or if the
+rest belongs to someone else, call transfer_back_to_triage with a
+summary: what you did, and what is still open.
+Never ask the user to repeat something already in the history."""
+
+
+def render(template: str, **values: str) -> str:
+    """Fill ``{{name}}`` placeholders; a placeholder without a value is an error."""
+
+    def fill(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in values:
+            raise KeyError(f"no value for {{{{{name}}}}} in the prompt template")
+        return values[name]
+
+    return re.sub(r"\{\{(\w+)\}\}", fill, template)
+
+
+def make_agent(
+    name: str,
+    *,
+    provider: str,
+    instructions: str,
+    description: str | None = None,
+    script: Sequence[ScriptStep] = (),
+    respond_with: Callable[[ModelCall], Step] | None = None,
+    tools: Sequence[Any] | None = None,
+) -> Agent:
+    """An agent on the chosen provider; offline (``scripted``) it plays ``script``."""
+    if provider == "scripted":
+        return scripted_agent(
+            name,
+            *script,
+            instructions=instructions,
+            description=description,
+            tools=tools,
+            respond_with=respond_with,
+        )
+    return Agent(
+        client=chat_client(provider),
+        name=name,
+        instructions=instructions,
+        description=description,
+        tools=list(tools) if tools else None,
+    )
+
+
+def provider_from_argv(argv: Sequence[str]) -> str:
+    """``--provider NAME`` from the command line (default ``scripted``)."""
+    if "--provider" in argv:
+        return argv[argv.index("--provider") + 1]
+    return "scripted"
+
+
+def show(turn: HandoffTurnResult) -> None:
+    """Print who spoke and every handoff of a turn."""
+    for handoff in turn.handoffs:
+        print(f"  [{handoff.kind}] {handoff.source} -> {handoff.target}: {handoff.goal}")
+    for message in turn.messages:
+        if message.role == "assistant" and message.text:
+            print(f"  {message.author_name}: {message.text}")
+    if turn.escalated:
+        print("  [escalated to a human]")

@@ -1,0 +1,56 @@
+"""Autonomous mode: an agent keeps working without the user until it hands off.
+
+Run with: python -m samples.autonomous_mode [--provider scripted|openai|azure]
+
+The researcher is run again with a continuation prompt after each reply (at most 3 times here),
+until it hands its findings to the writer, which answers the user.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from handoff_builder import HandoffTurnResult, HandoffWorkflowBuilder
+from handoff_builder.testing import handoff_to, reply
+from samples._shared import make_agent, provider_from_argv, show
+
+
+async def main(provider: str = "scripted") -> HandoffTurnResult:
+    researcher = make_agent(
+        "researcher",
+        provider=provider,
+        instructions="Research the question step by step, then hand your notes to the writer.",
+        script=[
+            reply("Step 1: heat pumps move heat instead of making it."),
+            reply("Step 2: their efficiency (COP) is typically 3 to 4."),
+            handoff_to("writer", goal="Explain why heat pumps are efficient, from my notes."),
+        ],
+    )
+    writer = make_agent(
+        "writer",
+        provider=provider,
+        description="Writes the final answer for the user.",
+        instructions="Write a short, clear answer from the researcher's notes.",
+        script=[
+            reply("Heat pumps move heat rather than create it, so 1 kWh gives 3-4 kWh of heat.")
+        ],
+    )
+    workflow = (
+        HandoffWorkflowBuilder(researcher)
+        .with_handoff(researcher, writer)
+        .with_autonomous_mode(turn_limit=3, agents=[researcher])
+        .build()
+    )
+    result = await workflow.run("Why are heat pumps so efficient?")
+    turn = result.get_outputs()[-1]
+    if not isinstance(turn, HandoffTurnResult):
+        raise TypeError(f"expected a HandoffTurnResult, got {turn!r}")
+    prompts = [m.text for m in turn.conversation if m.role == "user"][1:]
+    print(f"continuation prompts: {len(prompts)}")
+    show(turn)
+    return turn
+
+
+if __name__ == "__main__":
+    asyncio.run(main(provider_from_argv(sys.argv)))

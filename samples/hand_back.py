@@ -1,0 +1,77 @@
+"""Hand back: a request that spans two specialists, coordinated by triage.
+
+Run with: python -m samples.hand_back [--provider scripted|openai|azure]
+
+The seed's "Hand back" pattern: billing does its part and hands back with a summary ("refund done;
+crash still open"), then triage hands the open part to tech. At most 4 handoffs per message,
+hand-backs included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from handoff_builder import HandoffTurnResult, HandoffWorkflowBuilder
+from handoff_builder.testing import call_tool, handoff_to, reply, respond
+from samples._shared import (
+    SPECIALIST_HAND_BACK,
+    TRIAGE_HAND_BACK,
+    make_agent,
+    provider_from_argv,
+    render,
+    show,
+)
+
+COMPANY = "Contoso"
+QUESTION = "Please refund last month's double charge. Also, the app crashes when I open my bill."
+
+
+async def main(provider: str = "scripted") -> HandoffTurnResult:
+    triage = make_agent(
+        "triage",
+        provider=provider,
+        instructions=render(TRIAGE_HAND_BACK, company=COMPANY),
+        script=[
+            handoff_to("billing", goal="Refund the double charge; the app also crashes.",
+                       tool_name="transfer_to_billing"),
+            handoff_to("tech", goal="The app crashes when the user opens a bill.",
+                       tool_name="transfer_to_tech"),
+        ],
+    )  # fmt: skip
+    billing = make_agent(
+        "billing",
+        provider=provider,
+        instructions=render(SPECIALIST_HAND_BACK, role="billing", company=COMPANY),
+        script=[
+            respond(
+                "I've refunded the double charge.",
+                call_tool("transfer_back_to_triage", summary="refund done; crash still open"),
+            )
+        ],
+    )
+    tech = make_agent(
+        "tech",
+        provider=provider,
+        instructions=render(SPECIALIST_HAND_BACK, role="tech", company=COMPANY),
+        script=[reply("Update the app to version 4.2: the crash on opening bills is fixed there.")],
+    )
+    workflow = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, billing, "charges, invoices, plans", tool_name="transfer_to_billing")
+        .with_handoff(triage, tech, "errors, bugs, how-to questions", tool_name="transfer_to_tech")
+        .with_hand_back(triage)
+        .with_max_handoffs_per_turn(4)
+        .build()
+    )
+    print(f"user: {QUESTION}")
+    result = await workflow.run(QUESTION)
+    turn = result.get_outputs()[-1]
+    if not isinstance(turn, HandoffTurnResult):
+        raise TypeError(f"expected a HandoffTurnResult, got {turn!r}")
+    show(turn)
+    return turn
+
+
+if __name__ == "__main__":
+    asyncio.run(main(provider_from_argv(sys.argv)))

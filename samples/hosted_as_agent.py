@@ -1,0 +1,60 @@
+"""The handoff workflow hosted as an agent, over several turns (.NET's 12_HandOff_HostAsAgent).
+
+Run with: python -m samples.hosted_as_agent [--provider scripted|openai|azure]
+
+``workflow.as_agent()`` turns the whole handoff workflow into one agent_framework agent: callers
+see one agent, and the workflow keeps the conversation and the handoffs between turns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from handoff_builder import HandoffWorkflowBuilder
+from handoff_builder.testing import handoff_to, reply
+from samples._shared import make_agent, provider_from_argv
+
+TURNS = (
+    "My router keeps dropping the connection.",
+    "It is the X200 model.",
+    "Thanks, that fixed it!",
+)
+
+
+async def main(provider: str = "scripted") -> list[str]:
+    triage = make_agent(
+        "triage",
+        provider=provider,
+        instructions="You are the front desk. Hand technical problems to tech.",
+        script=[handoff_to("tech", goal="The user's router keeps dropping the connection.")],
+    )
+    tech = make_agent(
+        "tech",
+        provider=provider,
+        description="Network and device problems.",
+        instructions="You fix network problems. Ask for the device model if you need it.",
+        script=[
+            reply("Which router model do you have?"),
+            reply("For the X200, update the firmware to 3.1 and restart it."),
+            reply("Glad to hear it! Anything else?"),
+        ],
+    )
+    support = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, tech)
+        .enable_return_to_previous()
+        .build()
+        .as_agent(name="support")
+    )
+    answers: list[str] = []
+    for text in TURNS:
+        print(f"user: {text}")
+        response = await support.run(text)
+        answers.append(response.messages[-1].text)
+        print(f"support ({response.messages[-1].author_name}): {answers[-1]}")
+    return answers
+
+
+if __name__ == "__main__":
+    asyncio.run(main(provider_from_argv(sys.argv)))

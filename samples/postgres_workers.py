@@ -1,0 +1,77 @@
+"""A hosted conversation service on PostgreSQL: two worker processes serve one conversation.
+
+Run with: HANDOFF_BUILDER_POSTGRES_DSN=postgresql://user@host/db python -m samples.postgres_workers
+
+Each worker is a separate process with its own ConversationHost on the same database. Both get a
+message for the same conversation at the same time: the conversation's lock lets one turn run at
+a time (the other waits), and both messages land in the conversation's log, in order, with the
+active agent remembered between them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import uuid
+from pathlib import Path
+
+from handoff_builder import ConversationHost, HandoffWorkflowBuilder
+from handoff_builder.stores import PostgresConversationStore
+from handoff_builder.testing import ModelCall, Step, handoff_to, reply, scripted_agent
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def support_desk() -> HandoffWorkflowBuilder:
+    def billing_answers(call: ModelCall) -> Step:
+        return reply(f"billing handled: {call.texts[-1]}")
+
+    triage = scripted_agent("triage", respond_with=lambda _: handoff_to("billing", goal="Billing."))
+    billing = scripted_agent("billing", respond_with=billing_answers, description="billing")
+    return HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+
+
+async def worker(dsn: str, prefix: str, conversation: str, message: str) -> None:
+    store = PostgresConversationStore(dsn, table_prefix=prefix)
+    turn = await ConversationHost(support_desk(), store).send(conversation, message, wait=True)
+    print(f"[worker {os.getpid()}] {turn.active_agent}: {turn.text}")
+    await store.close()
+
+
+async def main(dsn: str) -> list[str]:
+    prefix = f"sample_{uuid.uuid4().hex[:8]}_"
+    conversation = "customer-7"
+    workers = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "samples.postgres_workers", "--worker", dsn, prefix,
+            conversation, text, cwd=ROOT,
+        )
+        for text in ("Why was I charged twice?", "Also, can I get a paper invoice?")
+    ]  # fmt: skip
+    for process in workers:
+        if await asyncio.wait_for(process.wait(), timeout=60) != 0:
+            raise RuntimeError(f"worker {process.pid} failed")
+    store = PostgresConversationStore(dsn, table_prefix=prefix)
+    record = await store.load(conversation)
+    await store.drop_tables()
+    await store.close()
+    if record is None:
+        raise RuntimeError("the conversation was not stored")
+    texts = [str(m["contents"][0].get("text", "")) for m in record.messages if m["contents"]]
+    print(f"stored {len(record.messages)} messages, {record.version} writes:")
+    for text in texts:
+        if text:
+            print(f"  {text}")
+    return texts
+
+
+if __name__ == "__main__":
+    if "--worker" in sys.argv:
+        asyncio.run(worker(*sys.argv[sys.argv.index("--worker") + 1 :][:4]))
+    else:
+        address = os.environ.get("HANDOFF_BUILDER_POSTGRES_DSN")
+        if not address:
+            sys.exit("Set HANDOFF_BUILDER_POSTGRES_DSN to a PostgreSQL address, e.g. "
+                     "postgresql://postgres@127.0.0.1:5432/test")  # fmt: skip
+        asyncio.run(main(address))

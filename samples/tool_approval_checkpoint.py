@@ -1,0 +1,71 @@
+"""Tool approval with checkpoint and resume: a refund waits for a human, across a restart.
+
+Run with: python -m samples.tool_approval_checkpoint [--provider scripted|openai|azure]
+
+Billing calls an approval-required tool. The workflow stops with a request_info event and is
+checkpointed to files; a new workflow object (a restarted process) resumes from the checkpoint,
+the approval is given, and billing -- not the initial agent -- carries on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+
+from agent_framework import FileCheckpointStorage, Workflow, tool
+
+from handoff_builder import HANDOFF_TURN_EVENT, HandoffTurnResult, HandoffWorkflowBuilder
+from handoff_builder.testing import call_tool, handoff_to, reply
+from samples._shared import make_agent, provider_from_argv, show
+
+
+@tool(name="issue_refund", description="Refund an amount in EUR.", approval_mode="always_require")
+def issue_refund(amount: float) -> str:
+    return f"Refund of {amount:.2f} EUR issued."
+
+
+def build(provider: str, *, first_run: bool) -> Workflow:
+    triage = make_agent(
+        "triage",
+        provider=provider,
+        instructions="Route refund requests to billing.",
+        script=[handoff_to("billing", goal="Refund 24.90 EUR.")] if first_run else [],
+    )
+    billing = make_agent(
+        "billing",
+        provider=provider,
+        description="charges and refunds",
+        instructions="Issue refunds with issue_refund.",
+        tools=[issue_refund],
+        script=[call_tool("issue_refund", amount=24.90)]
+        if first_run
+        else [reply("Your refund of 24.90 EUR is on its way.")],
+    )
+    return HandoffWorkflowBuilder(triage).with_handoff(triage, billing).with_name("refunds").build()
+
+
+async def main(provider: str = "scripted") -> HandoffTurnResult:
+    with tempfile.TemporaryDirectory() as folder:
+        storage = FileCheckpointStorage(folder)
+        first = await build(provider, first_run=True).run(
+            "Please refund the 24.90 EUR double charge.", checkpoint_storage=storage
+        )
+        [request] = first.get_request_info_events()
+        print(f"waiting for approval of {request.data.function_call.name}")
+        checkpoint = await storage.get_latest(workflow_name="refunds")
+        if checkpoint is None:
+            raise RuntimeError("no checkpoint was written")
+
+        print("(the process restarts; a human approves)")
+        workflow = build(provider, first_run=False)
+        await workflow.run(checkpoint_id=checkpoint.checkpoint_id, checkpoint_storage=storage)
+        answer = request.data.to_function_approval_response(approved=True)
+        done = await workflow.run(responses={request.request_id: answer})
+        [turn] = [e.data for e in done if e.type == HANDOFF_TURN_EVENT]
+        show(turn)
+        return turn
+
+
+if __name__ == "__main__":
+    asyncio.run(main(provider_from_argv(sys.argv)))
