@@ -66,7 +66,7 @@ def demo_agents() -> tuple[Agent, Agent, Agent]:
     return triage, billing, refunds
 
 
-def demo_workflow() -> Workflow:
+def demo_builder() -> HandoffWorkflowBuilder:
     """The demo's handoff workflow: triage -> billing -> refunds."""
     triage, billing, refunds = demo_agents()
     return (
@@ -74,12 +74,17 @@ def demo_workflow() -> Workflow:
         .with_handoff(triage, billing, reason="charges, invoices, plans")
         .with_handoff(billing, refunds, reason="refunds of duplicate or wrong charges")
         .with_name("customer-support")
-        .build()
     )
 
 
-async def run_demo(out: TextIO = sys.stdout) -> list[HandoffTurnResult]:
+def demo_workflow() -> Workflow:
+    """The demo's workflow, built."""
+    return demo_builder().build()
+
+
+async def run_demo(out: TextIO | None = None) -> list[HandoffTurnResult]:
     """Play the demo conversation, printing each speaking agent and each handoff."""
+    out = out or sys.stdout
     say: Callable[[str], object] = lambda line: print(line, file=out)  # noqa: E731
     workflow = demo_workflow()
     results: list[HandoffTurnResult] = []

@@ -1,0 +1,161 @@
+"""The CLI's support desk: triage, billing and tech, for ``chat`` and ``graph``."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable
+from typing import TextIO
+
+from agent_framework import Agent
+
+from ._builder import HandoffWorkflowBuilder
+from ._events import HandoffTurnResult
+from ._hosting import ConversationHost
+from .providers import chat_client
+from .stores import ConversationStore, InMemoryConversationStore, SqliteConversationStore
+from .testing import ModelCall, Step, call_tool, handoff_to, reply, scripted_agent
+
+COMPANY = "Contoso Telecom"
+TOPICS = {
+    "billing": ("bill", "charge", "invoice", "refund", "plan", "price", "pay"),
+    "tech": ("crash", "error", "bug", "app", "router", "internet", "slow", "how do"),
+}
+INSTRUCTIONS = {
+    "triage": (
+        f"You are the front desk for {COMPANY}. Greet the user and work out what they need. "
+        "Do not solve the problem yourself: hand off to billing (charges, invoices, plans) or "
+        "tech (errors, bugs, how-to questions), stating the user's goal in one sentence."
+    ),
+    "billing": (
+        f"You are the billing agent for {COMPANY}. You own this conversation now; help with "
+        "charges, invoices and plans. When the user changes topic, hand back to triage with a "
+        "summary of what is done and what is still open."
+    ),
+    "tech": (
+        f"You are the tech agent for {COMPANY}. You own this conversation now; help with errors, "
+        "bugs and how-to questions. When the user changes topic, hand back to triage with a "
+        "summary of what is done and what is still open."
+    ),
+}
+DESCRIPTIONS = {"billing": "charges, invoices, plans", "tech": "errors, bugs, how-to questions"}
+
+
+def _user_text(call: ModelCall) -> str:
+    for message in reversed(call.messages):
+        if message.role == "user" and message.author_name is None:
+            return message.text
+    return ""
+
+
+def _topic(text: str) -> str | None:
+    lowered = text.lower()
+    for topic, words in TOPICS.items():
+        if any(word in lowered for word in words):
+            return topic
+    return None
+
+
+def _triage(call: ModelCall) -> Step:
+    text = _user_text(call)
+    topic = _topic(text)
+    if topic is None:
+        return reply("Hello! I'm the front desk. I can help with billing or technical problems.")
+    return handoff_to(topic, goal=f"The user says: {text}")
+
+
+def _specialist(name: str) -> Callable[[ModelCall], Step]:
+    def respond(call: ModelCall) -> Step:
+        text = _user_text(call)
+        topic = _topic(text)
+        if topic is not None and topic != name:
+            summary = f"{name} part done; open: {text}"
+            return call_tool("transfer_back_to_triage", summary=summary)
+        return reply(f"({name}) I'm on it: {text}")
+
+    return respond
+
+
+def support_agents(provider: str) -> dict[str, Agent]:
+    """triage, billing and tech: on a real provider, or keyword-driven scripts offline."""
+    responders = {"triage": _triage, "billing": _specialist("billing"), "tech": _specialist("tech")}
+    agents: dict[str, Agent] = {}
+    for name, responder in responders.items():
+        if provider == "scripted":
+            agents[name] = scripted_agent(
+                name,
+                instructions=INSTRUCTIONS[name],
+                description=DESCRIPTIONS.get(name),
+                respond_with=responder,
+            )
+        else:
+            agents[name] = Agent(
+                client=chat_client(provider),
+                name=name,
+                instructions=INSTRUCTIONS[name],
+                description=DESCRIPTIONS.get(name),
+            )
+    return agents
+
+
+def support_desk(provider: str = "scripted") -> HandoffWorkflowBuilder:
+    """The support desk workflow: triage hands off; specialists hand back."""
+    agents = support_agents(provider)
+    triage = agents["triage"]
+    return (
+        HandoffWorkflowBuilder(triage)
+        .with_handoffs(triage, [agents["billing"], agents["tech"]])
+        .with_hand_back(triage)
+        .with_max_handoffs_per_turn(4)
+        .with_name("support-desk")
+    )
+
+
+def open_store(spec: str) -> ConversationStore:
+    """``memory``, ``sqlite:PATH`` or a ``postgresql://`` address."""
+    if spec == "memory":
+        return InMemoryConversationStore()
+    if spec.startswith("sqlite:"):
+        return SqliteConversationStore(spec.removeprefix("sqlite:"))
+    if spec.startswith(("postgresql://", "postgres://")):
+        from .stores import PostgresConversationStore
+
+        return PostgresConversationStore(spec)
+    raise ValueError(f"--store must be memory, sqlite:PATH or postgresql://..., got {spec!r}.")
+
+
+def print_turn(turn: HandoffTurnResult, out: TextIO) -> None:
+    """Each handoff and each agent reply of a turn."""
+    for message in turn.messages:
+        if message.role == "assistant" and message.text:
+            print(f"{message.author_name}: {message.text}", file=out)
+        for content in message.contents:
+            handoff = next((h for h in turn.handoffs if h.call_id == content.call_id), None)
+            if content.type == "function_call" and handoff is not None:
+                print(f"  [{handoff.source} -> {handoff.target}] {handoff.goal}", file=out)
+    if turn.escalated:
+        print("  [escalated to a human]", file=out)
+
+
+async def chat(
+    host: ConversationHost,
+    conversation_id: str,
+    lines: Iterable[str],
+    out: TextIO | None = None,
+) -> int:
+    """Send each line as a user message and print the turn; stops at "exit" or the end."""
+    sink = out or sys.stdout
+    active = await host.active_agent(conversation_id)
+    print(
+        f"conversation {conversation_id!r}: talking to {active or 'triage'} (exit to quit)",
+        file=out,
+    )
+    turns = 0
+    for line in lines:
+        text = line.strip()
+        if text.lower() in ("exit", "quit"):
+            break
+        if not text:
+            continue
+        print_turn(await host.send(conversation_id, text, wait=True), sink)
+        turns += 1
+    return turns
