@@ -96,8 +96,12 @@ async def test_handoff_conversation_over_the_wire(fake_openai: FakeOpenAI) -> No
     triage = Agent(
         client=chat_client("openai", environ=environ), name="triage", instructions="Route the user."
     )
-    billing = Agent(client=chat_client("openai", environ=environ), name="billing",
-                    instructions="Fix charges.", description="charges, invoices, plans")  # fmt: skip
+    billing = Agent(
+        client=chat_client("openai", environ=environ),
+        name="billing",
+        instructions="Fix charges.",
+        description="charges, invoices, plans",
+    )
     workflow = HandoffWorkflowBuilder(triage).with_handoff(triage, billing).build()
 
     result = await workflow.run("I was charged twice.")
