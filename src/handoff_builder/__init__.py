@@ -17,15 +17,14 @@ from ._events import (
     HandoffTurnResult,
 )
 from ._filtering import HandoffToolCallFiltering
+from ._group_chat import GroupChatManager, TerminationCondition
 from ._host import DEFAULT_ESCALATION_MESSAGE, GroupChatHost, Participant, TurnJournal
 from ._hosting import DEFAULT_IDLE_TIMEOUT, ConversationHost
 from ._manager import (
     DEFAULT_AUTONOMOUS_PROMPT,
     DEFAULT_AUTONOMOUS_TURN_LIMIT,
     AutonomousMode,
-    GroupChatManager,
     HandoffManager,
-    TerminationCondition,
 )
 from ._naming import DEFAULT_HANDOFF_INSTRUCTIONS, hand_back_tool_name, handoff_tool_name
 from .exceptions import (

@@ -9,7 +9,8 @@ from agent_framework import Agent, Workflow
 
 from ._compile import AutonomousSettings, BuildConfig, HandBack, compile_workflow, to_mermaid
 from ._filtering import HandoffToolCallFiltering
-from ._manager import DEFAULT_AUTONOMOUS_PROMPT, DEFAULT_AUTONOMOUS_TURN_LIMIT, TerminationCondition
+from ._group_chat import TerminationCondition
+from ._manager import DEFAULT_AUTONOMOUS_PROMPT, DEFAULT_AUTONOMOUS_TURN_LIMIT
 from ._naming import DEFAULT_HANDOFF_INSTRUCTIONS
 from ._validation import Edge
 

@@ -11,14 +11,9 @@ from agent_framework import Agent, Workflow, WorkflowBuilder
 from typing_extensions import override
 
 from ._filtering import HandoffToolCallFiltering
+from ._group_chat import DEFAULT_MAX_ITERATIONS, TerminationCondition
 from ._host import DEFAULT_ESCALATION_MESSAGE, HOST_ID, GroupChatHost, Participant
-from ._manager import (
-    DEFAULT_MAX_HANDOFFS_PER_TURN,
-    DEFAULT_MAX_ITERATIONS,
-    AutonomousMode,
-    HandoffManager,
-    TerminationCondition,
-)
+from ._manager import DEFAULT_MAX_HANDOFFS_PER_TURN, AutonomousMode, HandoffManager
 from ._naming import DEFAULT_HANDOFF_INSTRUCTIONS, hand_back_tool_name, handoff_tool_name
 from ._tools import HandoffRoute, HandoffToolMiddleware, make_handoff_tool
 from ._validation import (

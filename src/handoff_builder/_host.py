@@ -9,14 +9,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, cast
 
 from agent_framework import (
-    Agent,
-    AgentResponse,
     AgentResponseUpdate,
     Content,
     Executor,
-    FunctionTool,
     Message,
-    MiddlewareTypes,
     WorkflowContext,
     WorkflowEvent,
     handler,
@@ -37,7 +33,8 @@ from ._events import (
     HandoffTurnResult,
 )
 from ._filtering import AgentView, HandoffToolCallFiltering
-from ._manager import GroupChatManager
+from ._group_chat import GroupChatManager
+from ._participant import Participant
 from ._requests import PendingRequests, requests_in
 from .exceptions import SchemaVersionError
 
@@ -71,43 +68,6 @@ class _Reissue:
 register_checkpoint_type(_Reissue)
 
 HostContext = WorkflowContext[_Hop, HandoffTurnResult | AgentResponseUpdate]
-
-
-@dataclass
-class Participant:
-    """An agent as the host runs it: its own configuration plus what this workflow adds per run.
-
-    The agent object is never changed; ``tools``, ``options`` and ``middleware`` are passed to
-    each ``agent.run`` call and merged there with the agent's own.
-    """
-
-    agent: Agent
-    tools: list[FunctionTool] = field(default_factory=list[FunctionTool])
-    options: dict[str, Any] | None = None
-    middleware: list[MiddlewareTypes] = field(default_factory=list[MiddlewareTypes])
-
-    @property
-    def name(self) -> str:
-        """The agent's name: its identity in this workflow."""
-        return str(self.agent.name)
-
-    async def run(
-        self,
-        messages: Sequence[Message],
-        on_update: Callable[[AgentResponseUpdate], Awaitable[None]] | None,
-    ) -> AgentResponse:
-        """One agent invocation; streams each update to ``on_update`` when it is given."""
-        kwargs: dict[str, Any] = {
-            "tools": self.tools or None,
-            "options": self.options,
-            "middleware": self.middleware or None,
-        }
-        if on_update is None:
-            return await self.agent.run(messages, **kwargs)
-        stream = self.agent.run(messages, stream=True, **kwargs)
-        async for update in stream:
-            await on_update(update)
-        return await stream.get_final_response()
 
 
 @dataclass
