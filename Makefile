@@ -18,7 +18,8 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check src tests samples
 	$(BIN)/pyright
-	$(BIN)/python -m pytest
+	$(BIN)/coverage run -m pytest
+	$(BIN)/coverage report
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests samples

@@ -1,0 +1,69 @@
+"""Providers: real clients from the environment, one-line errors when something is missing."""
+
+from __future__ import annotations
+
+import pytest
+
+from handoff_builder.providers import ProviderConfigurationError, chat_client
+
+
+def test_openai_client_from_the_environment() -> None:
+    client = chat_client("openai", environ={"OPENAI_API_KEY": "k", "OPENAI_MODEL": "gpt-test"})
+    assert type(client).__name__ == "OpenAIChatCompletionClient"
+    assert client.model == "gpt-test"
+
+
+def test_azure_client_with_a_key() -> None:
+    client = chat_client(
+        "azure",
+        environ={
+            "AZURE_OPENAI_ENDPOINT": "https://example.openai.azure.com",
+            "AZURE_OPENAI_DEPLOYMENT": "gpt-deployment",
+            "AZURE_OPENAI_API_KEY": "k",
+        },
+    )
+    assert client.model == "gpt-deployment"
+
+
+@pytest.mark.parametrize(
+    ("provider", "environ", "message"),
+    [
+        ("openai", {}, "Set OPENAI_API_KEY to use the openai provider."),
+        ("openai", {"OPENAI_API_KEY": "  "}, "Set OPENAI_API_KEY to use the openai provider."),
+        ("azure", {}, "Set AZURE_OPENAI_ENDPOINT to use the azure provider."),
+        (
+            "azure",
+            {"AZURE_OPENAI_ENDPOINT": "https://x"},
+            "Set AZURE_OPENAI_DEPLOYMENT to use the azure provider.",
+        ),
+        ("gemini", {}, "Unknown provider 'gemini'; choose one of: scripted, openai, azure."),
+        (
+            "scripted",
+            {},
+            "The scripted provider has no chat client: each agent gets its own script.",
+        ),
+    ],
+)
+def test_configuration_errors_are_one_line(
+    provider: str, environ: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ProviderConfigurationError) as failure:
+        chat_client(provider, environ=environ)
+    assert str(failure.value) == message
+    assert "\n" not in str(failure.value)
+
+
+def test_azure_without_a_key_needs_azure_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    real_import = importlib.import_module
+
+    def no_identity(name: str, package: str | None = None) -> object:
+        if name == "azure.identity":
+            raise ImportError(name)
+        return real_import(name, package)
+
+    monkeypatch.setattr(importlib, "import_module", no_identity)
+    environ = {"AZURE_OPENAI_ENDPOINT": "https://x", "AZURE_OPENAI_DEPLOYMENT": "d"}
+    with pytest.raises(ProviderConfigurationError, match=r"install azure-identity to sign in"):
+        chat_client("azure", environ=environ)
