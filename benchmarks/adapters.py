@@ -339,15 +339,20 @@ def _hb_agents(hops: int) -> dict:
     return {a: _hb_agent(a, hops) for a in CHAIN}
 
 
-def hb_build_workflow(hops: int):
-    """Fresh handoff_builder workflow (a built workflow holds one conversation's shared history)."""
+def hb_builder(hops: int):
+    """The scenario's HandoffWorkflowBuilder over the shared agents (not built yet)."""
     from handoff_builder import HandoffWorkflowBuilder
 
     ag = _hb_agents(hops)
     b = HandoffWorkflowBuilder(ag[CHAIN[0]])  # every user message starts at the initial agent
     for src, dst in HANDOFF_TARGET.items():
         b = b.with_handoff(ag[src], ag[dst])
-    return b.build()
+    return b
+
+
+def hb_build_workflow(hops: int):
+    """Fresh handoff_builder workflow (a built workflow holds one conversation's shared history)."""
+    return hb_builder(hops).build()
 
 
 def hb_turn_fn(wf, prior_msgs: list):

@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# Create (or reuse) .venv-bench with the peer frameworks and this package (-e .), then run
-# bench_turn with handoff_builder, its floor and the peers; prints the Markdown tables on stdout
-# (progress on stderr). Never run two benchmarks at once on a small shared machine.
+# Create (or reuse) .venv-bench with the peer frameworks and this package (-e .), then run the
+# benchmarks; prints the Markdown tables on stdout (progress on stderr). The benchmarks always run
+# one after the other: never run two at once on a small shared machine.
 #
-#   bash benchmarks/run.sh                       # default budget: 360 s of sampling (~7 min)
+#   bash benchmarks/run.sh                       # bench_turn only (default budget 360 s, ~7 min)
+#   bash benchmarks/run.sh all                   # bench_turn, bench_checkpoint, bench_memory, bench_import (~20 min)
+#   bash benchmarks/run.sh checkpoint --budget 60   # one benchmark: turn | checkpoint | memory | import
 #   BUDGET=120 SIZES=0,10,100,1000 bash benchmarks/run.sh --json /tmp/turn.json
 #   PYTHON=python3.12 VENV=/tmp/venv bash benchmarks/run.sh
 #
-# Extra arguments are passed to bench_turn.py.
+# Without a benchmark name, or with `turn`, extra arguments go to bench_turn.py; after
+# `checkpoint`, `memory` or `import` they go to that script. `all` takes no extra arguments; its
+# settings come from the environment:
+#   BUDGET, SIZES, ADAPTERS               bench_turn       (360, 0,100,1000, ours + floor + peers)
+#   CKPT_BUDGET, CKPT_SIZES, CKPT_ROUNDS  bench_checkpoint (150, 0,100,1000, 3 rounds at least)
+#   MEM_ADAPTERS                          bench_memory     (same adapters as bench_turn)
+#   IMPORT_ROUNDS                         bench_import     (9)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -15,6 +23,11 @@ VENV=${VENV:-.venv-bench}
 BUDGET=${BUDGET:-360}
 SIZES=${SIZES:-0,100,1000}
 ADAPTERS=${ADAPTERS:-baseline floor handoff_builder agent_framework openai_agents langgraph_swarm}
+CKPT_BUDGET=${CKPT_BUDGET:-150}
+CKPT_SIZES=${CKPT_SIZES:-0,100,1000}
+CKPT_ROUNDS=${CKPT_ROUNDS:-3}
+MEM_ADAPTERS=${MEM_ADAPTERS:-$ADAPTERS}
+IMPORT_ROUNDS=${IMPORT_ROUNDS:-9}
 STAMP="$VENV/.bench-installed"
 
 if [[ ! -f "$STAMP" || pyproject.toml -nt "$STAMP" ]]; then
@@ -25,6 +38,38 @@ if [[ ! -f "$STAMP" || pyproject.toml -nt "$STAMP" ]]; then
   "$VENV/bin/python" -m pip install --quiet -e . >&2
   touch "$STAMP"
 fi
+PY="$VENV/bin/python"
 
-# shellcheck disable=SC2086  # ADAPTERS is a space-separated list on purpose
-exec "$VENV/bin/python" benchmarks/bench_turn.py --adapters $ADAPTERS --sizes "$SIZES" --budget "$BUDGET" "$@"
+# shellcheck disable=SC2086  # ADAPTERS / MEM_ADAPTERS are space-separated lists on purpose
+run_turn() { "$PY" benchmarks/bench_turn.py --adapters $ADAPTERS --sizes "$SIZES" --budget "$BUDGET" "$@"; }
+run_checkpoint() {
+  "$PY" benchmarks/bench_checkpoint.py --sizes "$CKPT_SIZES" --budget "$CKPT_BUDGET" --min-rounds "$CKPT_ROUNDS" "$@"
+}
+# shellcheck disable=SC2086
+run_memory() { "$PY" benchmarks/bench_memory.py --adapters $MEM_ADAPTERS "$@"; }
+run_import() { "$PY" benchmarks/bench_import.py --rounds "$IMPORT_ROUNDS" "$@"; }
+
+case "${1:-}" in
+  all)
+    shift
+    if [[ $# -gt 0 ]]; then
+      echo "run.sh all takes no extra arguments (use the environment variables above)" >&2
+      exit 2
+    fi
+    for bench in turn checkpoint memory import; do
+      echo "== bench_$bench ($(date +%H:%M:%S))" >&2
+      echo "## bench_$bench"
+      echo
+      "run_$bench"
+      echo
+    done
+    ;;
+  turn | checkpoint | memory | import)
+    bench=$1
+    shift
+    "run_$bench" "$@"
+    ;;
+  *)
+    run_turn "$@"
+    ;;
+esac
