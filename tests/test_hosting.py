@@ -372,3 +372,34 @@ async def test_hosted_turn_with_an_approval(store: ConversationStore) -> None:
     assert record.state["host"]["pending"] is None
     with pytest.raises(HandoffBuilderError, match="waits for no answers"):
         await host.respond("c", {str(request.id): answer})
+
+
+async def test_live_conversation_is_reused_until_another_worker_writes(
+    store: ConversationStore,
+) -> None:
+    loads: list[str] = []
+    real_load = store.load
+
+    async def counting_load(conversation_id: str) -> Any:
+        loads.append(conversation_id)
+        return await real_load(conversation_id)
+
+    store.load = counting_load  # type: ignore[method-assign]
+    builder, _, billing = desk(
+        [handoff_to("billing", goal="Invoice.")],
+        [reply("one"), reply("two"), reply("three")],
+    )
+    worker_a = ConversationHost(builder, store)
+    await worker_a.send("c", "first")
+    await worker_a.send("c", "second")
+    assert loads == ["c"]  # the second turn reused the live conversation
+
+    other_builder, _, other_billing = desk([], [reply("from worker b")])
+    await ConversationHost(other_builder, store).send("c", "via b")  # another worker writes
+    result = await worker_a.send("c", "third")
+    assert loads == ["c", "c", "c"]  # worker a saw the new version and reloaded
+    assert result.text == "three"
+    seen = client_of(billing).calls[-1].texts
+    assert "via b" in seen
+    assert "from worker b" in seen
+    assert client_of(other_billing).calls[0].texts.count("second") == 1

@@ -192,3 +192,10 @@ async def test_postgres_unreachable_server() -> None:
 def test_postgres_table_prefix_is_checked() -> None:
     with pytest.raises(ValueError, match="table_prefix must match"):
         PostgresConversationStore("postgresql://x", table_prefix="bad; drop")
+
+
+async def test_version_alone(store: ConversationStore) -> None:
+    assert await store.version("c1") is None
+    await store.append("c1", start=0, messages=[msg("hi")], state={}, expected_version=0)
+    await store.append("c1", start=1, messages=[], state={}, expected_version=1)
+    assert await store.version("c1") == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -50,11 +51,13 @@ class _StoreJournal:
         self.version = version
         self.saved = saved
         self._clock = clock
+        self.last_activity: str | None = None
 
     async def record(self, host: GroupChatHost) -> None:
         history = host.history
         new = [message.to_dict() for message in history[self.saved :]]
-        state = {"host": host.snapshot(), "last_activity": self._clock().isoformat()}
+        self.last_activity = self._clock().isoformat()
+        state = {"host": host.snapshot(), "last_activity": self.last_activity}
         self.version = await self._store.append(
             self._conversation_id,
             start=self.saved,
@@ -100,6 +103,7 @@ class ConversationHost:
         remember_active_agent: bool = True,
         lock_timeout: float = 30.0,
         clock: Callable[[], datetime] = _utcnow,
+        live_conversations: int = 256,
     ) -> None:
         self.builder = builder
         self.store = store
@@ -111,6 +115,8 @@ class ConversationHost:
         self.remember_active_agent = remember_active_agent
         self.lock_timeout = lock_timeout
         self._clock = clock
+        self.live_conversations = live_conversations
+        self._live: OrderedDict[str, tuple[Workflow, GroupChatHost, _StoreJournal]] = OrderedDict()
 
     async def send(
         self, conversation_id: str, message: UserInput, *, wait: bool = False
@@ -128,7 +134,9 @@ class ConversationHost:
         async with self.store.lock(conversation_id, wait=wait, timeout=self.lock_timeout):
             workflow, host = await self._open(conversation_id)
             await self._finish_interrupted(conversation_id, workflow, host)
-            return _turn_result(conversation_id, host, list(await workflow.run(message)))
+            result = _turn_result(conversation_id, host, list(await workflow.run(message)))
+            self._keep(conversation_id, workflow, host)
+            return result
 
     async def respond(
         self, conversation_id: str, answers: Mapping[str, Content], *, wait: bool = False
@@ -147,7 +155,9 @@ class ConversationHost:
                 )
             await workflow.run(_Reissue())
             events = list(await workflow.run(responses=dict(answers)))
-            return _turn_result(conversation_id, host, events)
+            result = _turn_result(conversation_id, host, events)
+            self._keep(conversation_id, workflow, host)
+            return result
 
     async def stream(
         self, conversation_id: str, message: UserInput, *, wait: bool = False
@@ -159,6 +169,8 @@ class ConversationHost:
             await self._finish_interrupted(conversation_id, workflow, host)
             async for event in workflow.run(message, stream=True):
                 yield event
+            if not host.turn_open:
+                self._keep(conversation_id, workflow, host)
 
     async def resume(self, conversation_id: str, *, wait: bool = False) -> HandoffTurnResult | None:
         """Finish a turn that a crash interrupted; ``None`` when there is nothing to finish."""
@@ -178,6 +190,13 @@ class ConversationHost:
     # -- internals --------------------------------------------------------------------------------
 
     async def _open(self, conversation_id: str) -> tuple[Workflow, GroupChatHost]:
+        live = self._live.pop(conversation_id, None)
+        if live is not None:
+            workflow, host, journal = live
+            # Reuse the conversation kept from this worker's last turn if nobody wrote since.
+            if await self.store.version(conversation_id) == journal.version:
+                self._expire_if_idle(conversation_id, journal.last_activity, host)
+                return workflow, host
         record = await self.store.load(conversation_id)  # errors surface before any model call
         workflow = self.builder.build()
         host = workflow.get_start_executor()
@@ -192,10 +211,22 @@ class ConversationHost:
             host.load(history, record.state.get("host", {}))
             version, saved = record.version, len(history)
             self._expire_if_idle(conversation_id, record.state.get("last_activity"), host)
-        host.journal = _StoreJournal(
+        journal = _StoreJournal(
             self.store, conversation_id, version=version, saved=saved, clock=self._clock
         )
+        if record is not None:
+            journal.last_activity = record.state.get("last_activity")
+        host.journal = journal
         return workflow, host
+
+    def _keep(self, conversation_id: str, workflow: Workflow, host: GroupChatHost) -> None:
+        """Keep a conversation that ended its turn cleanly, for this worker's next turn of it."""
+        journal = host.journal
+        if self.live_conversations < 1 or not isinstance(journal, _StoreJournal):
+            return
+        self._live[conversation_id] = (workflow, host, journal)
+        while len(self._live) > self.live_conversations:
+            self._live.popitem(last=False)
 
     def _expire_if_idle(self, conversation_id: str, last: Any, host: GroupChatHost) -> None:
         manager = host.manager

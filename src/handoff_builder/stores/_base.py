@@ -43,6 +43,10 @@ class ConversationStore(Protocol):
         """The stored conversation, or ``None`` if there is none."""
         ...
 
+    async def version(self, conversation_id: str) -> int | None:
+        """The stored version counter alone (cheap), or ``None`` for no conversation."""
+        ...
+
     async def append(
         self,
         conversation_id: str,

@@ -29,6 +29,11 @@ class InMemoryConversationStore:
         messages = list(self._messages.get(conversation_id, []))
         return ConversationRecord(conversation_id, messages, copy.deepcopy(state), version)
 
+    async def version(self, conversation_id: str) -> int | None:
+        """The stored version, or ``None``."""
+        found = self._states.get(conversation_id)
+        return None if found is None else found[0]
+
     async def append(
         self,
         conversation_id: str,

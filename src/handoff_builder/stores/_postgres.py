@@ -119,6 +119,18 @@ class PostgresConversationStore:
         messages = [decode_message(conversation_id, int(p), body) for p, body in rows]
         return ConversationRecord(conversation_id, messages, state, int(version))
 
+    async def version(self, conversation_id: str) -> int | None:
+        """The stored version, or ``None``."""
+        pool = await self._open()
+        try:
+            async with pool.connection() as db:
+                row = await (
+                    await db.execute(self._q["select_version"], (conversation_id,))
+                ).fetchone()
+        except (psycopg.OperationalError, PoolTimeout) as error:
+            raise StoreUnavailableError("PostgreSQL", str(error).strip()) from error
+        return None if row is None else int(row[0])
+
     async def append(
         self,
         conversation_id: str,
@@ -213,6 +225,7 @@ def _queries(conversations: sql.Identifier, messages: sql.Identifier) -> dict[st
         "ORDER BY position",
         "insert_state": "INSERT INTO {c} (conversation_id, schema_version, version, state) "
         "VALUES (%s, %s, 0, '{{}}') ON CONFLICT (conversation_id) DO NOTHING",
+        "select_version": "SELECT version FROM {c} WHERE conversation_id = %s",
         "lock_state": "SELECT version FROM {c} WHERE conversation_id = %s FOR UPDATE",
         "count_messages": "SELECT COUNT(*) FROM {m} WHERE conversation_id = %s",
         "insert_message": "INSERT INTO {m} VALUES (%s, %s, %s)",

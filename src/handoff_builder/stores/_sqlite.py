@@ -114,6 +114,18 @@ class SqliteConversationStore:
         messages = [decode_message(conversation_id, position, body) for position, body in rows]
         return ConversationRecord(conversation_id, messages, state, int(version))
 
+    async def version(self, conversation_id: str) -> int | None:
+        """The stored version, or ``None``."""
+
+        def read(db: sqlite3.Connection) -> int | None:
+            row = db.execute(
+                "SELECT version FROM handoff_conversations WHERE conversation_id = ?",
+                (conversation_id,),
+            ).fetchone()
+            return None if row is None else int(row[0])
+
+        return await self._run(read)
+
     async def append(
         self,
         conversation_id: str,
