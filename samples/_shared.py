@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agent_framework import Agent
+from agent_framework import Agent, Workflow
 
 from handoff_builder import HandoffTurnResult
 from handoff_builder.providers import chat_client
@@ -96,6 +96,15 @@ def provider_from_argv(argv: Sequence[str]) -> str:
     if "--provider" in argv:
         return argv[argv.index("--provider") + 1]
     return "scripted"
+
+
+async def run_turn(workflow: Workflow, message: str) -> HandoffTurnResult:
+    """Run one user turn of ``workflow`` and return its result."""
+    result = await workflow.run(message)
+    turn = result.get_outputs()[-1]
+    if not isinstance(turn, HandoffTurnResult):
+        raise TypeError(f"expected a HandoffTurnResult, got {turn!r}")
+    return turn
 
 
 def show(turn: HandoffTurnResult) -> None:

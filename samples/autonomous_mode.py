@@ -13,7 +13,7 @@ import sys
 
 from handoff_builder import HandoffTurnResult, HandoffWorkflowBuilder
 from handoff_builder.testing import handoff_to, reply
-from samples._shared import make_agent, provider_from_argv, show
+from samples._shared import make_agent, provider_from_argv, run_turn, show
 
 
 async def main(provider: str = "scripted") -> HandoffTurnResult:
@@ -42,10 +42,7 @@ async def main(provider: str = "scripted") -> HandoffTurnResult:
         .with_autonomous_mode(turn_limit=3, agents=[researcher])
         .build()
     )
-    result = await workflow.run("Why are heat pumps so efficient?")
-    turn = result.get_outputs()[-1]
-    if not isinstance(turn, HandoffTurnResult):
-        raise TypeError(f"expected a HandoffTurnResult, got {turn!r}")
+    turn = await run_turn(workflow, "Why are heat pumps so efficient?")
     prompts = [m.text for m in turn.conversation if m.role == "user"][1:]
     print(f"continuation prompts: {len(prompts)}")
     show(turn)

@@ -20,6 +20,7 @@ from samples._shared import (
     make_agent,
     provider_from_argv,
     render,
+    run_turn,
     show,
 )
 
@@ -65,10 +66,7 @@ async def main(provider: str = "scripted") -> HandoffTurnResult:
         .build()
     )
     print(f"user: {QUESTION}")
-    result = await workflow.run(QUESTION)
-    turn = result.get_outputs()[-1]
-    if not isinstance(turn, HandoffTurnResult):
-        raise TypeError(f"expected a HandoffTurnResult, got {turn!r}")
+    turn = await run_turn(workflow, QUESTION)
     show(turn)
     return turn
 

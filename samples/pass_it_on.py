@@ -13,7 +13,15 @@ import sys
 
 from handoff_builder import HandoffTurnResult, HandoffWorkflowBuilder
 from handoff_builder.testing import handoff_to, reply
-from samples._shared import SPECIALIST, TRIAGE, make_agent, provider_from_argv, render, show
+from samples._shared import (
+    SPECIALIST,
+    TRIAGE,
+    make_agent,
+    provider_from_argv,
+    render,
+    run_turn,
+    show,
+)
 
 COMPANY = "Contoso"
 QUESTION = "I was charged twice this month and I want my money back."
@@ -67,10 +75,7 @@ async def main(provider: str = "scripted") -> HandoffTurnResult:
         .build()
     )
     print(f"user: {QUESTION}")
-    result = await workflow.run(QUESTION)
-    turn = result.get_outputs()[-1]
-    if not isinstance(turn, HandoffTurnResult):
-        raise TypeError(f"expected a HandoffTurnResult, got {turn!r}")
+    turn = await run_turn(workflow, QUESTION)
     show(turn)
     return turn
 

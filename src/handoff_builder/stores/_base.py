@@ -101,6 +101,20 @@ def decode_message(conversation_id: str, position: int, raw: str | bytes | None)
     return message  # pyright: ignore[reportUnknownVariableType]
 
 
+def record_from_rows(
+    conversation_id: str,
+    schema_version: int,
+    version: int,
+    raw_state: str | bytes | None,
+    rows: Sequence[tuple[int, str | bytes | None]],
+) -> ConversationRecord:
+    """A checked record from a backend's state row and its ``(position, body)`` message rows."""
+    state = decode_state(conversation_id, int(schema_version), raw_state)
+    check_positions(conversation_id, [int(position) for position, _ in rows])
+    messages = [decode_message(conversation_id, int(p), body) for p, body in rows]
+    return ConversationRecord(conversation_id, messages, state, int(version))
+
+
 def check_positions(conversation_id: str, positions: Sequence[int]) -> None:
     """The log must be 0, 1, 2, ... with no gap (a gap means a lost write)."""
     for expected, position in enumerate(positions):

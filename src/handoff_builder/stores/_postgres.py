@@ -16,10 +16,8 @@ from handoff_builder.exceptions import ConversationConflictError, StoreUnavailab
 from ._base import (
     RECORD_SCHEMA_VERSION,
     ConversationRecord,
-    check_positions,
-    decode_message,
-    decode_state,
     encode,
+    record_from_rows,
 )
 from ._locks import acquire
 
@@ -114,10 +112,7 @@ class PostgresConversationStore:
         except (psycopg.OperationalError, PoolTimeout) as error:
             raise StoreUnavailableError("PostgreSQL", str(error).strip()) from error
         schema_version, version, raw_state = row
-        state = decode_state(conversation_id, int(schema_version), raw_state)
-        check_positions(conversation_id, [int(position) for position, _ in rows])
-        messages = [decode_message(conversation_id, int(p), body) for p, body in rows]
-        return ConversationRecord(conversation_id, messages, state, int(version))
+        return record_from_rows(conversation_id, schema_version, version, raw_state, rows)
 
     async def version(self, conversation_id: str) -> int | None:
         """The stored version, or ``None``."""

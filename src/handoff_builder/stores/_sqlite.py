@@ -19,10 +19,8 @@ from handoff_builder.exceptions import ConversationConflictError, StoreUnavailab
 from ._base import (
     RECORD_SCHEMA_VERSION,
     ConversationRecord,
-    check_positions,
-    decode_message,
-    decode_state,
     encode,
+    record_from_rows,
 )
 from ._locks import acquire
 
@@ -109,10 +107,7 @@ class SqliteConversationStore:
         if found is None:
             return None
         (schema_version, version, raw_state), rows = found
-        state = decode_state(conversation_id, int(schema_version), raw_state)
-        check_positions(conversation_id, [position for position, _ in rows])
-        messages = [decode_message(conversation_id, position, body) for position, body in rows]
-        return ConversationRecord(conversation_id, messages, state, int(version))
+        return record_from_rows(conversation_id, schema_version, version, raw_state, rows)
 
     async def version(self, conversation_id: str) -> int | None:
         """The stored version, or ``None``."""
