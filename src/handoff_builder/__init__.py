@@ -27,6 +27,7 @@ from ._manager import (
     HandoffManager,
 )
 from ._naming import DEFAULT_HANDOFF_INSTRUCTIONS, hand_back_tool_name, handoff_tool_name
+from ._workflow import HandoffWorkflow, MessageBatch
 from .exceptions import (
     ConversationBusyError,
     ConversationConflictError,
@@ -65,7 +66,9 @@ __all__ = [
     "HandoffManager",
     "HandoffToolCallFiltering",
     "HandoffTurnResult",
+    "HandoffWorkflow",
     "HandoffWorkflowBuilder",
+    "MessageBatch",
     "Participant",
     "PendingRequestsError",
     "SchemaVersionError",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import overload
 
-from agent_framework import Agent, Workflow
+from agent_framework import Agent
 
 from ._compile import AutonomousSettings, BuildConfig, HandBack, compile_workflow, to_mermaid
 from ._filtering import HandoffToolCallFiltering
@@ -13,6 +13,7 @@ from ._group_chat import TerminationCondition
 from ._manager import DEFAULT_AUTONOMOUS_PROMPT, DEFAULT_AUTONOMOUS_TURN_LIMIT
 from ._naming import DEFAULT_HANDOFF_INSTRUCTIONS
 from ._validation import Edge
+from ._workflow import HandoffWorkflow
 
 __all__ = ["HandoffWorkflowBuilder"]
 
@@ -306,8 +307,11 @@ class HandoffWorkflowBuilder:
 
     # -- build ------------------------------------------------------------------------------------
 
-    def build(self) -> Workflow:
-        """Check the configuration and compile it into an ``agent_framework.Workflow``.
+    def build(self) -> HandoffWorkflow:
+        """Check the configuration and compile it into a :class:`HandoffWorkflow`.
+
+        The result is an ``agent_framework.Workflow``: run it, stream it, checkpoint it or wrap it
+        with ``as_agent()`` as usual.
 
         Raises:
             HandoffConfigurationError: listing every problem found, each naming the agents.

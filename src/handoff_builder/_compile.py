@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_framework import Agent, Workflow, WorkflowBuilder
+from agent_framework import Agent, WorkflowBuilder
 from typing_extensions import override
 
 from ._filtering import HandoffToolCallFiltering
@@ -24,6 +24,7 @@ from ._validation import (
     participant_problems,
     tool_name_problems,
 )
+from ._workflow import HandoffWorkflow, specialise
 from .exceptions import HandoffConfigurationError
 
 AgentRef = Any  # an Agent, or a participant's name
@@ -102,7 +103,7 @@ class _Plan:
     intermediate_agents: frozenset[str]
 
 
-def compile_workflow(config: BuildConfig) -> Workflow:
+def compile_workflow(config: BuildConfig) -> HandoffWorkflow:
     """Validate ``config`` (all problems at once) and assemble the workflow."""
     plan = _plan(config)
     manager = HandoffManager(
@@ -134,7 +135,7 @@ def compile_workflow(config: BuildConfig) -> Workflow:
         description=config.description,
         max_iterations=config.max_iterations + 2,
     )
-    return builder.add_edge(host, host).build()
+    return specialise(builder.add_edge(host, host).build())
 
 
 def _participant(

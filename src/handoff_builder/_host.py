@@ -36,6 +36,7 @@ from ._filtering import AgentView, HandoffToolCallFiltering
 from ._group_chat import GroupChatManager
 from ._participant import Participant
 from ._requests import PendingRequests, requests_in
+from ._workflow import MessageBatch
 from .exceptions import SchemaVersionError
 
 __all__ = ["DEFAULT_ESCALATION_MESSAGE", "GroupChatHost", "Participant", "TurnJournal"]
@@ -196,6 +197,14 @@ class GroupChatHost(Executor):
     async def handle_messages(self, messages: list[Message], ctx: HostContext) -> None:
         """Several input messages (e.g. prior history plus the new user message)."""
         await self._begin_turn(messages, ctx)
+
+    @handler
+    async def handle_batch(self, message: MessageBatch, ctx: HostContext) -> None:
+        """Several input messages, as :class:`HandoffWorkflow` passes a list.
+
+        Found before ``handle_messages``: its type check is one ``isinstance``, not one per message.
+        """
+        await self._begin_turn(message, ctx)
 
     @handler
     async def handle_hop(self, hop: _Hop, ctx: HostContext) -> None:

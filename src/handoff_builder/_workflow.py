@@ -1,0 +1,85 @@
+"""The workflow type that :meth:`HandoffWorkflowBuilder.build` returns.
+
+agent_framework records every executor invocation as an ``executor_invoked`` event whose data is
+``copy.deepcopy`` of the executor's input. For a first turn that brings a long history
+(``workflow.run([*prior, user])``) that copies every prior message, which costs more than the
+orchestration itself. :class:`HandoffWorkflow` passes such a list to the host as a
+:class:`MessageBatch`: a ``list[Message]`` whose deep copy is a new list of the same messages.
+"""
+
+from collections.abc import Awaitable
+from typing import Any, Literal, cast, overload
+
+from agent_framework import (
+    Message,
+    ResponseStream,
+    Workflow,
+    WorkflowEvent,
+    WorkflowRunResult,
+    register_checkpoint_type,
+)
+from typing_extensions import Self, override
+
+__all__ = ["HandoffWorkflow", "MessageBatch"]
+
+
+class MessageBatch(list[Message]):
+    """Input messages of one run, as the host receives them.
+
+    A plain ``list[Message]`` except for copying: ``copy.deepcopy`` (which agent_framework applies
+    to every executor input for its ``executor_invoked`` event) returns a new ``MessageBatch`` that
+    holds the same :class:`~agent_framework.Message` objects. The host never modifies input
+    messages, so the event still shows what the host received.
+    """
+
+    __slots__ = ()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Self:
+        del memo
+        return type(self)(self)
+
+
+register_checkpoint_type(MessageBatch)  # a run's input is checkpointed before the host runs
+
+
+def as_batch(message: object) -> object:
+    """``message`` as a :class:`MessageBatch` when it is a list of messages; otherwise unchanged."""
+    if type(message) is not list:
+        return message
+    items = cast(list[object], message)
+    if all(isinstance(item, Message) for item in items):
+        return MessageBatch(cast(list[Message], items))
+    return items
+
+
+class HandoffWorkflow(Workflow):
+    """An ``agent_framework.Workflow`` built by :class:`~handoff_builder.HandoffWorkflowBuilder`.
+
+    It runs, streams, checkpoints and wraps as an agent (``as_agent()``) like any ``Workflow``.
+    The one difference is in :meth:`run`: a ``list[Message]`` input reaches the host as a
+    :class:`MessageBatch`, so agent_framework's ``executor_invoked`` event does not deep-copy the
+    whole history the list may carry (see ``docs/performance.md``).
+    """
+
+    @overload
+    def run(
+        self, message: Any | None = None, *, stream: Literal[True], **kwargs: Any
+    ) -> ResponseStream[WorkflowEvent, WorkflowRunResult]: ...
+
+    @overload
+    def run(
+        self, message: Any | None = None, *, stream: Literal[False] = ..., **kwargs: Any
+    ) -> Awaitable[WorkflowRunResult]: ...
+
+    @override
+    def run(  # pyright: ignore[reportIncompatibleMethodOverride]
+        self, message: Any | None = None, *, stream: bool = False, **kwargs: Any
+    ) -> ResponseStream[WorkflowEvent, WorkflowRunResult] | Awaitable[WorkflowRunResult]:
+        """Run the workflow; the arguments are those of ``agent_framework.Workflow.run``."""
+        return super().run(as_batch(message), stream=stream, **kwargs)  # pyright: ignore[reportCallIssue, reportArgumentType]
+
+
+def specialise(workflow: Workflow) -> HandoffWorkflow:
+    """Give a workflow that ``WorkflowBuilder.build()`` made the :class:`HandoffWorkflow` type."""
+    workflow.__class__ = HandoffWorkflow
+    return cast(HandoffWorkflow, workflow)
