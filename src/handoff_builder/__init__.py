@@ -2,7 +2,12 @@
 
 Several agents share one conversation; the active agent answers the user or passes the
 conversation on by calling a handoff tool. Start with :class:`HandoffWorkflowBuilder`.
+
+The hosting layer (:class:`ConversationHost`, ``handoff_builder.stores``) is imported on first
+use, so a program that only builds and runs workflows does not load it (nor ``sqlite3``).
 """
+
+import typing as _typing
 
 from ._builder import HandoffWorkflowBuilder
 from ._events import (
@@ -19,7 +24,6 @@ from ._events import (
 from ._filtering import HandoffToolCallFiltering
 from ._group_chat import GroupChatManager, TerminationCondition
 from ._host import DEFAULT_ESCALATION_MESSAGE, GroupChatHost, Participant, TurnJournal
-from ._hosting import DEFAULT_IDLE_TIMEOUT, ConversationHost
 from ._manager import (
     DEFAULT_AUTONOMOUS_PROMPT,
     DEFAULT_AUTONOMOUS_TURN_LIMIT,
@@ -39,6 +43,28 @@ from .exceptions import (
     ScriptExhaustedError,
     StoreUnavailableError,
 )
+
+if _typing.TYPE_CHECKING:
+    from ._hosting import DEFAULT_IDLE_TIMEOUT, ConversationHost
+
+_LAZY = {"ConversationHost": "._hosting", "DEFAULT_IDLE_TIMEOUT": "._hosting"}
+
+
+def __getattr__(name: str) -> object:
+    """Import the hosting layer when one of its names is first asked for."""
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'handoff_builder' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(module_name, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "DEFAULT_AUTONOMOUS_PROMPT",
