@@ -5,10 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from agent_framework import Agent, tool
+from agent_framework import Agent, FunctionTool, Message, Workflow, tool
 
-from handoff_builder import HandoffBuilderError, HandoffConfigurationError, HandoffWorkflowBuilder
-from handoff_builder.testing import ScriptedChatClient, reply, scripted_agent
+from handoff_builder import (
+    GroupChatHost,
+    HandoffBuilderError,
+    HandoffConfigurationError,
+    HandoffWorkflowBuilder,
+)
+from handoff_builder.testing import ScriptedChatClient, handoff_to, reply, scripted_agent
 
 
 def problems_of(builder: HandoffWorkflowBuilder) -> tuple[str, ...]:
@@ -186,3 +191,38 @@ def test_many_sources_to_one_target_with_reason() -> None:
     HandoffWorkflowBuilder(triage).with_handoffs(triage, [billing, tech]).with_handoffs(
         [billing, tech], triage, "anything else"
     ).build()
+
+
+def handoff_tools_of(workflow: Workflow, agent: str) -> list[FunctionTool]:
+    host = workflow.get_start_executor()
+    assert isinstance(host, GroupChatHost)
+    return host._participants[agent].tools  # pyright: ignore[reportPrivateUsage]
+
+
+async def test_builds_share_their_handoff_tools_but_not_their_conversations() -> None:
+    """A handoff tool holds nothing per conversation, so every build of a route reuses it."""
+    triage = scripted_agent(
+        "triage", handoff_to("billing", goal="One."), handoff_to("billing", goal="Two.")
+    )
+    billing = scripted_agent("billing", reply("First."), reply("Second."))
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+    first, second = builder.build(), builder.build()
+    [tool] = handoff_tools_of(first, "triage")
+    assert handoff_tools_of(second, "triage") == [tool]
+    assert handoff_tools_of(second, "triage")[0] is tool
+
+    reworded = HandoffWorkflowBuilder(triage).with_handoff(triage, billing, "Invoices only.")
+    [other] = handoff_tools_of(reworded.build(), "triage")
+    assert other is not tool
+    assert other.description == "Invoices only."
+
+    assert (await first.run("a")).get_outputs()[-1].text == "First."
+    assert (await second.run("b")).get_outputs()[-1].text == "Second."
+    assert [m.text for m in handoff_history(first)][:1] == ["a"]
+    assert [m.text for m in handoff_history(second)][:1] == ["b"]
+
+
+def handoff_history(workflow: Workflow) -> list[Message]:
+    host = workflow.get_start_executor()
+    assert isinstance(host, GroupChatHost)
+    return list(host.history)

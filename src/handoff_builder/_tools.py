@@ -11,6 +11,7 @@ intercepts every call to them, asks the manager to review it, and either
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -121,8 +122,14 @@ def _never_called(**_: Any) -> str:  # pragma: no cover - the middleware interce
     raise RuntimeError("handoff tools are intercepted by HandoffToolMiddleware and never executed")
 
 
+@functools.lru_cache(maxsize=1024)
 def make_handoff_tool(route: HandoffRoute) -> FunctionTool:
-    """The tool an agent calls to hand the conversation to ``route.target``."""
+    """The tool an agent calls to hand the conversation to ``route.target``.
+
+    One tool per distinct route, shared by every workflow built with it: the tool holds no
+    per-conversation state (it is never executed; :class:`HandoffToolMiddleware`, which is built
+    per workflow, intercepts every call), so a built conversation does not carry its own copy.
+    """
     return FunctionTool(
         name=route.tool_name,
         description=route.description,
