@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -199,3 +200,121 @@ async def test_version_alone(store: ConversationStore) -> None:
     await store.append("c1", start=0, messages=[msg("hi")], state={}, expected_version=0)
     await store.append("c1", start=1, messages=[], state={}, expected_version=1)
     assert await store.version("c1") == 2
+
+
+# -- SQLite: durability setting, writes on the event loop, waiting for other writers ---------------
+
+
+def sqlite_pragma(store: SqliteConversationStore, name: str) -> object:
+    db = store._db  # pyright: ignore[reportPrivateUsage]
+    assert db is not None
+    return db.execute(f"PRAGMA {name}").fetchone()[0]
+
+
+@pytest.mark.parametrize(("synchronous", "level"), [("normal", 1), ("full", 2), ("FULL", 2)])
+async def test_sqlite_synchronous_setting_is_applied(
+    tmp_path: Path, synchronous: str, level: int
+) -> None:
+    store = SqliteConversationStore(tmp_path / "c.db", synchronous=synchronous)  # type: ignore[arg-type]
+    assert store.synchronous == synchronous.lower()
+    await store.append("c1", start=0, messages=[msg("hi")], state={}, expected_version=0)
+    assert sqlite_pragma(store, "journal_mode") == "wal"
+    assert sqlite_pragma(store, "synchronous") == level
+    await store.close()
+
+
+def test_sqlite_synchronous_default_is_normal(tmp_path: Path) -> None:
+    assert SqliteConversationStore(tmp_path / "c.db").synchronous == "normal"
+
+
+@pytest.mark.parametrize("synchronous", ["off", "extra", "", None, 1])
+def test_sqlite_bad_synchronous_is_refused(tmp_path: Path, synchronous: object) -> None:
+    with pytest.raises(ValueError, match=r"synchronous must be 'normal' or 'full', got "):
+        SqliteConversationStore(tmp_path / "c.db", synchronous=synchronous)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("synchronous", "hops"), [("normal", 0), ("full", 5)])
+async def test_sqlite_small_writes_run_on_the_event_loop_only_without_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, synchronous: str, hops: int
+) -> None:
+    store = SqliteConversationStore(tmp_path / "c.db", synchronous=synchronous)  # type: ignore[arg-type]
+    assert await store.load("c1") is None  # connects (in a worker thread)
+    threads: list[object] = []
+    real_to_thread = asyncio.to_thread
+
+    async def counting_to_thread(work: Any, /, *args: Any) -> Any:
+        threads.append(work)
+        return await real_to_thread(work, *args)
+
+    monkeypatch.setattr(asyncio, "to_thread", counting_to_thread)
+    version = 0
+    for position in range(2):
+        version = await store.append(
+            "c1",
+            start=position,
+            messages=[msg("hi")],
+            state={"n": position},
+            expected_version=version,
+        )
+        assert await store.version("c1") == version
+    with pytest.raises(ConversationConflictError):
+        await store.append("c1", start=2, messages=[], state={}, expected_version=1)
+    assert len(threads) == hops
+    await store.close()
+
+
+async def test_sqlite_write_waits_for_another_writer_without_blocking_the_loop(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "c.db"
+    store = SqliteConversationStore(path)
+    await store.append("c1", start=0, messages=[msg("hi")], state={"n": 1}, expected_version=0)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    other.execute("UPDATE handoff_conversations SET updated_at = 'x'")
+    write = asyncio.create_task(
+        store.append("c1", start=1, messages=[msg("more")], state={"n": 2}, expected_version=1)
+    )
+    ticks = 0
+    for _ in range(10):  # the event loop keeps running while the write waits
+        await asyncio.sleep(0.01)
+        ticks += 1
+    assert ticks == 10
+    assert not write.done()
+    other.execute("COMMIT")
+    other.close()
+    assert await asyncio.wait_for(write, timeout=5) == 2
+    record = await store.load("c1")
+    assert record is not None
+    assert (len(record.messages), record.state, record.version) == (2, {"n": 2}, 2)
+    await store.close()
+
+
+async def test_sqlite_checkpoints_the_wal_in_a_worker_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("handoff_builder.stores._sqlite._CHECKPOINT_EVERY", 5)
+    path = tmp_path / "c.db"
+    store = SqliteConversationStore(path)
+    await store.append("c1", start=0, messages=[], state={}, expected_version=0)
+    assert sqlite_pragma(store, "wal_autocheckpoint") == 0  # commits never checkpoint inline
+    for version in range(1, 5):
+        await store.append(
+            "c1", start=version - 1, messages=[msg("x" * 2000)], state={}, expected_version=version
+        )
+    before = path.stat().st_size  # the database file itself: nothing copied from the WAL yet
+    threads: list[object] = []
+    real_to_thread = asyncio.to_thread
+
+    async def counting_to_thread(work: Any, /, *args: Any) -> Any:
+        threads.append(work)
+        return await real_to_thread(work, *args)
+
+    monkeypatch.setattr(asyncio, "to_thread", counting_to_thread)
+    await store.append("c1", start=4, messages=[msg("x" * 2000)], state={}, expected_version=5)
+    assert path.stat().st_size > before  # the sixth write checkpointed first,
+    assert len(threads) == 1  # in a worker thread
+    record = await store.load("c1")
+    assert record is not None
+    assert (len(record.messages), record.version) == (5, 6)
+    await store.close()

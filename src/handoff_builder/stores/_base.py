@@ -74,9 +74,12 @@ class ConversationStore(Protocol):
         ...
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def encode(value: Any) -> str:
-    """Compact JSON (never pickle)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    """Compact JSON (never pickle), non-ASCII kept: one shared encoder, not one per call."""
+    return _ENCODER.encode(value)
 
 
 def decode_state(
