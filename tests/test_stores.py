@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from handoff_builder.stores import (
     PostgresConversationStore,
     SqliteConversationStore,
 )
+from handoff_builder.stores._base import record_from_rows
 
 
 def msg(text: str, role: str = "user") -> dict[str, object]:
@@ -318,3 +320,29 @@ async def test_sqlite_checkpoints_the_wal_in_a_worker_thread(
     assert record is not None
     assert (len(record.messages), record.version) == (5, 6)
     await store.close()
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        ('{"role":"user"},{"role":"assistant"}', "message #1 is not valid JSON"),
+        ("3", "message #1 is not a message"),
+        ('{"contents":[]}', "message #1 is not a message"),
+        ("", "message #1 is not valid JSON"),
+        (None, "message #1 is empty"),
+    ],
+    ids=["two-in-one-row", "a-number", "no-role", "empty", "null"],
+)
+def test_a_bad_row_among_good_ones_is_named(body: str | None, problem: str) -> None:
+    """The log is parsed in one go; a bad row still gets its own, precise error."""
+    good = '{"role":"user","contents":[{"type":"text","text":"hi"}]}'
+    rows = [(0, good), (1, body), (2, good)]
+    with pytest.raises(CorruptConversationError, match=rf"'c1' is corrupt: {problem}"):
+        record_from_rows("c1", 1, 3, "{}", rows)
+
+
+def test_a_good_log_decodes_in_order() -> None:
+    rows = [(i, json.dumps({"role": "user", "contents": [], "n": i})) for i in range(50)]
+    record = record_from_rows("c1", 1, 3, '{"k":1}', rows)
+    assert [m["n"] for m in record.messages] == list(range(50))
+    assert record.state == {"k": 1}
