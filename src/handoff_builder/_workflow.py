@@ -7,6 +7,7 @@ orchestration itself. :class:`HandoffWorkflow` passes such a list to the host as
 :class:`MessageBatch`: a ``list[Message]`` whose deep copy is a new list of the same messages.
 """
 
+import copy
 from collections.abc import Awaitable
 from typing import Any, Literal, cast, overload
 
@@ -26,17 +27,26 @@ __all__ = ["HandoffWorkflow", "MessageBatch"]
 class MessageBatch(list[Message]):
     """Input messages of one run, as the host receives them.
 
-    A plain ``list[Message]`` except for copying: ``copy.deepcopy`` (which agent_framework applies
-    to every executor input for its ``executor_invoked`` event) returns a new ``MessageBatch`` that
-    holds the same :class:`~agent_framework.Message` objects. The host never modifies input
-    messages, so the event still shows what the host received.
+    A plain ``list[Message]`` except for one kind of copy. agent_framework deep-copies every
+    executor input for its ``executor_invoked`` event; a batch copied that way, on its own
+    (``copy.deepcopy(batch)``), becomes a new ``MessageBatch`` holding the **same**
+    :class:`~agent_framework.Message` objects, so the event's data is the caller's messages, not a
+    snapshot of them. A batch copied as part of something larger (a checkpoint that an
+    ``InMemoryCheckpointStorage`` copies, say) is copied deeply, messages included, so saved
+    state never shares objects with a live run.
     """
 
     __slots__ = ()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Self:
-        del memo
-        return type(self)(self)
+        # ``copy.deepcopy`` hands the root object an empty memo; a container being copied has
+        # already recorded itself in the memo before it copies its items.
+        if not memo:
+            return type(self)(self)
+        copied = type(self)()
+        memo[id(self)] = copied
+        copied.extend(copy.deepcopy(message, memo) for message in self)
+        return copied
 
 
 register_checkpoint_type(MessageBatch)  # a run's input is checkpointed before the host runs
