@@ -42,3 +42,13 @@ def test_importing_the_package_leaves_the_hosting_layer_unloaded() -> None:
         "assert 'handoff_builder.stores' in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60)  # noqa: S603 - our script
+
+
+def test_the_stores_module_is_an_attribute_of_the_package() -> None:
+    script = (
+        "import sys, handoff_builder\n"
+        "assert 'handoff_builder.stores' not in sys.modules\n"
+        "store = handoff_builder.stores.InMemoryConversationStore\n"
+        "assert store.__module__.startswith('handoff_builder.stores')\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)  # noqa: S603 - our script

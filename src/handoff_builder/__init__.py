@@ -45,19 +45,26 @@ from .exceptions import (
 )
 
 if _typing.TYPE_CHECKING:
+    from . import stores as stores
     from ._hosting import DEFAULT_IDLE_TIMEOUT, ConversationHost
 
-_LAZY = {"ConversationHost": "._hosting", "DEFAULT_IDLE_TIMEOUT": "._hosting"}
+# name -> (module, attribute of it; None for the module itself)
+_LAZY: dict[str, tuple[str, str | None]] = {
+    "ConversationHost": ("._hosting", "ConversationHost"),
+    "DEFAULT_IDLE_TIMEOUT": ("._hosting", "DEFAULT_IDLE_TIMEOUT"),
+    "stores": (".stores", None),
+}
 
 
 def __getattr__(name: str) -> object:
     """Import the hosting layer when one of its names is first asked for."""
-    module_name = _LAZY.get(name)
-    if module_name is None:
+    if name not in _LAZY:
         raise AttributeError(f"module 'handoff_builder' has no attribute {name!r}")
     from importlib import import_module
 
-    value = getattr(import_module(module_name, __name__), name)
+    module_name, attribute = _LAZY[name]
+    module = import_module(module_name, __name__)
+    value = module if attribute is None else getattr(module, attribute)
     globals()[name] = value
     return value
 
