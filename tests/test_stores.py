@@ -322,6 +322,37 @@ async def test_sqlite_checkpoints_the_wal_in_a_worker_thread(
     await store.close()
 
 
+async def test_sqlite_retries_soon_a_checkpoint_that_a_reader_held_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("handoff_builder.stores._sqlite._CHECKPOINT_EVERY", 5)
+    monkeypatch.setattr("handoff_builder.stores._sqlite._CHECKPOINT_RETRY", 3)
+    path = tmp_path / "c.db"
+    store = SqliteConversationStore(path)
+    await store.append("c1", start=0, messages=[], state={}, expected_version=0)
+    reader = sqlite3.connect(path, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT COUNT(*) FROM handoff_messages").fetchone()  # holds an old snapshot
+    version = 1
+    for _ in range(5):  # the fifth write checkpoints first; the reader keeps later frames in
+        await store.append(
+            "c1", start=version - 1, messages=[msg("x")], state={}, expected_version=version
+        )
+        version += 1
+    assert store._writes == 2  # pyright: ignore[reportPrivateUsage]  # retried after 3 writes
+    reader.execute("COMMIT")
+    reader.close()
+    for _ in range(4):  # three writes, then the fourth checkpoints again
+        await store.append(
+            "c1", start=version - 1, messages=[msg("x")], state={}, expected_version=version
+        )
+        version += 1
+    assert store._writes == 0  # pyright: ignore[reportPrivateUsage]  # this time it completed
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT COUNT(*) FROM handoff_messages").fetchone() == (9,)
+    await store.close()
+
+
 @pytest.mark.parametrize(
     ("body", "problem"),
     [
@@ -339,6 +370,21 @@ def test_a_bad_row_among_good_ones_is_named(body: str | None, problem: str) -> N
     rows = [(0, good), (1, body), (2, good)]
     with pytest.raises(CorruptConversationError, match=rf"'c1' is corrupt: {problem}"):
         record_from_rows("c1", 1, 3, "{}", rows)
+
+
+def test_two_damaged_rows_that_would_join_into_valid_json_are_refused() -> None:
+    """Each row must be one message on its own: content may not move from one row to another."""
+    rows = [
+        (0, '{"role":"user","contents":[{"type":"text","text":"a"}'),
+        (1, '{"type":"text","text":"b"}]},{"role":"assistant","contents":[]}'),
+    ]
+    with pytest.raises(CorruptConversationError, match="message #0 is not valid JSON"):
+        record_from_rows("c1", 1, 3, "{}", rows)
+
+
+def test_a_row_with_surrounding_whitespace_is_still_a_message() -> None:
+    record = record_from_rows("c1", 1, 1, "{}", [(0, ' {"role": "user", "contents": []}\n')])
+    assert record.messages == [{"role": "user", "contents": []}]
 
 
 def test_a_good_log_decodes_in_order() -> None:

@@ -124,19 +124,31 @@ def decode_messages(
 ) -> list[dict[str, Any]]:
     """The message log, checked.
 
-    The bodies are parsed as one JSON array (one parser call instead of one per message); when
-    that fails, or a body is not one message, each row is parsed alone to name the bad one.
+    The bodies are parsed with one JSON call, each wrapped in its own array (``[[b0],[b1],...]``),
+    which is over twice as fast as a call per row on a long log. The result must be one
+    single-element array per row, holding an object with a ``role``: a damaged row either breaks
+    the parse or shifts a boundary and changes that shape. Then every row is parsed alone, so
+    that the error names the bad one.
     """
     bodies = [body for _, body in rows]
     if all(isinstance(body, str) for body in bodies):
         try:
-            parsed: Any = json.loads("[" + ",".join(cast(list[str], bodies)) + "]")
-        except json.JSONDecodeError:
+            parsed: Any = json.loads("[[" + "],[".join(cast(list[str], bodies)) + "]]")
+        except (ValueError, RecursionError):
             parsed = None
-        if isinstance(parsed, list) and len(parsed) == len(bodies):  # pyright: ignore[reportUnknownArgumentType]
-            messages = cast(list[Any], parsed)
-            if all(isinstance(m, dict) and "role" in m for m in messages):
-                return messages
+        if (
+            rows
+            and isinstance(parsed, list)
+            and len(cast(list[Any], parsed)) == len(rows)
+            and all(
+                isinstance(one, list)
+                and len(cast(list[Any], one)) == 1
+                and isinstance(one[0], dict)
+                and "role" in one[0]
+                for one in cast(list[Any], parsed)
+            )
+        ):
+            return [one[0] for one in cast(list[list[dict[str, Any]]], parsed)]
     return [decode_message(conversation_id, int(p), body) for p, body in rows]
 
 

@@ -67,6 +67,8 @@ _BUSY_TIMEOUT_MS = 5000
 _INLINE_MESSAGES = 64
 # With inline writes the WAL is checkpointed by a worker thread, every this many writes.
 _CHECKPOINT_EVERY = 256
+# ... and this many writes after a checkpoint that could not copy the whole WAL.
+_CHECKPOINT_RETRY = 16
 
 
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6  # result codes (sqlite3.SQLITE_BUSY is 3.11+)
@@ -77,6 +79,15 @@ class _Missed:
 
 
 _MISSED = _Missed()
+
+
+def _checkpoint_wal(db: sqlite3.Connection) -> bool:
+    """Copy the WAL into the database file (PASSIVE: never waits); whether all of it was copied."""
+    try:
+        busy, log_frames, copied = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    except sqlite3.OperationalError:
+        return False
+    return busy == 0 and copied >= log_frames
 
 
 def _is_busy(error: sqlite3.OperationalError) -> bool:
@@ -141,7 +152,7 @@ class SqliteConversationStore:
                         # Commits run on the event loop: checkpoints (which flush to the disk)
                         # must not, so this store runs them itself, in a worker thread.
                         db.execute("PRAGMA wal_autocheckpoint=0")
-                        db.execute("PRAGMA busy_timeout=0")  # never wait on the event loop
+                        db.execute("PRAGMA busy_timeout=0")  # no lock waits on the event loop
                 except BaseException:
                     db.close()
                     raise
@@ -153,7 +164,8 @@ class SqliteConversationStore:
     async def _run(self, work: Callable[[sqlite3.Connection], T], *, inline: bool = False) -> T:
         """Run ``work`` with the connection, in a worker thread (which waits for locks up to 5 s).
 
-        With ``inline``, first try it on the event loop, where it must not wait for anything.
+        With ``inline``, first try it on the event loop without waiting for a lock (a lock held
+        elsewhere sends it to the thread); a cold page read from the disk still blocks briefly.
         """
         if inline and self._inline:
             done = self._run_inline(work)
@@ -241,10 +253,11 @@ class SqliteConversationStore:
         checkpoint = self._inline and self._writes >= _CHECKPOINT_EVERY
         params = (conversation_id, RECORD_SCHEMA_VERSION, state_json, start, expected_version)
 
+        checkpointed: list[bool] = []  # whether this write's checkpoint emptied the WAL
+
         def write(db: sqlite3.Connection) -> int:
             if checkpoint:  # in a worker thread: a checkpoint flushes the database file
-                with contextlib.suppress(sqlite3.OperationalError):  # best effort: retried later
-                    db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                checkpointed.append(_checkpoint_wal(db))
             db.execute("BEGIN IMMEDIATE")
             try:
                 if expected_version == 0:
@@ -264,9 +277,15 @@ class SqliteConversationStore:
             return expected_version + 1
 
         inline = not checkpoint and len(bodies) <= _INLINE_MESSAGES
-        version = await self._run(write, inline=inline)
-        self._writes = 0 if checkpoint else self._writes + 1
-        return version
+        try:
+            return await self._run(write, inline=inline)
+        finally:
+            if not checkpoint:
+                self._writes += 1
+            elif checkpointed and checkpointed[0]:
+                self._writes = 0
+            else:  # readers in other processes held it back, or it failed: try again soon
+                self._writes = _CHECKPOINT_EVERY - _CHECKPOINT_RETRY
 
     @asynccontextmanager
     async def lock(
@@ -326,8 +345,12 @@ class SqliteConversationStore:
         await self._run(remove)
 
     async def close(self) -> None:
-        """Close the database connection."""
-        with self._guard:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
+        """Close the database connection (in a worker thread: closing may checkpoint the WAL)."""
+
+        def close() -> None:
+            with self._guard:
+                if self._db is not None:
+                    self._db.close()
+                    self._db = None
+
+        await asyncio.to_thread(close)
