@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from agent_framework import Agent, WorkflowBuilder
 from typing_extensions import override
@@ -30,8 +30,7 @@ from .exceptions import HandoffConfigurationError
 AgentRef = Any  # an Agent, or a participant's name
 
 
-@dataclass
-class HandBack:
+class HandBack(NamedTuple):
     """A declared hand-back: ``specialists`` (None: every agent the coordinator hands off to)."""
 
     coordinator: Any
@@ -40,8 +39,7 @@ class HandBack:
     tool_name: str | None
 
 
-@dataclass
-class AutonomousSettings:
+class AutonomousSettings(NamedTuple):
     """``with_autonomous_mode`` arguments, resolved to agent names at build time."""
 
     turn_limit: int
@@ -93,8 +91,7 @@ class _HopEdgeNotice(logging.Filter):
 logging.getLogger("agent_framework._workflows._validation").addFilter(_HopEdgeNotice(HOST_ID))
 
 
-@dataclass(frozen=True)
-class _Plan:
+class _Plan(NamedTuple):
     initial: str
     agents: dict[str, Agent]
     routes: dict[str, dict[str, HandoffRoute]]

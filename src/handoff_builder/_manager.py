@@ -6,7 +6,7 @@ import inspect
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from agent_framework import Content, Message
 from typing_extensions import override
@@ -91,8 +91,7 @@ class AutonomousMode:
         return self.agent_continuation_prompts.get(agent, self.continuation_prompt)
 
 
-@dataclass(frozen=True)
-class _Outcome:
+class _Outcome(NamedTuple):
     kind: str  # "transferred" or "escalated"
     route: HandoffRoute
     argument: str

@@ -14,8 +14,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 from agent_framework import (
     Content,
@@ -49,8 +48,7 @@ def argument_schema(argument: str, description: str) -> Mapping[str, Any]:
     }
 
 
-@dataclass(frozen=True)
-class HandoffRoute:
+class HandoffRoute(NamedTuple):
     """A compiled edge: ``source`` calls ``tool_name`` to pass the conversation to ``target``."""
 
     source: str
@@ -65,8 +63,7 @@ class HandoffRoute:
         return "summary" if self.kind == "hand_back" else "goal"
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(NamedTuple):
     """The manager's answer to a handoff call: accept, reject with a tool error, or escalate."""
 
     outcome: Literal["transferred", "rejected", "escalated"]

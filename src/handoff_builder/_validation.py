@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal, NamedTuple, cast
 
 from agent_framework import Agent
 
 from ._naming import MAX_TOOL_NAME_LENGTH, is_valid_tool_name
 
 
-@dataclass(frozen=True)
-class Edge:
+class Edge(NamedTuple):
     """A declared handoff: ``source`` may pass the conversation to ``target``."""
 
     source: Any
