@@ -253,11 +253,10 @@ class SqliteConversationStore:
         checkpoint = self._inline and self._writes >= _CHECKPOINT_EVERY
         params = (conversation_id, RECORD_SCHEMA_VERSION, state_json, start, expected_version)
 
-        checkpointed: list[bool] = []  # whether this write's checkpoint emptied the WAL
-
-        def write(db: sqlite3.Connection) -> int:
-            if checkpoint:  # in a worker thread: a checkpoint flushes the database file
-                checkpointed.append(_checkpoint_wal(db))
+        def write(db: sqlite3.Connection) -> tuple[int, bool]:
+            """The new version, and whether a checkpoint ran first and emptied the WAL."""
+            # In a worker thread (a checkpoint is never inline): it flushes the database file.
+            checkpointed = checkpoint and _checkpoint_wal(db)
             db.execute("BEGIN IMMEDIATE")
             try:
                 if expected_version == 0:
@@ -274,18 +273,17 @@ class SqliteConversationStore:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
-            return expected_version + 1
+            return expected_version + 1, checkpointed
 
         inline = not checkpoint and len(bodies) <= _INLINE_MESSAGES
-        try:
-            return await self._run(write, inline=inline)
-        finally:
-            if not checkpoint:
-                self._writes += 1
-            elif checkpointed and checkpointed[0]:
-                self._writes = 0
-            else:  # readers in other processes held it back, or it failed: try again soon
-                self._writes = _CHECKPOINT_EVERY - _CHECKPOINT_RETRY
+        version, checkpointed = await self._run(write, inline=inline)  # failed: counts nothing
+        if not checkpoint:
+            self._writes += 1
+        elif checkpointed:
+            self._writes = 0
+        else:  # readers in other processes held part of the WAL back: try again soon
+            self._writes = _CHECKPOINT_EVERY - _CHECKPOINT_RETRY
+        return version
 
     @asynccontextmanager
     async def lock(
