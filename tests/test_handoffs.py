@@ -342,6 +342,9 @@ async def test_cap_escalates_to_a_human_with_an_apology(stream: bool) -> None:
     assert [(h.source, h.target) for h in turn.handoffs] == [("a", "b"), ("b", "a")]
     last = turn.result.messages[-1]
     assert (last.role, last.text) == ("assistant", "Sorry! A human will call you.")
+    if stream:  # the apology is streamed too, as the host's
+        assert turn.updates[-1].text == "Sorry! A human will call you."
+        assert turn.updates[-1].author_name == "handoff_host"
     third_call = call_ids(turn.result.conversation, "handoff_to_b")[-1]
     [refused] = results_for(turn.result.conversation, third_call)
     assert str(refused.result).startswith("Not transferred: the limit of 2 handoffs")

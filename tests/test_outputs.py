@@ -82,22 +82,6 @@ def test_designating_a_non_participant_is_a_build_error() -> None:
     )
 
 
-async def test_escalation_apology_is_streamed() -> None:
-    a = scripted_agent("a", handoff_to("b"), handoff_to("b"))
-    b = scripted_agent("b", handoff_to("a"))
-    workflow = (
-        HandoffWorkflowBuilder(a)
-        .with_handoff(a, b)
-        .with_handoff(b, a)
-        .with_max_handoffs_per_turn(2, escalation_message="A human will help you.")
-        .build()
-    )
-    turn = await run_turn(workflow, "loop", stream=True)
-    assert turn.updates[-1].text == "A human will help you."
-    assert turn.updates[-1].author_name == "handoff_host"
-    assert turn.result.escalated
-
-
 # -- the workflow as an agent --------------------------------------------------------------------
 
 

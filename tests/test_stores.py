@@ -207,6 +207,19 @@ async def test_version_alone(store: ConversationStore) -> None:
 # -- SQLite: durability setting, writes on the event loop, waiting for other writers ---------------
 
 
+def count_thread_hops(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """From now on, every ``asyncio.to_thread`` call is recorded in the returned list."""
+    threads: list[object] = []
+    real_to_thread = asyncio.to_thread
+
+    async def counting_to_thread(work: Any, /, *args: Any) -> Any:
+        threads.append(work)
+        return await real_to_thread(work, *args)
+
+    monkeypatch.setattr(asyncio, "to_thread", counting_to_thread)
+    return threads
+
+
 def sqlite_pragma(store: SqliteConversationStore, name: str) -> object:
     db = store._db  # pyright: ignore[reportPrivateUsage]
     assert db is not None
@@ -241,14 +254,7 @@ async def test_sqlite_small_writes_run_on_the_event_loop_only_without_fsync(
 ) -> None:
     store = SqliteConversationStore(tmp_path / "c.db", synchronous=synchronous)  # type: ignore[arg-type]
     assert await store.load("c1") is None  # connects (in a worker thread)
-    threads: list[object] = []
-    real_to_thread = asyncio.to_thread
-
-    async def counting_to_thread(work: Any, /, *args: Any) -> Any:
-        threads.append(work)
-        return await real_to_thread(work, *args)
-
-    monkeypatch.setattr(asyncio, "to_thread", counting_to_thread)
+    threads = count_thread_hops(monkeypatch)
     version = 0
     for position in range(2):
         version = await store.append(
@@ -305,14 +311,7 @@ async def test_sqlite_checkpoints_the_wal_in_a_worker_thread(
             "c1", start=version - 1, messages=[msg("x" * 2000)], state={}, expected_version=version
         )
     before = path.stat().st_size  # the database file itself: nothing copied from the WAL yet
-    threads: list[object] = []
-    real_to_thread = asyncio.to_thread
-
-    async def counting_to_thread(work: Any, /, *args: Any) -> Any:
-        threads.append(work)
-        return await real_to_thread(work, *args)
-
-    monkeypatch.setattr(asyncio, "to_thread", counting_to_thread)
+    threads = count_thread_hops(monkeypatch)
     await store.append("c1", start=4, messages=[msg("x" * 2000)], state={}, expected_version=5)
     assert path.stat().st_size > before  # the sixth write checkpointed first,
     assert len(threads) == 1  # in a worker thread
