@@ -87,21 +87,37 @@ async def test_restore_mid_turn_continues_with_the_target(
         ("triage", "billing"),
         ("billing", "refunds"),
     ]
-    # Billing saw the user's message exactly once (triage's handoff call is filtered out).
+    # Billing saw the user's message exactly once (triage's handoff call is filtered out), and,
+    # restored from the checkpoint, the note that carries triage's goal.
     billing_saw = client_of(agents["billing"]).calls[0].messages
-    assert [(m.role, m.text) for m in billing_saw] == [("user", "I was charged twice")]
+    assert [(m.role, m.text) for m in billing_saw] == [
+        ("user", "I was charged twice"),
+        ("user", "Handoff from triage to you (billing). Goal: Double charge."),
+    ]
+    # Refunds, reached after the restore, reads both handoffs.
+    assert client_of(agents["refunds"]).calls[0].texts == [
+        "I was charged twice",
+        "Handoff from triage to billing. Goal: Double charge.",
+        "Handoff from billing to you (refunds). Goal: Refund it.",
+    ]
 
 
 async def test_checkpoint_state_is_versioned_json(storage: CheckpointStorage) -> None:
     checkpoint = await checkpoint_after_first_hop(storage)
     state = checkpoint.state["_executor_state"]["handoff_host"]
     assert json.loads(json.dumps(state)) == state
-    assert state["schema_version"] == 1
-    assert state["manager"]["cursor"] == 3
-    assert state["manager"]["handoff_count"] == 1
-    assert state["manager"]["active_agent"] == "billing"
-    assert state["manager"]["iteration_count"] == 1
+    assert state["schema_version"] == 2
+    assert state["manager"] == {
+        "invocations": 2,
+        "handoffs": 1,
+        "rejected": 0,
+        "autonomous_turns": {},
+        "last_hand_back": None,
+    }
+    assert state["speaker"] == "triage"
+    assert state["next"] == "billing"
     assert state["turn"]["start"] == 1
+    assert [h["target"] for h in state["turn"]["handoffs"]] == ["billing"]
     assert [item["role"] for item in state["history"]] == ["user", "assistant", "tool"]
 
 
@@ -116,7 +132,7 @@ async def test_restore_refuses_a_newer_schema(storage: CheckpointStorage) -> Non
     assert isinstance(cause, SchemaVersionError)
     assert str(cause) == (
         "Saved state of executor 'handoff_host' has schema version 99; this version of "
-        "handoff_builder reads up to 1. Upgrade handoff_builder to read it."
+        "handoff_builder reads up to 2. Upgrade handoff_builder to read it."
     )
 
 

@@ -3,13 +3,29 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
+import pytest
 from agent_framework import Message, WorkflowBuilder
 from typing_extensions import override
 
-from handoff_builder import GroupChatHost, GroupChatManager, HandoffTurnResult, Participant
-from handoff_builder.testing import client_of, reply, scripted_agent
+from handoff_builder import (
+    AgentReply,
+    ConversationHost,
+    Decision,
+    EndTurn,
+    GroupChatHost,
+    GroupChatManager,
+    HandoffManager,
+    HandoffTurnResult,
+    HandoffWorkflowBuilder,
+    ManagerSettings,
+    NextAgent,
+    Participant,
+    TurnStart,
+)
+from handoff_builder.stores import ConversationStore
+from handoff_builder.testing import client_of, handoff_to, reply, scripted_agent
 
 
 class RoundRobin(GroupChatManager):
@@ -20,25 +36,28 @@ class RoundRobin(GroupChatManager):
         self.names = list(names)
         self.next_index = 0
 
-    @override
-    async def select_next_agent(
-        self, history: Sequence[Message], speaker: str | None
-    ) -> str | None:
-        if speaker is None:
-            self.next_index = 0
+    def _next(self) -> Decision:
         if self.next_index >= len(self.names):
-            return None
+            return EndTurn()
         name = self.names[self.next_index]
         self.next_index += 1
-        return name
+        return NextAgent(name)
+
+    @override
+    async def start_turn(self, history: Sequence[Message], start: TurnStart) -> Decision:
+        self.next_index = 0
+        return self._next()
+
+    @override
+    async def decide(self, history: Sequence[Message], reply: AgentReply) -> Decision:
+        return self._next()
 
     @override
     def save_state(self) -> dict[str, Any]:
-        return {**super().save_state(), "next_index": self.next_index}
+        return {"next_index": self.next_index}
 
     @override
     def restore_state(self, state: Mapping[str, Any]) -> None:
-        super().restore_state(state)
         self.next_index = int(state.get("next_index", 0))
 
 
@@ -59,5 +78,84 @@ async def test_round_robin_manager_on_the_group_chat_host() -> None:
         ("critic", "Looks good."),
     ]
     assert turn.active_agent == "critic"
-    assert not turn.escalated
+    assert turn.status == "completed"
     assert client_of(critic).calls[0].texts == ["Write a greeting.", "Draft: hello world."]
+
+
+class EveryoneOnce(GroupChatManager):
+    """Plugged in through the builder: every participant answers once, initial agent first."""
+
+    def __init__(self, settings: ManagerSettings) -> None:
+        super().__init__(max_iterations=settings.max_iterations)
+        self.order = [settings.initial_agent] + [
+            name for name in settings.agents if name != settings.initial_agent
+        ]
+        self.spoken = 0
+
+    @override
+    async def start_turn(self, history: Sequence[Message], start: TurnStart) -> Decision:
+        self.spoken = 1
+        return NextAgent(self.order[0])
+
+    @override
+    async def decide(self, history: Sequence[Message], reply: AgentReply) -> Decision:
+        if self.spoken >= len(self.order):
+            return EndTurn()
+        self.spoken += 1
+        return NextAgent(self.order[self.spoken - 1])
+
+
+async def test_a_custom_manager_through_the_builder_is_hosted(store: ConversationStore) -> None:
+    a = scripted_agent("a", reply("A speaks."), reply("A again."))
+    b = scripted_agent("b", reply("B speaks."), reply("B again."))
+    builder = HandoffWorkflowBuilder(a).add_participants(b).with_manager(EveryoneOnce)
+    host = ConversationHost(builder, store)
+
+    first = await host.send("c1", "Hello")
+    second = await host.send("c1", "Again")
+
+    assert [m.text for m in first.messages] == ["A speaks.", "B speaks."]
+    assert [m.text for m in second.messages] == ["A again.", "B again."]
+    # The manager runs in the hosted conversation: b read the whole stored history.
+    assert client_of(b).calls[1].texts == ["Hello", "A speaks.", "B speaks.", "Again", "A again."]
+
+
+class CountingHandoffs(HandoffManager):
+    """A HandoffManager subclass is a factory too; it sees every decision."""
+
+    decisions: ClassVar[list[str]] = []
+
+    @override
+    async def decide(self, history: Sequence[Message], reply: AgentReply) -> Decision:
+        decision = await super().decide(history, reply)
+        CountingHandoffs.decisions.append(f"{reply.agent}: {type(decision).__name__}")
+        return decision
+
+
+async def test_a_handoff_manager_subclass_through_the_builder() -> None:
+    triage = scripted_agent("triage", handoff_to("billing", goal="Refund."))
+    billing = scripted_agent("billing", reply("Refunded."))
+    CountingHandoffs.decisions = []
+    workflow = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, billing)
+        .with_manager(CountingHandoffs)
+        .build()
+    )
+
+    result = await workflow.run("I was charged twice")
+
+    assert result.get_outputs()[-1].text == "Refunded."
+    assert CountingHandoffs.decisions == ["triage: NextAgent", "billing: EndTurn"]
+
+
+def test_with_manager_needs_a_callable_that_makes_a_manager() -> None:
+    triage = scripted_agent("triage")
+    builder = HandoffWorkflowBuilder(triage)
+    with pytest.raises(TypeError, match=r"^factory must be callable, not str\.$"):
+        builder.with_manager("round robin")  # type: ignore[arg-type]
+    builder.with_manager(lambda settings: object())  # type: ignore[arg-type, return-value]
+    with pytest.raises(
+        TypeError, match=r"^The manager factory returned a object, not a GroupChatManager\.$"
+    ):
+        builder.build()

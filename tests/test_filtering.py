@@ -6,7 +6,7 @@ import pytest
 from agent_framework import Content, Message, tool
 
 from handoff_builder import HandoffToolCallFiltering, HandoffWorkflowBuilder
-from handoff_builder._filtering import AgentView
+from handoff_builder._views import AgentView
 from handoff_builder.testing import (
     ModelCall,
     call_tool,
@@ -30,7 +30,11 @@ async def test_target_does_not_receive_handoff_calls_by_default(stream: bool) ->
     workflow = HandoffWorkflowBuilder(a).with_handoff(a, b).build()
     turn = await run_turn(workflow, "what is 2+2?", stream=stream)
     [seen] = client_of(b).calls
-    assert [(m.role, m.text) for m in seen.messages] == [("user", "what is 2+2?")]
+    # Not the call, but a note from the host with the goal, verbatim.
+    assert [(m.role, m.author_name, m.text) for m in seen.messages] == [
+        ("user", None, "what is 2+2?"),
+        ("user", "handoff_host", "Handoff from a to you (b). Goal: g"),
+    ]
     # The shared conversation and the output keep everything.
     assert [c.type for m in turn.result.conversation for c in m.contents] == [
         "text", "function_call", "function_result", "text",
@@ -47,7 +51,9 @@ async def test_other_agents_text_arrives_as_user_copies() -> None:
     assert [(m.role, m.author_name, m.text) for m in seen_by_c.messages] == [
         ("user", None, "question"),
         ("user", "a", "Let me ask b."),
+        ("user", "handoff_host", "Handoff from a to b. Goal: g"),
         ("user", "b", "b adds this."),
+        ("user", "handoff_host", "Handoff from b to you (c). Goal: g"),
     ]
     # The shared conversation is not mutated: a's message is still an assistant message.
     shared_a = next(m for m in turn.result.conversation if m.author_name == "a" and m.text)
@@ -70,6 +76,7 @@ async def test_filtering_none_keeps_handoff_calls() -> None:
         ("user", None, ["text"]),
         ("assistant", "a", ["function_call"]),
         ("tool", "a", ["function_result"]),
+        ("user", "handoff_host", ["text"]),  # the note comes in every mode
     ]
 
 
@@ -91,11 +98,12 @@ def weather_tool() -> object:
                 ("assistant", "a", ["function_call"]),
                 ("tool", "a", ["function_result"]),
                 ("user", "a", ["text"]),
+                ("user", "handoff_host", ["text"]),
             ],
         ),
         (
             HandoffToolCallFiltering.ALL,
-            [("user", None, ["text"]), ("user", "a", ["text"])],
+            [("user", None, ["text"]), ("user", "a", ["text"]), ("user", "handoff_host", ["text"])],
         ),
     ],
 )
@@ -171,7 +179,9 @@ def test_view_matches_calls_and_results_by_order_with_reused_ids() -> None:
             contents=[Content.from_function_result(call_id="same", result="Transferred.")],
         ),
     ]
-    view = AgentView("b", HandoffToolCallFiltering.HANDOFF_ONLY, frozenset({"handoff_to_b"}))
+    view = AgentView(
+        "b", HandoffToolCallFiltering.HANDOFF_ONLY, frozenset({"handoff_to_b"}), "handoff_host"
+    )
     seen = view.update(history)
     assert [[c.type for c in m.contents] for m in seen] == [
         ["text"], ["function_call"], ["function_result"],
@@ -193,7 +203,7 @@ def test_view_never_filters_approvals_and_drops_other_agents_reasoning() -> None
         ),
     ]
     for mode in HandoffToolCallFiltering:
-        seen = AgentView("b", mode, frozenset()).update(history)
+        seen = AgentView("b", mode, frozenset(), "handoff_host").update(history)
         kinds = [c.type for c in seen[1].contents]
         assert "function_approval_request" in kinds
         assert ("text_reasoning" in kinds) is (mode is HandoffToolCallFiltering.NONE)
@@ -206,12 +216,16 @@ async def test_reasoning_of_a_handoff_turn_does_not_reach_the_next_agent() -> No
     b = scripted_agent("b", reply("billing here"))
     workflow = HandoffWorkflowBuilder(a).with_handoff(a, b).build()
     await run_turn(workflow, "my bill")
-    assert shape(client_of(b).calls[0]) == [("user", None, ["text"])]
+    assert shape(client_of(b).calls[0]) == [
+        ("user", None, ["text"]),
+        ("user", "handoff_host", ["text"]),
+    ]
+    assert "The user wants billing." not in client_of(b).calls[0].rendered
 
 
 def test_view_is_incremental() -> None:
     history = [Message(role="user", contents=["one"])]
-    view = AgentView("a", HandoffToolCallFiltering.HANDOFF_ONLY, frozenset())
+    view = AgentView("a", HandoffToolCallFiltering.HANDOFF_ONLY, frozenset(), "handoff_host")
     first = view.update(history)
     history.append(Message(role="assistant", author_name="b", contents=["two"]))
     second = view.update(history)
@@ -247,7 +261,7 @@ def test_filter_cases(call_id: str, mode: HandoffToolCallFiltering, kept: list[s
         Message(role="tool", author_name=other, contents=[_result(call_id, "Transferred.")]),
         Message(role="assistant", author_name=other, contents=["hi"]),
     ]
-    seen = AgentView("b", mode, frozenset({"handoff_to_b"})).update(history)
+    seen = AgentView("b", mode, frozenset({"handoff_to_b"}), "handoff_host").update(history)
     labels = [
         c.name
         if c.type == "function_call"

@@ -25,9 +25,11 @@ from handoff_builder import (
 )
 from handoff_builder.testing import (
     ScriptedChatClient,
+    assert_received,
     call_tool,
     client_of,
     handoff_to,
+    received,
     reply,
     respond,
     scripted_agent,
@@ -264,7 +266,8 @@ async def test_handoff_not_granted_to_the_speaker_is_blocked(stream: bool) -> No
     assert client_of(agents["triage"]).calls[0].tool_names == ("handoff_to_billing",)
 
 
-async def test_several_handoff_calls_in_one_response_last_wins(stream: bool) -> None:
+async def test_several_handoff_calls_in_one_response_first_wins(stream: bool) -> None:
+    """Each call is decided when it is made: the first accepted one routes, the rest do not."""
     agents = chain(
         (
             "triage",
@@ -274,8 +277,8 @@ async def test_several_handoff_calls_in_one_response_last_wins(stream: bool) -> 
                 )
             ],
         ),
-        ("billing", []),
-        ("tech", [reply("Crash fixed.")]),
+        ("billing", [reply("Billed.")]),
+        ("tech", []),
     )
     workflow = (
         HandoffWorkflowBuilder(agents["triage"])
@@ -284,21 +287,26 @@ async def test_several_handoff_calls_in_one_response_last_wins(stream: bool) -> 
     )
     turn = await run_turn(workflow, "two things", stream=stream)
 
-    assert turn.result.text == "Crash fixed."
-    assert [(h.source, h.target) for h in turn.handoffs] == [("triage", "tech")]
-    assert client_of(agents["billing"]).calls == []
+    assert turn.result.text == "Billed."
+    assert [(h.source, h.target) for h in turn.handoffs] == [("triage", "billing")]
+    assert client_of(agents["tech"]).calls == []
     conversation = turn.result.conversation
     [billing_call] = call_ids(conversation, "handoff_to_billing")
     [tech_call] = call_ids(conversation, "handoff_to_tech")
     [billing_result] = results_for(conversation, billing_call)
     [tech_result] = results_for(conversation, tech_call)
-    assert str(billing_result.result).startswith("Not performed")
-    assert "handoff_to_tech was followed" in str(billing_result.result)
-    assert tech_result.result == "Transferred."
+    assert billing_result.result == "Transferred."
+    assert tech_result.result == (
+        "Not performed: only one handoff per response is followed (handoff_to_billing was "
+        "followed)."
+    )
     assert turn.warnings == [
         "Duplicate handoff requests in one response from 'triage' (handoff_to_billing, "
-        "handoff_to_tech); following the last, handoff_to_tech."
+        "handoff_to_tech); following the first, handoff_to_billing."
     ]
+    # Billing reads the goal of the handoff that was followed, and nothing of the other one.
+    assert_received(agents["billing"], "Handoff from triage to you (billing). Goal: Bill.")
+    assert not received(agents["billing"]).sees("Fix the crash.")
 
 
 async def test_text_and_handoff_in_one_response_keeps_the_text(stream: bool) -> None:
@@ -409,7 +417,9 @@ async def test_agents_own_tools_and_instructions_are_kept(stream: bool) -> None:
 
     first, second = client_of(triage).calls
     assert first.tool_names == ("lookup_invoice", "handoff_to_billing")
-    assert first.instructions == "You are the front desk.\n" + DEFAULT_HANDOFF_INSTRUCTIONS
+    assert first.instructions == "You are the front desk.\n" + DEFAULT_HANDOFF_INSTRUCTIONS.replace(
+        "{handoff_tools}", "`handoff_to_billing`"
+    )
     assert first.options.get("allow_multiple_tool_calls") is False
     [result] = [c for m in second.messages for c in m.contents if c.type == "function_result"]
     assert "42 EUR" in str(result.result)
@@ -446,7 +456,52 @@ async def test_instructions_none_restores_default(stream: bool) -> None:
         .build()
     )
     await run_turn(workflow, "hi", stream=stream)
-    assert client_of(a).calls[0].instructions == DEFAULT_HANDOFF_INSTRUCTIONS
+    assert client_of(a).calls[0].instructions == (
+        "You are one agent in a multi-agent system. You can hand off the conversation to another "
+        "agent if appropriate. Handoffs are achieved by calling one of your handoff functions: "
+        "`handoff_to_b`. The description of each function says which agent it reaches and when "
+        "to use it. Handoffs between agents are handled seamlessly in the background; never "
+        "mention or narrate these handoffs in your conversation with the user."
+    )
+
+
+async def test_default_instructions_name_the_tools_each_agent_really_has(stream: bool) -> None:
+    """Custom tool names and hand-back tools are what the instructions name, per agent."""
+    triage = scripted_agent(
+        "triage", handoff_to("billing", goal="A refund.", tool_name="transfer_to_billing")
+    )
+    billing = scripted_agent("billing", reply("billing here"))
+    tech = scripted_agent("tech")
+    workflow = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, billing, tool_name="transfer_to_billing")
+        .with_handoff(triage, tech, tool_name="transfer_to_tech")
+        .with_hand_back(triage)
+        .build()
+    )
+    await run_turn(workflow, "hi", stream=stream)
+    assert "handoff functions: `transfer_to_billing`, `transfer_to_tech`." in (
+        received(triage).instructions
+    )
+    assert "handoff_to_" not in received(triage).instructions
+    # A specialist's only tool is its hand-back, and that is what it is told.
+    assert received(billing).tool_names == ("transfer_back_to_triage",)
+    assert "handoff functions: `transfer_back_to_triage`." in received(billing).instructions
+
+
+async def test_custom_instructions_can_name_the_tools(stream: bool) -> None:
+    a = scripted_agent("a", reply("x"))
+    b = scripted_agent("b")
+    workflow = (
+        HandoffWorkflowBuilder(a)
+        .with_handoff(a, b, tool_name="transfer_to_b")
+        .with_instructions("Use {handoff_tools} when b should answer; keep {braces} as written.")
+        .build()
+    )
+    await run_turn(workflow, "hi", stream=stream)
+    assert received(a).instructions == (
+        "Use `transfer_to_b` when b should answer; keep {braces} as written."
+    )
 
 
 async def test_tool_description_and_schema(stream: bool) -> None:

@@ -14,7 +14,7 @@ from agent_framework import (
     tool,
 )
 
-from handoff_builder import HandoffBlockedEvent, HandoffTurnResult, HandoffWorkflowBuilder
+from handoff_builder import HandoffTurnResult, HandoffWorkflowBuilder
 from handoff_builder.testing import call_tool, client_of, handoff_to, reply, respond, scripted_agent
 
 PAID: list[int] = []
@@ -137,32 +137,34 @@ async def test_approval_after_restoring_from_a_checkpoint() -> None:
     assert len(client_of(agents["billing"]).calls) == 1
 
 
-async def test_a_handoff_while_requests_are_pending_is_refused() -> None:
+async def test_a_handoff_beside_an_external_call_is_followed_once_it_is_answered() -> None:
+    """The handoff was accepted when it was made ("Transferred."); it stands, after the answer."""
     workflow, agents = refund_desk(
-        respond(call_tool("order_status", order="A-1"), handoff_to("refunds", goal="Refund.")),
-        reply("Checked: A-1 is eligible; I will ask refunds next time."),
+        respond(call_tool("order_status", order="A-1"), handoff_to("refunds", goal="Refund A-1."))
     )
     first = list(await workflow.run("refund order A-1"))
-    blocked = [e.data for e in first if isinstance(e.data, HandoffBlockedEvent)]
-    assert [(b.reason, b.source, b.target) for b in blocked] == [
-        ("pending_requests", "billing", "refunds")
-    ]
-    assert [e.data.source for e in first if e.type == "handoff_sent"] == ["triage"]
+    assert [e.data.target for e in first if e.type == "handoff_sent"] == ["billing", "refunds"]
+    assert turn_result(first) is None  # the turn waits for the order status
+    assert client_of(agents["refunds"]).calls == []
     [request] = requests(first)
     answer = Content.from_function_result(call_id=request.data.call_id, result="eligible")
+
     second = list(await workflow.run(responses={request.request_id: answer}))
+
     result = turn_result(second)
     assert result is not None
-    assert result.active_agent == "billing"
-    assert client_of(agents["refunds"]).calls == []
-    refused = [
-        c
-        for m in result.conversation
-        for c in m.contents
-        if c.type == "function_result"
-        and str(c.result).startswith("Not transferred: you still wait")
+    assert (result.active_agent, result.text) == ("refunds", "Refund confirmed by refunds.")
+    assert [(h.source, h.target) for h in result.handoffs] == [
+        ("triage", "billing"),
+        ("billing", "refunds"),
     ]
-    assert len(refused) == 1
+    assert len(client_of(agents["billing"]).calls) == 1  # billing is not asked again
+    # Refunds reads the answered call, then the handoff with its goal.
+    assert client_of(agents["refunds"]).calls[0].rendered.splitlines()[-3:] == [
+        'assistant[billing]: -> order_status({"order": "A-1"})',
+        f"tool[billing]: <- {request.data.call_id}: eligible",
+        "user[handoff_host]: Handoff from billing to you (refunds). Goal: Refund A-1.",
+    ]
 
 
 async def test_a_wrong_answer_is_reported_and_the_request_asked_again() -> None:

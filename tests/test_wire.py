@@ -1,14 +1,16 @@
 """The real wire path: agent_framework's OpenAI client against a local OpenAI-compatible server.
 
 The server (started here, on 127.0.0.1) answers chat-completion requests from a script and keeps
-every request, so the test can check what went over the wire.
+every request body, so the tests check what a provider receives: the handoff tool schemas, the
+goal in the request of the agent a conversation is handed to, a hand-back's summary in the
+coordinator's request, in every filtering mode, and that every request is one a provider accepts.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -16,7 +18,7 @@ import pytest
 from agent_framework import Agent
 from typing_extensions import override
 
-from handoff_builder import HandoffWorkflowBuilder
+from handoff_builder import HandoffToolCallFiltering, HandoffWorkflowBuilder
 from handoff_builder.providers import chat_client
 
 
@@ -32,6 +34,10 @@ def tool_call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, A
             }
         ],
     }
+
+
+def text(content: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": content}
 
 
 class FakeOpenAI:
@@ -75,33 +81,74 @@ class FakeOpenAI:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
 
+    def agent(self, name: str, instructions: str, description: str | None = None) -> Agent:
+        environ = {"OPENAI_API_KEY": "test-key", "OPENAI_BASE_URL": self.base_url}
+        return Agent(
+            client=chat_client("openai", environ=environ),
+            name=name,
+            instructions=instructions,
+            description=description,
+        )
+
+    def bodies(self) -> list[dict[str, Any]]:
+        assert all(r["path"] == "/v1/chat/completions" for r in self.requests)
+        return [request["body"] for request in self.requests]
+
 
 @pytest.fixture
-def fake_openai() -> Iterator[FakeOpenAI]:
-    server = FakeOpenAI(
+def fake_openai() -> Iterator[Callable[[list[dict[str, Any]]], FakeOpenAI]]:
+    servers: list[FakeOpenAI] = []
+
+    def start(replies: list[dict[str, Any]]) -> FakeOpenAI:
+        server = FakeOpenAI(replies)
+        server.thread.start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.server.shutdown()
+        server.server.server_close()
+
+
+def assert_provider_accepts(body: dict[str, Any]) -> None:
+    """The request is one a chat-completions provider accepts.
+
+    Every assistant message with tool calls is followed at once by a tool message for each call,
+    every tool message answers a call made just before it, and the input does not end with an
+    assistant message.
+    """
+    messages = [m for m in body["messages"] if m["role"] != "system"]
+    assert messages, "no messages"
+    assert messages[-1]["role"] != "assistant", f"assistant-ending input: {messages[-1]}"
+    waiting: list[str] = []
+    for message in messages:
+        if message["role"] == "tool":
+            assert message["tool_call_id"] in waiting, f"orphan tool result: {message}"
+            waiting.remove(message["tool_call_id"])
+            continue
+        assert not waiting, f"calls {waiting} are not answered before {message}"
+        calls: list[dict[str, Any]] = message.get("tool_calls") or []
+        waiting = [call["id"] for call in calls]
+    assert not waiting, f"calls {waiting} are never answered"
+
+
+def contents(body: dict[str, Any]) -> list[str]:
+    return [str(m.get("content")) for m in body["messages"] if m["role"] != "system"]
+
+
+async def test_handoff_conversation_over_the_wire(
+    fake_openai: Callable[[list[dict[str, Any]]], FakeOpenAI],
+) -> None:
+    server = fake_openai(
         [
             tool_call("call_a", "handoff_to_billing", {"goal": ""}),
             tool_call("call_b", "handoff_to_billing", {"goal": "Refund the double charge."}),
-            {"role": "assistant", "content": "Refund issued."},
+            text("Refund issued."),
         ]
     )
-    server.thread.start()
-    yield server
-    server.server.shutdown()
-    server.server.server_close()
-
-
-async def test_handoff_conversation_over_the_wire(fake_openai: FakeOpenAI) -> None:
-    environ = {"OPENAI_API_KEY": "test-key", "OPENAI_BASE_URL": fake_openai.base_url}
-    triage = Agent(
-        client=chat_client("openai", environ=environ), name="triage", instructions="Route the user."
-    )
-    billing = Agent(
-        client=chat_client("openai", environ=environ),
-        name="billing",
-        instructions="Fix charges.",
-        description="charges, invoices, plans",
-    )
+    triage = server.agent("triage", "Route the user.")
+    billing = server.agent("billing", "Fix charges.", description="charges, invoices, plans")
     workflow = HandoffWorkflowBuilder(triage).with_handoff(triage, billing).build()
 
     result = await workflow.run("I was charged twice.")
@@ -111,8 +158,7 @@ async def test_handoff_conversation_over_the_wire(fake_openai: FakeOpenAI) -> No
         ("triage", "billing", "Refund the double charge.")
     ]
 
-    first, second, third = (request["body"] for request in fake_openai.requests)
-    assert all(r["path"] == "/v1/chat/completions" for r in fake_openai.requests)
+    first, second, third = server.bodies()
     # The handoff tool's JSON schema, with its required goal.
     [tool] = first["tools"]
     assert tool["type"] == "function"
@@ -121,13 +167,90 @@ async def test_handoff_conversation_over_the_wire(fake_openai: FakeOpenAI) -> No
     parameters = tool["function"]["parameters"]
     assert parameters["required"] == ["goal"]
     assert parameters["properties"]["goal"]["type"] == "string"
-    # One tool call per response.
+    # One tool call per response, and instructions that name the tool triage really has.
     assert first["parallel_tool_calls"] is False
+    [system] = [m["content"] for m in first["messages"] if m["role"] == "system"]
+    assert "handoff functions: `handoff_to_billing`." in system
     # The empty goal's tool error went back to the model, answering its call.
     tool_messages = [m for m in second["messages"] if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in tool_messages] == ["call_a"]
     assert "goal is empty" in tool_messages[0]["content"]
-    # Billing got the user's message, with no handoff call or result, and no tools of its own.
-    assert [m["role"] for m in third["messages"] if m["role"] != "system"] == ["user"]
+    # Billing got the user's message and the goal, verbatim, from the host; no handoff call or
+    # result, and no tools of its own.
+    assert [m["role"] for m in third["messages"] if m["role"] != "system"] == ["user", "user"]
+    assert contents(third) == [
+        "I was charged twice.",
+        "Handoff from triage to you (billing). Goal: Refund the double charge.",
+    ]
     assert "tools" not in third or not third["tools"]
     assert "Transferred." not in json.dumps(third["messages"])
+    for body in (first, second, third):
+        assert_provider_accepts(body)
+
+
+@pytest.mark.parametrize("mode", list(HandoffToolCallFiltering), ids=lambda m: m.value)
+async def test_goal_and_summary_reach_the_receivers_in_every_mode(
+    fake_openai: Callable[[list[dict[str, Any]]], FakeOpenAI], mode: HandoffToolCallFiltering
+) -> None:
+    """The seed's hand-back: triage -> billing -> (summary) -> triage -> tech, over HTTP."""
+    goal = "Refund the double charge; the app also crashes."
+    summary = "refund done; crash still open"
+    server = fake_openai(
+        [
+            tool_call("call_1", "transfer_to_billing", {"goal": goal}),
+            text("I've refunded the double charge."),  # billing, first part of its reply
+        ]
+    )
+    # Billing says something and hands back in one response, as in the seed.
+    server.replies[1] = {
+        "role": "assistant",
+        "content": "I've refunded the double charge.",
+        "tool_calls": [
+            {
+                "id": "call_2",
+                "type": "function",
+                "function": {
+                    "name": "transfer_back_to_triage",
+                    "arguments": json.dumps({"summary": summary}),
+                },
+            }
+        ],
+    }
+    server.replies += [
+        tool_call("call_3", "transfer_to_tech", {"goal": "The app crashes on opening a bill."}),
+        text("Update to version 4.2."),
+    ]
+    triage = server.agent("triage", "Route the user.")
+    billing = server.agent("billing", "Fix charges.", description="charges")
+    tech = server.agent("tech", "Fix bugs.", description="bugs")
+    workflow = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, billing, tool_name="transfer_to_billing")
+        .with_handoff(triage, tech, tool_name="transfer_to_tech")
+        .with_hand_back(triage)
+        .with_tool_call_filtering(mode)
+        .build()
+    )
+
+    turn = (await workflow.run("Refund the double charge. Also the app crashes.")).get_outputs()[-1]
+
+    assert turn.text.endswith("Update to version 4.2.")
+    assert [h.target for h in turn.handoffs] == ["billing", "triage", "tech"]
+    to_triage, to_billing, back_at_triage, to_tech = server.bodies()
+    # The goal reaches billing, the summary reaches triage, verbatim, in every mode.
+    assert f"Handoff from triage to you (billing). Goal: {goal}" in contents(to_billing)
+    assert f"Hand-back from billing to you (triage). Summary: {summary}" in contents(back_at_triage)
+    assert "I've refunded the double charge." in json.dumps(back_at_triage["messages"])
+    # Tech reads every handoff of the turn, its own last.
+    notes = [c for c in contents(to_tech) if c.startswith(("Handoff ", "Hand-back "))]
+    assert notes == [
+        f"Handoff from triage to billing. Goal: {goal}",
+        f"Hand-back from billing to triage. Summary: {summary}",
+        "Handoff from triage to you (tech). Goal: The app crashes on opening a bill.",
+    ]
+    assert contents(to_tech)[-1] == notes[-1]
+    for body in (to_triage, to_billing, back_at_triage, to_tech):
+        assert_provider_accepts(body)
+    # In NONE the handoff calls themselves are visible too; in the other modes they are not.
+    calls_seen_by_billing = json.dumps(to_billing["messages"]).count("transfer_to_billing")
+    assert calls_seen_by_billing == (1 if mode is HandoffToolCallFiltering.NONE else 0)

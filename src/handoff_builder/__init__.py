@@ -10,32 +10,63 @@ use, so a program that only builds and runs workflows does not load it (nor ``sq
 import typing as _typing
 
 from ._builder import HandoffWorkflowBuilder
+from ._decision import (
+    AgentReply,
+    Decision,
+    EndTurn,
+    Escalate,
+    Event,
+    HandoffCall,
+    NextAgent,
+    TurnStart,
+)
 from ._events import (
     HANDOFF_BLOCKED_EVENT,
     HANDOFF_ESCALATED_EVENT,
     HANDOFF_EVENT,
     HANDOFF_INTERMEDIATE_EVENT,
+    HANDOFF_LIMIT_EVENT,
     HANDOFF_TURN_EVENT,
     EscalationEvent,
     HandoffBlockedEvent,
     HandoffEvent,
     HandoffTurnResult,
+    LimitReachedEvent,
+    TurnStatus,
 )
-from ._filtering import HandoffToolCallFiltering
-from ._group_chat import GroupChatManager, TerminationCondition
-from ._host import DEFAULT_ESCALATION_MESSAGE, GroupChatHost, Participant, TurnJournal
-from ._manager import (
+from ._handoff_manager import (
     DEFAULT_AUTONOMOUS_PROMPT,
     DEFAULT_AUTONOMOUS_TURN_LIMIT,
     AutonomousMode,
     HandoffManager,
 )
-from ._naming import DEFAULT_HANDOFF_INSTRUCTIONS, hand_back_tool_name, handoff_tool_name
+from ._host import (
+    DEFAULT_ESCALATION_MESSAGE,
+    GroupChatHost,
+    Participant,
+    ReissueRequests,
+    ResumeTurn,
+    TurnJournal,
+    UserTurn,
+)
+from ._instructions import DEFAULT_HANDOFF_INSTRUCTIONS, HANDOFF_TOOLS_PLACEHOLDER
+from ._logging import DEFAULT_LOGGED_ARGUMENT_LENGTH
+from ._manager import (
+    DEFAULT_MAX_HANDOFFS_PER_TURN,
+    DEFAULT_MAX_ITERATIONS,
+    DEFAULT_MAX_REJECTED_HANDOFFS,
+    GroupChatManager,
+    ManagerSettings,
+    TerminationCondition,
+)
+from ._routes import HandoffRoute, hand_back_tool_name, handoff_tool_name
+from ._views import HandoffToolCallFiltering
 from ._workflow import HandoffWorkflow, MessageBatch
 from .exceptions import (
     ConversationBusyError,
     ConversationConflictError,
     CorruptConversationError,
+    CorruptStateError,
     HandoffBuilderError,
     HandoffConfigurationError,
     PendingRequestsError,
@@ -79,36 +110,58 @@ __all__ = [
     "DEFAULT_ESCALATION_MESSAGE",
     "DEFAULT_HANDOFF_INSTRUCTIONS",
     "DEFAULT_IDLE_TIMEOUT",
+    "DEFAULT_LOGGED_ARGUMENT_LENGTH",
+    "DEFAULT_MAX_HANDOFFS_PER_TURN",
+    "DEFAULT_MAX_ITERATIONS",
+    "DEFAULT_MAX_REJECTED_HANDOFFS",
     "HANDOFF_BLOCKED_EVENT",
     "HANDOFF_ESCALATED_EVENT",
     "HANDOFF_EVENT",
     "HANDOFF_INTERMEDIATE_EVENT",
+    "HANDOFF_LIMIT_EVENT",
+    "HANDOFF_TOOLS_PLACEHOLDER",
     "HANDOFF_TURN_EVENT",
+    "AgentReply",
     "AutonomousMode",
     "ConversationBusyError",
     "ConversationConflictError",
     "ConversationHost",
     "CorruptConversationError",
+    "CorruptStateError",
+    "Decision",
+    "EndTurn",
+    "Escalate",
     "EscalationEvent",
+    "Event",
     "GroupChatHost",
     "GroupChatManager",
     "HandoffBlockedEvent",
     "HandoffBuilderError",
+    "HandoffCall",
     "HandoffConfigurationError",
     "HandoffEvent",
     "HandoffManager",
+    "HandoffRoute",
     "HandoffToolCallFiltering",
     "HandoffTurnResult",
     "HandoffWorkflow",
     "HandoffWorkflowBuilder",
+    "LimitReachedEvent",
+    "ManagerSettings",
     "MessageBatch",
+    "NextAgent",
     "Participant",
     "PendingRequestsError",
+    "ReissueRequests",
+    "ResumeTurn",
     "SchemaVersionError",
     "ScriptExhaustedError",
     "StoreUnavailableError",
     "TerminationCondition",
     "TurnJournal",
+    "TurnStart",
+    "TurnStatus",
+    "UserTurn",
     "hand_back_tool_name",
     "handoff_tool_name",
 ]

@@ -7,12 +7,20 @@ from typing import overload
 
 from agent_framework import Agent
 
-from ._compile import AutonomousSettings, BuildConfig, HandBack, compile_workflow, to_mermaid
-from ._filtering import HandoffToolCallFiltering
-from ._group_chat import TerminationCondition
-from ._manager import DEFAULT_AUTONOMOUS_PROMPT, DEFAULT_AUTONOMOUS_TURN_LIMIT
-from ._naming import DEFAULT_HANDOFF_INSTRUCTIONS
+from ._compile import (
+    AutonomousSettings,
+    BuildConfig,
+    HandBack,
+    ManagerFactory,
+    compile_workflow,
+    to_mermaid,
+)
+from ._handoff_manager import DEFAULT_AUTONOMOUS_PROMPT, DEFAULT_AUTONOMOUS_TURN_LIMIT
+from ._instructions import DEFAULT_HANDOFF_INSTRUCTIONS
+from ._logging import DEFAULT_LOGGED_ARGUMENT_LENGTH, ArgumentLogging
+from ._manager import TerminationCondition
 from ._validation import Edge
+from ._views import HandoffToolCallFiltering
 from ._workflow import HandoffWorkflow
 
 __all__ = ["HandoffWorkflowBuilder"]
@@ -92,32 +100,38 @@ class HandoffWorkflowBuilder:
         return self
 
     @overload
-    def with_handoffs(self, source: Agent, targets: Iterable[Agent]) -> HandoffWorkflowBuilder: ...
+    def with_handoffs(
+        self, source: Agent, targets: Iterable[Agent], /
+    ) -> HandoffWorkflowBuilder: ...
 
     @overload
     def with_handoffs(
-        self, sources: Iterable[Agent], target: Agent, reason: str | None = None
+        self, sources: Iterable[Agent], target: Agent, /, reason: str | None = None
     ) -> HandoffWorkflowBuilder: ...
 
     def with_handoffs(
         self,
-        *args: Agent | Iterable[Agent] | str | None,
-        **kwargs: Agent | Iterable[Agent] | str | None,
+        first: Agent | Iterable[Agent],
+        second: Agent | Iterable[Agent],
+        /,
+        reason: str | None = None,
     ) -> HandoffWorkflowBuilder:
         """Declare several handoffs: one source to many targets, or many sources to one target.
 
         ``with_handoffs(triage, [billing, tech])`` gives triage a tool for each target;
-        ``with_handoffs([billing, tech], triage, reason=...)`` gives each source a tool to triage.
+        ``with_handoffs([billing, tech], triage, reason=...)`` gives each source a tool to
+        triage. The agents are positional (``source=``/``targets=`` keywords are refused, so the
+        direction of the edges can never be swapped by accident).
         """
-        values = [*args, *kwargs.values()]
-        if len(values) not in (2, 3):
-            raise TypeError("with_handoffs takes (source, targets) or (sources, target, reason).")
-        first, second, *rest = values
-        reason = rest[0] if rest else None
         if isinstance(first, Agent):
-            if rest:
+            if reason is not None:
                 raise TypeError("with_handoffs(source, targets) takes no reason; use with_handoff.")
-            for target in _agents_of(second, "target agents"):  # pyright: ignore[reportArgumentType]
+            if isinstance(second, Agent):
+                raise TypeError(
+                    "with_handoffs(source, targets) takes a list of targets; for one target use "
+                    "with_handoff(source, target)."
+                )
+            for target in _agents_of(second, "target agents"):
                 self.with_handoff(first, target)
             return self
         if not isinstance(second, Agent):
@@ -125,9 +139,9 @@ class HandoffWorkflowBuilder:
                 "with_handoffs takes (source, [targets]) or ([sources], target); got "
                 f"{type(first).__name__} and {type(second).__name__}."
             )
-        if reason is not None and not isinstance(reason, str):
+        if reason is not None and not isinstance(reason, str):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"reason must be a string, not {type(reason).__name__}.")
-        for source in _agents_of(first, "source agents"):  # pyright: ignore[reportArgumentType]
+        for source in _agents_of(first, "source agents"):
             self.with_handoff(source, second, reason)
         return self
 
@@ -158,7 +172,9 @@ class HandoffWorkflowBuilder:
     def with_instructions(self, instructions: str | None) -> HandoffWorkflowBuilder:
         """Handoff instructions added to each agent that can hand off, after its own instructions.
 
-        ``None`` restores the default (.NET's text); ``""`` turns them off.
+        ``{handoff_tools}`` in the text is replaced, for each agent, by the names of the handoff
+        tools that agent has. ``None`` restores the default (.NET's text, naming the agent's
+        tools); ``""`` turns them off.
         """
         self._config.instructions = (
             DEFAULT_HANDOFF_INSTRUCTIONS if instructions is None else instructions
@@ -166,24 +182,69 @@ class HandoffWorkflowBuilder:
         return self
 
     def with_max_iterations(self, max_iterations: int) -> HandoffWorkflowBuilder:
-        """At most this many agent invocations per user message (default 40); then escalate."""
+        """At most this many agent invocations per user message; then escalate.
+
+        Without this call the cap is 40, or, with autonomous mode, enough for every agent that
+        runs in a turn to use all of its autonomous continuations (see ``docs/termination.md``).
+        """
         self._config.max_iterations = _at_least_one("max_iterations", max_iterations)
         return self
 
     def with_max_handoffs_per_turn(
         self, max_handoffs: int, *, escalation_message: str | None = None
     ) -> HandoffWorkflowBuilder:
-        """At most this many handoffs per user message (default 3), hand-backs included.
+        """At most this many handoffs per user message, hand-backs included.
 
         One more handoff ends the turn: the user gets ``escalation_message`` (a short apology;
-        ``None`` keeps the default) and the turn is escalated to a human. The seeds' hand-back
-        pattern uses 4.
+        ``None`` keeps the default) and the turn is escalated to a human. Without this call the
+        cap is 4 when the workflow has hand-back edges (the seeds' hand-back pattern), else 3.
         """
         self._config.max_handoffs = _at_least_one("max_handoffs", max_handoffs)
         if escalation_message is not None:
             if not escalation_message.strip():
                 raise ValueError("escalation_message must not be blank; the user must be told.")
             self._config.escalation_message = escalation_message
+        return self
+
+    def with_max_rejected_handoffs(self, max_rejected: int) -> HandoffWorkflowBuilder:
+        """At most this many refused handoff attempts per user message (default 3); then escalate.
+
+        A refused attempt is a handoff call with an empty goal or summary, to a tool the agent was
+        not granted or that does not exist, or straight back after a hand-back. The agent gets a
+        tool error each time and may try again; one more refused attempt ends the turn with the
+        apology and an escalation (``reason="rejected_handoffs"``), so a model that keeps retrying
+        cannot loop.
+        """
+        self._config.max_rejected = _at_least_one("max_rejected", max_rejected)
+        return self
+
+    def with_manager(self, factory: ManagerFactory) -> HandoffWorkflowBuilder:
+        """Decide who speaks with another :class:`~handoff_builder.GroupChatManager`.
+
+        ``factory`` is called once per ``build()`` with the compiled
+        :class:`~handoff_builder.ManagerSettings` (agents, routes, caps) and returns the manager;
+        a :class:`~handoff_builder.HandoffManager` subclass is such a factory. The agents keep
+        their handoff tools, and the manager reviews their calls. Hosted conversations
+        (``ConversationHost``) run the manager too.
+        """
+        if not callable(factory):
+            raise TypeError(f"factory must be callable, not {type(factory).__name__}.")
+        self._config.manager_factory = factory
+        return self
+
+    def with_argument_logging(
+        self, *, include: bool = True, max_length: int = DEFAULT_LOGGED_ARGUMENT_LENGTH
+    ) -> HandoffWorkflowBuilder:
+        """How handoff log lines show the goal or summary (events always keep all of it).
+
+        Each handoff and hand-back is logged with its source, its target and its argument, cut to
+        ``max_length`` characters (default 200) with a marker that gives the full length.
+        ``include=False`` leaves arguments out of log lines, for deployments where goals carry
+        personal data.
+        """
+        self._config.argument_logging = ArgumentLogging(
+            include=bool(include), max_length=_at_least_one("max_length", max_length)
+        )
         return self
 
     def with_tool_call_filtering(

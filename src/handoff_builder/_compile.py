@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from agent_framework import Agent, WorkflowBuilder
 from typing_extensions import override
 
-from ._filtering import HandoffToolCallFiltering
-from ._group_chat import DEFAULT_MAX_ITERATIONS, TerminationCondition
+from ._handoff_manager import AutonomousMode, HandoffManager
 from ._host import DEFAULT_ESCALATION_MESSAGE, HOST_ID, GroupChatHost, Participant
-from ._manager import DEFAULT_MAX_HANDOFFS_PER_TURN, AutonomousMode, HandoffManager
-from ._naming import DEFAULT_HANDOFF_INSTRUCTIONS, hand_back_tool_name, handoff_tool_name
-from ._tools import HandoffRoute, HandoffToolMiddleware, make_handoff_tool
+from ._instructions import DEFAULT_HANDOFF_INSTRUCTIONS, render_instructions
+from ._logging import ArgumentLogging
+from ._manager import (
+    DEFAULT_MAX_HANDOFFS_PER_TURN,
+    DEFAULT_MAX_ITERATIONS,
+    DEFAULT_MAX_REJECTED_HANDOFFS,
+    GroupChatManager,
+    ManagerSettings,
+    TerminationCondition,
+)
+from ._routes import HandoffRoute, default_tool_name
+from ._tools import make_handoff_tool
 from ._validation import (
     Edge,
     edge_problems,
@@ -24,10 +32,15 @@ from ._validation import (
     participant_problems,
     tool_name_problems,
 )
+from ._views import HandoffToolCallFiltering
 from ._workflow import HandoffWorkflow, specialise
 from .exceptions import HandoffConfigurationError
 
 AgentRef = Any  # an Agent, or a participant's name
+ManagerFactory = Callable[[ManagerSettings], GroupChatManager]
+
+DEFAULT_MAX_HANDOFFS_WITH_HAND_BACK = 4
+"""The per-message cap when the workflow has hand-back edges (the hand-back pattern's default)."""
 
 
 class HandBack(NamedTuple):
@@ -51,15 +64,19 @@ class AutonomousSettings(NamedTuple):
 
 @dataclass
 class BuildConfig:
-    """Everything a builder records; ``compile_workflow`` turns it into a workflow."""
+    """Everything a builder records; ``compile_workflow`` turns it into a workflow.
+
+    ``None`` caps are derived at build time (see :func:`effective_caps`).
+    """
 
     initial: Any
     participants: dict[int, Any]
     edges: list[Edge] = field(default_factory=list[Edge])
     hand_backs: list[HandBack] = field(default_factory=list[HandBack])
     instructions: str = DEFAULT_HANDOFF_INSTRUCTIONS
-    max_iterations: int = DEFAULT_MAX_ITERATIONS
-    max_handoffs: int = DEFAULT_MAX_HANDOFFS_PER_TURN
+    max_iterations: int | None = None
+    max_handoffs: int | None = None
+    max_rejected: int = DEFAULT_MAX_REJECTED_HANDOFFS
     escalation_message: str = DEFAULT_ESCALATION_MESSAGE
     name: str | None = None
     description: str | None = None
@@ -69,6 +86,8 @@ class BuildConfig:
     autonomous: AutonomousSettings | None = None
     output_from: list[Any] | None = None
     intermediate_from: list[Any] = field(default_factory=list[Any])
+    manager_factory: ManagerFactory | None = None
+    argument_logging: ArgumentLogging = field(default_factory=ArgumentLogging)
 
 
 class _HopEdgeNotice(logging.Filter):
@@ -100,21 +119,62 @@ class _Plan(NamedTuple):
     intermediate_agents: frozenset[str]
 
 
+class Caps(NamedTuple):
+    """The caps a build uses, explicit or derived."""
+
+    max_iterations: int
+    max_handoffs_per_turn: int
+
+
+def effective_caps(
+    config: BuildConfig,
+    routes: Mapping[str, Mapping[str, HandoffRoute]],
+    autonomous: AutonomousMode | None,
+) -> Caps:
+    """The caps the workflow runs with: the explicit ones, else the defaults that compose.
+
+    * Handoffs per user message: 4 when the workflow has hand-back edges (hand-backs count, and
+      the hand-back pattern needs a round trip more), else 3.
+    * Agent invocations per user message: 40; with autonomous mode, enough for every agent that
+      runs in a turn to reach its autonomous limit: (handoff cap + 1) x (1 + largest limit), so
+      that the invocation cap never cuts an autonomous run short before the other caps would.
+    """
+    handoffs = config.max_handoffs
+    if handoffs is None:
+        has_hand_back = any(r.edge.returns for by in routes.values() for r in by.values())
+        handoffs = (
+            DEFAULT_MAX_HANDOFFS_WITH_HAND_BACK if has_hand_back else DEFAULT_MAX_HANDOFFS_PER_TURN
+        )
+    iterations = config.max_iterations
+    if iterations is None:
+        iterations = DEFAULT_MAX_ITERATIONS
+        if autonomous is not None:
+            iterations = max(iterations, (handoffs + 1) * (1 + autonomous.largest_limit))
+    return Caps(iterations, handoffs)
+
+
 def compile_workflow(config: BuildConfig) -> HandoffWorkflow:
     """Validate ``config`` (all problems at once) and assemble the workflow."""
     plan = _plan(config)
-    manager = HandoffManager(
+    caps = effective_caps(config, plan.routes, plan.autonomous)
+    settings = ManagerSettings(
         initial_agent=plan.initial,
+        agents=tuple(plan.agents),
         routes=plan.routes,
-        agents=list(plan.agents),
-        max_handoffs_per_turn=config.max_handoffs,
-        max_iterations=config.max_iterations,
+        max_iterations=caps.max_iterations,
+        max_handoffs_per_turn=caps.max_handoffs_per_turn,
+        max_rejected_handoffs=config.max_rejected,
         return_to_previous=config.return_to_previous,
         autonomous=plan.autonomous,
         termination_condition=config.termination_condition,
     )
+    manager = (config.manager_factory or HandoffManager)(settings)
+    if not isinstance(manager, GroupChatManager):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise TypeError(
+            f"The manager factory returned a {type(manager).__name__}, not a GroupChatManager."
+        )
     participants = {
-        name: _participant(agent, plan.routes.get(name, {}), manager, config.instructions)
+        name: _participant(agent, plan.routes.get(name, {}), config.instructions)
         for name, agent in plan.agents.items()
     }
     host = GroupChatHost(
@@ -125,36 +185,38 @@ def compile_workflow(config: BuildConfig) -> HandoffWorkflow:
         handoff_tools=frozenset(name for by in plan.routes.values() for name in by),
         output_agents=plan.output_agents,
         intermediate_agents=plan.intermediate_agents,
+        argument_logging=config.argument_logging,
     )
     builder = WorkflowBuilder(
         start_executor=host,
         name=config.name,
         description=config.description,
-        max_iterations=config.max_iterations + 2,
+        max_iterations=manager.max_iterations + 2,
     )
     return specialise(builder.add_edge(host, host).build())
 
 
 def _participant(
-    agent: Agent, routes: Mapping[str, HandoffRoute], manager: HandoffManager, instructions: str
+    agent: Agent, routes: Mapping[str, HandoffRoute], instructions: str
 ) -> Participant:
     if not routes:
         return Participant(agent)
     options: dict[str, Any] = {"allow_multiple_tool_calls": False}
-    if instructions.strip():
-        options["instructions"] = instructions
+    text = render_instructions(instructions, list(routes))
+    if text.strip():
+        options["instructions"] = text
     return Participant(
         agent,
         tools=[make_handoff_tool(route) for route in routes.values()],
         options=options,
-        middleware=[HandoffToolMiddleware(routes, manager)],
+        routes=routes,
     )
 
 
 def _all_edges(config: BuildConfig, participants: Sequence[Any]) -> list[Edge]:
     """Declared handoff edges (else the default mesh), then the hand-back edges."""
     edges = config.edges or [
-        Edge(source, target, derived=True)
+        Edge(source, target)
         for source in participants
         for target in participants
         if source is not target
@@ -220,10 +282,7 @@ def _designated(
 
 
 def _tool_name(edge: Edge) -> str:
-    if edge.tool_name:
-        return edge.tool_name
-    target = str(getattr(edge.target, "name", ""))
-    return hand_back_tool_name(target) if edge.kind == "hand_back" else handoff_tool_name(target)
+    return edge.tool_name or default_tool_name(edge.edge, str(getattr(edge.target, "name", "")))
 
 
 def _autonomous(
@@ -271,6 +330,6 @@ def to_mermaid(config: BuildConfig) -> str:
         lines.append(f"    {shape}")
     for source, routes in plan.routes.items():
         for route in routes.values():
-            arrow = "-.->" if route.kind == "hand_back" else "-->"
+            arrow = route.edge.arrow
             lines.append(f"    {ids[source]} {arrow}|{route.tool_name}| {ids[route.target]}")
     return "\n".join(lines) + "\n"

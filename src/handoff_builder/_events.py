@@ -9,16 +9,21 @@ from typing import Any, Literal
 from agent_framework import AgentResponse, Message
 from typing_extensions import override
 
+from ._routes import HandoffKind
+
 __all__ = [
     "HANDOFF_BLOCKED_EVENT",
     "HANDOFF_ESCALATED_EVENT",
     "HANDOFF_EVENT",
     "HANDOFF_INTERMEDIATE_EVENT",
+    "HANDOFF_LIMIT_EVENT",
     "HANDOFF_TURN_EVENT",
     "EscalationEvent",
     "HandoffBlockedEvent",
     "HandoffEvent",
     "HandoffTurnResult",
+    "LimitReachedEvent",
+    "TurnStatus",
 ]
 
 HANDOFF_EVENT: str = "handoff_sent"
@@ -28,16 +33,22 @@ HANDOFF_BLOCKED_EVENT: str = "handoff_blocked"
 HANDOFF_ESCALATED_EVENT: str = "handoff_escalated"
 """``WorkflowEvent.type`` of an escalation to a human (a cap was reached)."""
 
+HANDOFF_LIMIT_EVENT: str = "handoff_limit_reached"
+"""``WorkflowEvent.type`` of a limit that ended a turn without an escalation (autonomous mode)."""
+
 HANDOFF_TURN_EVENT: str = "handoff_turn_completed"
 """``WorkflowEvent.type`` emitted at the end of every user turn; ``data`` is a HandoffTurnResult."""
 HANDOFF_INTERMEDIATE_EVENT: str = "handoff_intermediate"
 """``WorkflowEvent.type`` of a streamed update from an agent designated as intermediate output."""
 
-BlockReason = Literal[
-    "empty_goal", "empty_summary", "not_granted", "unknown_target", "ping_pong", "pending_requests"
+BlockReason = Literal["empty_goal", "empty_summary", "not_granted", "unknown_target", "ping_pong"]
+EscalationReason = Literal["handoff_cap", "max_iterations", "rejected_handoffs"]
+TurnStatus = Literal[
+    "completed", "autonomous_limit", "handoff_cap", "max_iterations", "rejected_handoffs"
 ]
-HandoffKind = Literal["handoff", "hand_back"]
-EscalationReason = Literal["handoff_cap", "max_iterations"]
+"""How a user turn ended: ``"completed"`` (an agent answered, or the termination condition held),
+``"autonomous_limit"`` (an agent used every autonomous continuation it was allowed; the turn goes
+back to the user), or the cap that escalated it to a human (the :class:`EscalationEvent` reason)."""
 
 
 @dataclass(frozen=True)
@@ -61,8 +72,8 @@ class HandoffBlockedEvent:
 
     ``reason`` is ``"empty_goal"`` / ``"empty_summary"`` (the argument was blank),
     ``"not_granted"`` (the tool belongs to another agent's handoffs), ``"unknown_target"`` (no
-    such handoff tool in this workflow), ``"ping_pong"`` (handing straight back to the agent that
-    just handed back) or ``"pending_requests"`` (the agent still waits for approvals or results).
+    such handoff tool in this workflow) or ``"ping_pong"`` (handing straight back to the agent
+    that just handed back).
     """
 
     source: str
@@ -78,7 +89,10 @@ class EscalationEvent:
     """The turn was handed to a human: a cap was reached and the user got an apology.
 
     ``reason`` is ``"handoff_cap"`` (more handoffs were requested than the per-message cap
-    allows) or ``"max_iterations"`` (the turn used every agent invocation it was allowed).
+    allows), ``"max_iterations"`` (the turn used every agent invocation it was allowed) or
+    ``"rejected_handoffs"`` (the agents kept making handoff calls that were refused: past the cap
+    on rejected attempts). ``requested_target`` and ``goal`` are those of the call that tripped
+    the cap, when a call did.
     """
 
     reason: EscalationReason
@@ -86,6 +100,19 @@ class EscalationEvent:
     limit: int
     requested_target: str | None = None
     goal: str | None = None
+
+
+@dataclass(frozen=True)
+class LimitReachedEvent:
+    """A limit ended the turn, and the user gets the last reply (no escalation).
+
+    ``kind`` is ``"autonomous_turns"``: ``agent`` used every autonomous continuation it was
+    allowed (``limit``), so the turn went back to the user (.NET's behaviour).
+    """
+
+    kind: Literal["autonomous_turns"]
+    agent: str
+    limit: int
 
 
 class HandoffTurnResult(AgentResponse):
@@ -99,6 +126,8 @@ class HandoffTurnResult(AgentResponse):
     * ``active_agent``: the agent that ended the turn (the next message goes there when the
       workflow returns to the previous agent);
     * ``handoffs``: the handoffs performed in this turn, in order;
+    * ``status``: how the turn ended (:data:`TurnStatus`): ``"completed"``, or the cap that
+      stopped it;
     * ``escalation``: why the turn was escalated to a human, or ``None``; ``escalated`` is the flag;
     * ``conversation``: the whole shared conversation at the end of the turn.
     """
@@ -111,12 +140,14 @@ class HandoffTurnResult(AgentResponse):
         handoffs: Sequence[HandoffEvent],
         escalation: EscalationEvent | None,
         conversation: Sequence[Message],
+        status: TurnStatus | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(messages=list(messages), **kwargs)
         self.active_agent = active_agent
         self.handoffs: tuple[HandoffEvent, ...] = tuple(handoffs)
         self.escalation = escalation
+        self.status: TurnStatus = status or (escalation.reason if escalation else "completed")
         self.conversation: tuple[Message, ...] = tuple(conversation)
 
     @property
@@ -134,5 +165,5 @@ class HandoffTurnResult(AgentResponse):
     def __repr__(self) -> str:
         return (
             f"HandoffTurnResult(active_agent={self.active_agent!r}, "
-            f"handoffs={len(self.handoffs)}, escalated={self.escalated}, text={self.text!r})"
+            f"handoffs={len(self.handoffs)}, status={self.status!r}, text={self.text!r})"
         )

@@ -1,11 +1,11 @@
-"""The group-chat host: one executor that owns the shared history and runs the turn loop.
+"""The group-chat host: one executor that owns the shared history and carries out decisions.
 
 No ``from __future__ import annotations`` here: agent_framework reads handler annotations.
 """
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, cast
 
 from agent_framework import (
@@ -21,34 +21,68 @@ from agent_framework import (
 )
 from typing_extensions import override
 
+from ._decision import AgentReply, Decision, Escalate, Event, NextAgent, TurnStart
 from ._events import (
     HANDOFF_BLOCKED_EVENT,
     HANDOFF_ESCALATED_EVENT,
     HANDOFF_EVENT,
     HANDOFF_INTERMEDIATE_EVENT,
+    HANDOFF_LIMIT_EVENT,
     HANDOFF_TURN_EVENT,
     EscalationEvent,
     HandoffBlockedEvent,
     HandoffEvent,
     HandoffTurnResult,
+    TurnStatus,
 )
-from ._filtering import AgentView, HandoffToolCallFiltering
-from ._group_chat import GroupChatManager
+from ._logging import ArgumentLogging, log_event
+from ._manager import GroupChatManager
 from ._participant import Participant
-from ._requests import PendingRequests, requests_in
+from ._requests import PendingRequests, requests_in, unanswered
+from ._state import Continuation, HostState, TurnState
+from ._views import AgentView, HandoffToolCallFiltering
 from ._workflow import MessageBatch
-from .exceptions import SchemaVersionError
 
-__all__ = ["DEFAULT_ESCALATION_MESSAGE", "GroupChatHost", "Participant", "TurnJournal"]
+__all__ = [
+    "DEFAULT_ESCALATION_MESSAGE",
+    "GroupChatHost",
+    "Participant",
+    "ReissueRequests",
+    "ResumeTurn",
+    "TurnJournal",
+    "UserTurn",
+]
 
 logger = logging.getLogger("handoff_builder")
 
-STATE_SCHEMA_VERSION = 1
 HOST_ID = "handoff_host"
 DEFAULT_ESCALATION_MESSAGE = (
     "I'm sorry, I wasn't able to get your request to the right place. I'm passing this "
     "conversation to a human colleague, who will get back to you."
 )
+
+
+@dataclass(frozen=True)
+class UserTurn:
+    """A user turn, with the caller's instruction for where it starts.
+
+    ``return_to_previous``: ``True`` starts at the agent that ended the last turn, ``False`` at
+    the initial agent, ``None`` leaves it to the workflow's setting. Hosted conversations send
+    their messages this way.
+    """
+
+    messages: list[Message]
+    return_to_previous: bool | None = None
+
+
+@dataclass(frozen=True)
+class ResumeTurn:
+    """Finish an interrupted turn: run the agent that was about to answer (a no-op otherwise)."""
+
+
+@dataclass(frozen=True)
+class ReissueRequests:
+    """Emit the requests the open turn waits for again, under their ids, so they can be answered."""
 
 
 @dataclass(frozen=True)
@@ -58,44 +92,16 @@ class _Hop:
     agent: str
 
 
-register_checkpoint_type(_Hop)
-
-
-@dataclass(frozen=True)
-class _Reissue:
-    """Ask again for the answers a restored host still waits for (hosted conversations)."""
-
-
-register_checkpoint_type(_Reissue)
+for _command in (UserTurn, ResumeTurn, ReissueRequests, _Hop):
+    register_checkpoint_type(_command)
 
 HostContext = WorkflowContext[_Hop, HandoffTurnResult | AgentResponseUpdate]
 
-
-@dataclass
-class _Turn:
-    start: int
-    handoffs: list[HandoffEvent] = field(default_factory=list[HandoffEvent])
-
-
-def _event_type(event: HandoffEvent | HandoffBlockedEvent | EscalationEvent) -> str:
-    if isinstance(event, HandoffEvent):
-        return HANDOFF_EVENT
-    if isinstance(event, HandoffBlockedEvent):
-        return HANDOFF_BLOCKED_EVENT
-    return HANDOFF_ESCALATED_EVENT
-
-
-def _log(event: HandoffEvent | HandoffBlockedEvent | EscalationEvent) -> None:
-    if isinstance(event, HandoffEvent):
-        logger.info("handoff %s -> %s: %s", event.source, event.target, event.goal)
-    elif isinstance(event, HandoffBlockedEvent):
-        logger.warning(
-            "blocked handoff from %s via %s (%s)", event.source, event.tool_name, event.reason
-        )
-    else:
-        logger.warning(
-            "escalated to a human: %s at %s (limit %d)", event.reason, event.agent, event.limit
-        )
+_EVENT_TYPES: dict[type[Any], str] = {
+    HandoffEvent: HANDOFF_EVENT,
+    HandoffBlockedEvent: HANDOFF_BLOCKED_EVENT,
+    EscalationEvent: HANDOFF_ESCALATED_EVENT,
+}
 
 
 def _same(a: Message, b: Message) -> bool:
@@ -126,16 +132,19 @@ class TurnJournal(Protocol):
 
 
 class GroupChatHost(Executor):
-    """Runs a group chat: keeps the shared, append-only history and asks a manager who speaks.
+    """Runs a group chat: keeps the shared, append-only history and carries out decisions.
 
-    A user message (``str``, ``Message`` or ``list[Message]``) starts a turn. Each agent
-    invocation is one superstep (so one checkpoint); the turn ends when the manager returns
-    ``None`` or asks to terminate, and yields a :class:`HandoffTurnResult`. In streaming runs
-    every agent update is yielded as it arrives, with the agent's name as ``author_name``.
+    A user message (``str``, ``Message``, ``list[Message]`` or a :class:`UserTurn`) starts a turn.
+    Each agent invocation is one superstep (so one checkpoint). After each agent reply the
+    manager returns one decision; the host adds the decision's input to the conversation,
+    emits its events, and runs the next agent, or ends the turn and yields a
+    :class:`HandoffTurnResult`. In streaming runs every agent update is yielded as it arrives,
+    with the agent's name as ``author_name``.
 
     Each agent reads its own view of the history (see :class:`HandoffToolCallFiltering`):
     ``filtering`` picks which of the other agents' tool calls it sees, and ``handoff_tools``
-    names the tools that count as handoffs.
+    names the tools that count as handoffs. Every handoff is shown to the agents that did not
+    make it as a note with its goal.
     """
 
     def __init__(
@@ -148,6 +157,7 @@ class GroupChatHost(Executor):
         handoff_tools: frozenset[str] = frozenset(),
         output_agents: frozenset[str] | None = None,
         intermediate_agents: frozenset[str] = frozenset(),
+        argument_logging: ArgumentLogging | None = None,
         id: str = HOST_ID,  # noqa: A002 - the Executor API's name
     ) -> None:
         super().__init__(id)
@@ -156,7 +166,7 @@ class GroupChatHost(Executor):
         self._apology = apology
         self._history: list[Message] = []
         self._saved: list[dict[str, Any]] = []  # to_dict() of history[: len(_saved)], reused
-        self._turn: _Turn | None = None
+        self._turn: TurnState | None = None
         self._speaker: str | None = None
         self._filtering = filtering
         self._handoff_tools = handoff_tools
@@ -164,11 +174,16 @@ class GroupChatHost(Executor):
         self._pending = PendingRequests()
         self._output_agents = output_agents
         self._intermediate_agents = intermediate_agents
+        self._logging = argument_logging or ArgumentLogging()
         self._next: str | None = None
         self.journal: TurnJournal | None = None
 
-    def _new_view(self, name: str) -> AgentView:
-        view = self._views[name] = AgentView(name, self._filtering, self._handoff_tools)
+    def _view(self, name: str) -> AgentView:
+        view = self._views.get(name)
+        if view is None:
+            view = self._views[name] = AgentView(
+                name, self._filtering, self._handoff_tools, self.id
+            )
         return view
 
     @property
@@ -178,25 +193,29 @@ class GroupChatHost(Executor):
 
     @property
     def manager(self) -> GroupChatManager:
-        """The manager that picks speakers."""
+        """The manager that decides who speaks."""
         return self._manager
+
+    def view_of(self, agent: str) -> list[Message]:
+        """What ``agent`` would receive if it ran now: its view of the conversation."""
+        return list(self._view(agent).update(self._history))
 
     # -- handlers ---------------------------------------------------------------------------------
 
     @handler
     async def handle_text(self, message: str, ctx: HostContext) -> None:
         """A user message as plain text."""
-        await self._begin_turn([Message(role="user", contents=[message])], ctx)
+        await self._begin_turn([Message(role="user", contents=[message])], None, ctx)
 
     @handler
     async def handle_message(self, message: Message, ctx: HostContext) -> None:
         """One user message."""
-        await self._begin_turn([message], ctx)
+        await self._begin_turn([message], None, ctx)
 
     @handler
     async def handle_messages(self, messages: list[Message], ctx: HostContext) -> None:
         """Several input messages (e.g. prior history plus the new user message)."""
-        await self._begin_turn(messages, ctx)
+        await self._begin_turn(messages, None, ctx)
 
     @handler
     async def handle_batch(self, message: MessageBatch, ctx: HostContext) -> None:
@@ -204,7 +223,12 @@ class GroupChatHost(Executor):
 
         Found before ``handle_messages``: its type check is one ``isinstance``, not one per message.
         """
-        await self._begin_turn(message, ctx)
+        await self._begin_turn(message, None, ctx)
+
+    @handler
+    async def handle_user_turn(self, turn: UserTurn, ctx: HostContext) -> None:
+        """A user turn with the caller's instruction for where it starts."""
+        await self._begin_turn(turn.messages, turn.return_to_previous, ctx)
 
     @handler
     async def handle_hop(self, hop: _Hop, ctx: HostContext) -> None:
@@ -212,25 +236,32 @@ class GroupChatHost(Executor):
         await self._run_agent(hop.agent, ctx)
 
     @handler
-    async def handle_reissue(self, message: _Reissue, ctx: HostContext) -> None:
+    async def handle_resume(self, message: ResumeTurn, ctx: HostContext) -> None:
+        """Run the agent the open turn was about to call, if there is one."""
+        del message
+        if self._turn is not None and self._next is not None and not self._pending.requests:
+            await self._run_agent(self._next, ctx)
+
+    @handler
+    async def handle_reissue(self, message: ReissueRequests, ctx: HostContext) -> None:
         """Emit the pending requests again, under their ids, so that they can be answered."""
         del message
-        for request_id, request in self._pending.requests.items():
-            if request_id not in self._pending.answers:
-                await ctx.request_info(request, Content, request_id=request_id)
+        for request in self._pending.unanswered:
+            await ctx.request_info(request, Content, request_id=str(request.id))
 
     @property
     def pending_requests(self) -> list[Content]:
         """The requests (approvals, external calls) the open turn waits for."""
-        return [
-            request
-            for request_id, request in self._pending.requests.items()
-            if request_id not in self._pending.answers
-        ]
+        return self._pending.unanswered
 
     # -- the turn loop ----------------------------------------------------------------------------
 
-    async def _begin_turn(self, messages: Sequence[Message], ctx: HostContext) -> None:
+    async def _begin_turn(
+        self,
+        messages: Sequence[Message],
+        return_to_previous: bool | None,  # noqa: FBT001 - a tri-state, passed through
+        ctx: HostContext,
+    ) -> None:
         if not messages:
             raise ValueError("A turn needs at least one input message; got an empty list.")
         if self._turn is not None:
@@ -239,16 +270,10 @@ class GroupChatHost(Executor):
                 "sending the next message."
             )
         self._history.extend(messages[_known_prefix(self._history, messages) :])
-        self._turn = _Turn(start=len(self._history))
-        self._manager.begin_turn()
-        first = await self._manager.select_next_agent(self._history, None)
-        self._next = first
-        await self._record()
-        await self._emit_events(ctx)
-        if first is None:
-            await self._end_turn(ctx)
-        else:
-            await self._run_agent(first, ctx)
+        self._turn = TurnState(start=len(self._history))
+        start = TurnStart(self._speaker, return_to_previous)
+        decision = await self._manager.start_turn(self._history, start)
+        await self._carry_out(decision, ctx, hop=False)
 
     async def _run_agent(self, name: str, ctx: HostContext) -> None:
         participant = self._participants.get(name)
@@ -256,36 +281,49 @@ class GroupChatHost(Executor):
             await ctx.add_event(
                 WorkflowEvent.warning(f"The manager selected unknown agent {name!r}.")
             )
-            await self._end_turn(ctx)
+            await self._end_turn(ctx, "completed")
             return
-        if await self._manager.should_terminate(self._history):
-            await self._emit_events(ctx)
-            await self._end_turn(ctx)
-            return
-        self._manager.record_invocation()
         self._speaker = name
-        on_update = self._update_sink(name, ctx)
-        view = self._views.get(name) or self._new_view(name)
-        response = await participant.run(view.update(self._history), on_update)
-        delta = self._manager.update_history(name, list(response.messages))
+        view = self._view(name).update(self._history)
+        response, calls = await participant.run(
+            view, self._update_sink(name, ctx), self._manager.review_handoff
+        )
+        delta = list(response.messages)
         for message in delta:
             if message.author_name is None:
                 message.author_name = name
         self._history.extend(delta)
         requests = requests_in(delta)
-        if requests:
-            await self._wait_for(name, requests, ctx)
-            return
-        following = await self._manager.select_next_agent(self._history, name)
-        self._history.extend(self._manager.take_input())
-        self._next = following
-        if following is not None:
-            await self._record()  # the next agent is saved before it is called
-        await self._emit_events(ctx)
-        if following is None:
-            await self._end_turn(ctx)
+        reply = AgentReply(name, tuple(delta), calls, unfinished=bool(requests))
+        decision = await self._manager.decide(self._history, reply)
+        if requests and isinstance(decision, NextAgent):
+            await self._wait_for(name, requests, decision, ctx)
         else:
-            await ctx.send_message(_Hop(following))
+            if requests:
+                self._history.extend(unanswered(requests, name, _status(decision)))
+            await self._carry_out(decision, ctx)
+
+    async def _carry_out(self, decision: Decision, ctx: HostContext, *, hop: bool = True) -> None:
+        """Apply one decision: add its input, emit its events, then run the next agent or end."""
+        if isinstance(decision, NextAgent):
+            if decision.input:
+                self._history.extend(decision.input)
+            turn = self._turn
+            if decision.handoff is not None and turn is not None:
+                self._turn = replace(turn, handoffs=(*turn.handoffs, decision.handoff))
+            self._next = decision.agent
+            await self._record()  # the next agent is saved before it is called
+            await self._emit(decision.events, ctx)
+            if hop:
+                await ctx.send_message(_Hop(decision.agent))
+            else:
+                await self._run_agent(decision.agent, ctx)
+            return
+        await self._emit(decision.events, ctx)
+        if isinstance(decision, Escalate):
+            await self._end_turn(ctx, decision.status, decision.escalation)
+        else:
+            await self._end_turn(ctx, decision.status)
 
     def _update_sink(
         self, name: str, ctx: HostContext
@@ -305,12 +343,20 @@ class GroupChatHost(Executor):
             return ctx.yield_output
         return None
 
-    async def _wait_for(self, name: str, requests: list[Content], ctx: HostContext) -> None:
-        """Surface the agent's requests; the turn stays open until all are answered."""
-        self._pending.open(name, requests)
+    async def _wait_for(
+        self, name: str, requests: list[Content], then: NextAgent, ctx: HostContext
+    ) -> None:
+        """Surface the agent's requests; the turn stays open until all are answered.
+
+        ``then`` is carried out once they are: a handoff made in the same response stands.
+        """
+        self._pending.open(name, requests, Continuation(then.agent, then.handoff))
+        turn = self._turn
+        if then.handoff is not None and turn is not None:
+            self._turn = replace(turn, handoffs=(*turn.handoffs, then.handoff))
         self._next = None
         await self._record()
-        await self._emit_events(ctx)
+        await self._emit(then.events, ctx)
         for request in requests:
             await ctx.request_info(request, Content, request_id=str(request.id))
 
@@ -318,7 +364,7 @@ class GroupChatHost(Executor):
     async def handle_response(
         self, original_request: Content, response: Content, ctx: HostContext
     ) -> None:
-        """An answer to a tool approval or an external function call; resumes the asking agent.
+        """An answer to a tool approval or an external function call; the turn goes on.
 
         A wrong answer (the wrong content type) is reported as an ``error`` event and the request
         stays pending under the same id, so nothing is lost: answer it again.
@@ -332,27 +378,35 @@ class GroupChatHost(Executor):
             if request_id in self._pending.requests:
                 await ctx.request_info(original_request, Content, request_id=request_id)
             return
-        if not complete:
-            return
-        name = str(self._pending.agent)
-        participant = self._participants[name]
-        self._history.extend(await self._pending.resolve(participant.agent))
-        await self._run_agent(name, ctx)
+        if complete:
+            await self._resume_after_answers(ctx)
 
-    async def _emit_events(self, ctx: HostContext) -> None:
-        for event in self._manager.take_events():
+    async def _resume_after_answers(self, ctx: HostContext) -> None:
+        name = str(self._pending.agent)
+        then = self._pending.then or Continuation(name)
+        participant = self._participants[name]
+        messages, calls = await self._pending.resolve(participant, self._manager.review_handoff)
+        self._history.extend(messages)
+        decision: Decision = NextAgent(then.agent)  # decided when the requests were raised
+        if calls and then.handoff is None:  # approved handoff calls: the manager decides again
+            reply = AgentReply(name, tuple(messages), calls, unfinished=True)
+            decision = await self._manager.decide(self._history, reply)
+        await self._carry_out(decision, ctx, hop=False)
+
+    async def _emit(self, events: Sequence[Event], ctx: HostContext) -> None:
+        for event in events:
+            log_event(event, self._logging)
             if isinstance(event, str):
                 await ctx.add_event(WorkflowEvent.warning(event))
                 continue
-            _log(event)
-            if isinstance(event, HandoffEvent) and self._turn is not None:
-                self._turn.handoffs.append(event)
-            await ctx.add_event(WorkflowEvent(cast(Any, _event_type(event)), data=event))
+            kind = _EVENT_TYPES.get(type(event), HANDOFF_LIMIT_EVENT)
+            await ctx.add_event(WorkflowEvent(cast(Any, kind), data=event))
 
-    async def _end_turn(self, ctx: HostContext) -> None:
+    async def _end_turn(
+        self, ctx: HostContext, status: TurnStatus, escalation: EscalationEvent | None = None
+    ) -> None:
         """Yield the turn's result; in streaming runs the messages went out as updates already."""
-        turn = self._turn or _Turn(start=len(self._history))
-        escalation: EscalationEvent | None = self._manager.escalation
+        turn = self._turn or TurnState(start=len(self._history))
         if escalation is not None:
             apology = Message(role="assistant", contents=[self._apology], author_name=self.id)
             self._history.append(apology)
@@ -368,6 +422,7 @@ class GroupChatHost(Executor):
             handoffs=turn.handoffs,
             escalation=escalation,
             conversation=self._history,
+            status=status,
         )
         self._turn = None
         self._next = None
@@ -388,47 +443,37 @@ class GroupChatHost(Executor):
         """True while a user turn has started and not yet ended."""
         return self._turn is not None
 
+    @property
+    def speaker(self) -> str | None:
+        """The agent that ran last (it ended the last turn, between turns)."""
+        return self._speaker
+
+    def state(self) -> HostState:
+        """The host's small state: everything but the history (which is append-only)."""
+        return HostState(
+            speaker=self._speaker,
+            next=self._next,
+            turn=self._turn,
+            pending=self._pending.to_state(),
+            manager=self._manager.save_state(),
+        )
+
     def snapshot(self) -> dict[str, Any]:
-        """The host's small state as JSON: everything but the history (which is append-only)."""
-        turn = self._turn
-        return {
-            "schema_version": STATE_SCHEMA_VERSION,
-            "manager": self._manager.save_state(),
-            "speaker": self._speaker,
-            "next": self._next,
-            "pending": self._pending.to_state(),
-            "turn": None
-            if turn is None
-            else {"start": turn.start, "handoffs": [asdict(h) for h in turn.handoffs]},
-        }
+        """:meth:`state` as JSON."""
+        from ._state import encode_host_state
 
-    def load(self, history: Sequence[Message], state: Mapping[str, Any]) -> None:
-        """Replace the host's conversation and state with saved ones (see :meth:`snapshot`).
+        return encode_host_state(self.state())
 
-        Raises:
-            SchemaVersionError: the state was written by a newer version of handoff_builder.
-        """
-        version = int(state.get("schema_version", 0))
-        if version > STATE_SCHEMA_VERSION:
-            raise SchemaVersionError(
-                f"Saved state of executor {self.id!r}", version, STATE_SCHEMA_VERSION
-            )
+    def load(self, history: Sequence[Message], state: HostState) -> None:
+        """Replace the host's conversation and state with saved ones (see :meth:`state`)."""
         self._history = list(history)
         self._saved = []
         self._views.clear()  # rebuilt from the restored history on each agent's next run
-        self._manager.restore_state(state.get("manager", {}))
-        self._speaker = state.get("speaker")
-        self._next = state.get("next")
-        self._pending = PendingRequests.from_state(state.get("pending"))
-        turn = state.get("turn")
-        self._turn = (
-            None
-            if turn is None
-            else _Turn(
-                start=int(turn["start"]),
-                handoffs=[HandoffEvent(**h) for h in turn.get("handoffs", [])],
-            )
-        )
+        self._manager.restore_state(state.manager)
+        self._speaker = state.speaker
+        self._next = state.next
+        self._pending = PendingRequests.from_state(state.pending)
+        self._turn = state.turn
 
     async def _record(self) -> None:
         """Let the journal (a hosted conversation's store) save what changed, if there is one."""
@@ -443,7 +488,20 @@ class GroupChatHost(Executor):
 
     @override
     async def on_checkpoint_restore(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`on_checkpoint_save` wrote."""
+        """Restore what :meth:`on_checkpoint_save` wrote.
+
+        Raises:
+            SchemaVersionError: the state was written by a newer version of handoff_builder.
+            CorruptStateError: the state is not valid.
+        """
+        from ._state import decode_host_state
+
         saved = list(state.get("history", []))
-        self.load([Message.from_dict(item) for item in saved], state)
+        where = f"Saved state of executor {self.id!r}"
+        host_state = decode_host_state({k: v for k, v in state.items() if k != "history"}, where)
+        self.load([Message.from_dict(item) for item in saved], host_state)
         self._saved = saved
+
+
+def _status(decision: Decision) -> TurnStatus:
+    return "completed" if isinstance(decision, NextAgent) else decision.status

@@ -12,14 +12,15 @@ from agent_framework import Content, Message, Workflow, WorkflowEvent
 
 from ._builder import HandoffWorkflowBuilder
 from ._events import HANDOFF_TURN_EVENT, HandoffTurnResult
-from ._host import (
-    GroupChatHost,
-    _Hop,  # pyright: ignore[reportPrivateUsage]
-    _Reissue,  # pyright: ignore[reportPrivateUsage]
+from ._host import GroupChatHost, ReissueRequests, ResumeTurn, UserTurn
+from ._state import HostState, decode_host_state
+from .exceptions import (
+    CorruptConversationError,
+    CorruptStateError,
+    HandoffBuilderError,
+    PendingRequestsError,
 )
-from ._manager import HandoffManager
-from .exceptions import HandoffBuilderError, PendingRequestsError
-from .stores import ConversationStore
+from .stores import ConversationRecord, ConversationStore
 
 __all__ = ["DEFAULT_IDLE_TIMEOUT", "ConversationHost"]
 
@@ -134,7 +135,8 @@ class ConversationHost:
         async with self.store.lock(conversation_id, wait=wait, timeout=self.lock_timeout):
             workflow, host = await self._open(conversation_id)
             await self._finish_interrupted(conversation_id, workflow, host)
-            result = _turn_result(conversation_id, host, list(await workflow.run(message)))
+            turn = self._user_turn(conversation_id, host, message)
+            result = _turn_result(conversation_id, host, list(await workflow.run(turn)))
             self._keep(conversation_id, workflow, host)
             return result
 
@@ -153,7 +155,7 @@ class ConversationHost:
                 raise HandoffBuilderError(
                     f"Conversation {conversation_id!r} waits for no answers; use send()."
                 )
-            await workflow.run(_Reissue())
+            await workflow.run(ReissueRequests())
             events = list(await workflow.run(responses=dict(answers)))
             result = _turn_result(conversation_id, host, events)
             self._keep(conversation_id, workflow, host)
@@ -167,7 +169,8 @@ class ConversationHost:
         async with self.store.lock(conversation_id, wait=wait, timeout=self.lock_timeout):
             workflow, host = await self._open(conversation_id)
             await self._finish_interrupted(conversation_id, workflow, host)
-            async for event in workflow.run(message, stream=True):
+            turn = self._user_turn(conversation_id, host, message)
+            async for event in workflow.run(turn, stream=True):
                 yield event
             if not host.turn_open:
                 self._keep(conversation_id, workflow, host)
@@ -180,12 +183,15 @@ class ConversationHost:
             return await self._finish_interrupted(conversation_id, workflow, host)
 
     async def active_agent(self, conversation_id: str) -> str | None:
-        """The agent the conversation's next message would start at (``None``: no conversation)."""
+        """The agent that ended the conversation's last turn (``None``: no conversation).
+
+        With ``remember_active_agent`` (the default) the next message starts there, unless the
+        conversation has been idle for longer than ``idle_timeout`` or the agent is gone.
+        """
         record = await self.store.load(conversation_id)
         if record is None:
             return None
-        manager = record.state.get("host", {}).get("manager", {})
-        return manager.get("active_agent")
+        return _host_state(record).speaker
 
     # -- internals --------------------------------------------------------------------------------
 
@@ -195,22 +201,17 @@ class ConversationHost:
             workflow, host, journal = live
             # Reuse the conversation kept from this worker's last turn if nobody wrote since.
             if await self.store.version(conversation_id) == journal.version:
-                self._expire_if_idle(conversation_id, journal.last_activity, host)
                 return workflow, host
         record = await self.store.load(conversation_id)  # errors surface before any model call
         workflow = self.builder.build()
         host = workflow.get_start_executor()
         if not isinstance(host, GroupChatHost):  # pragma: no cover - build() always makes one
             raise TypeError("ConversationHost needs a workflow built by HandoffWorkflowBuilder.")
-        manager = host.manager
-        if self.remember_active_agent and isinstance(manager, HandoffManager):
-            manager.return_to_previous = True
         version, saved = 0, 0
         if record is not None:
             history = [Message.from_dict(item) for item in record.messages]
-            host.load(history, record.state.get("host", {}))
+            host.load(history, _host_state(record))
             version, saved = record.version, len(history)
-            self._expire_if_idle(conversation_id, record.state.get("last_activity"), host)
         journal = _StoreJournal(
             self.store, conversation_id, version=version, saved=saved, clock=self._clock
         )
@@ -228,17 +229,21 @@ class ConversationHost:
         while len(self._live) > self.live_conversations:
             self._live.popitem(last=False)
 
-    def _expire_if_idle(self, conversation_id: str, last: Any, host: GroupChatHost) -> None:
-        manager = host.manager
-        if not isinstance(last, str) or host.turn_open or not isinstance(manager, HandoffManager):
-            return
-        idle = self._clock() - datetime.fromisoformat(last)
-        if idle > self.idle_timeout and manager.active_agent != manager.initial_agent:
-            logger.info(
-                "conversation %s was idle for %s; starting again at %r instead of %r",
-                conversation_id, idle, manager.initial_agent, manager.active_agent,
-            )  # fmt: skip
-            manager.active_agent = manager.initial_agent
+    def _user_turn(self, conversation_id: str, host: GroupChatHost, message: UserInput) -> UserTurn:
+        """The turn to run, with this host's policy: remember the active agent, unless idle."""
+        messages = _messages(message)
+        journal = host.journal
+        last = journal.last_activity if isinstance(journal, _StoreJournal) else None
+        if isinstance(last, str) and host.speaker is not None:
+            idle = self._clock() - datetime.fromisoformat(last)
+            if idle > self.idle_timeout:
+                logger.info(
+                    "conversation %s was idle for %s; starting again at the initial agent "
+                    "instead of %r",
+                    conversation_id, idle, host.speaker,
+                )  # fmt: skip
+                return UserTurn(messages, return_to_previous=False)
+        return UserTurn(messages, return_to_previous=True if self.remember_active_agent else None)
 
     async def _finish_interrupted(
         self, conversation_id: str, workflow: Workflow, host: GroupChatHost
@@ -252,12 +257,29 @@ class ConversationHost:
             "conversation %s: finishing a turn interrupted before %r answered",
             conversation_id, following,
         )  # fmt: skip
-        return _turn_result(conversation_id, host, list(await workflow.run(_Hop(following))))
+        return _turn_result(conversation_id, host, list(await workflow.run(ResumeTurn())))
 
 
 def _check_id(conversation_id: str) -> None:
     if not isinstance(conversation_id, str) or not conversation_id.strip():  # pyright: ignore[reportUnnecessaryIsInstance]
         raise ValueError(f"conversation_id must be a non-empty string, got {conversation_id!r}.")
+
+
+def _messages(message: UserInput) -> list[Message]:
+    if isinstance(message, str):
+        return [Message(role="user", contents=[message])]
+    if isinstance(message, Message):
+        return [message]
+    return list(message)
+
+
+def _host_state(record: ConversationRecord) -> HostState:
+    """The stored host state, checked; a bad one is a CorruptConversationError."""
+    where = f"Conversation {record.conversation_id!r}"
+    try:
+        return decode_host_state(record.state.get("host", {}), where)
+    except CorruptStateError as error:
+        raise CorruptConversationError(record.conversation_id, error.detail) from error
 
 
 def _turn_result(

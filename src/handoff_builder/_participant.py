@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +15,10 @@ from agent_framework import (
     MiddlewareTypes,
 )
 
+from ._decision import HandoffCall
+from ._routes import HandoffRoute
+from ._tools import HandoffReviewer, HandoffToolMiddleware
+
 __all__ = ["Participant"]
 
 
@@ -23,13 +27,15 @@ class Participant:
     """An agent as the host runs it: its own configuration plus what this workflow adds per run.
 
     The agent object is never changed; ``tools``, ``options`` and ``middleware`` are passed to
-    each ``agent.run`` call and merged there with the agent's own.
+    each ``agent.run`` call and merged there with the agent's own. ``routes`` are the agent's
+    handoff tools by name: each run reviews the calls to them (see :meth:`run`).
     """
 
     agent: Agent
     tools: list[FunctionTool] = field(default_factory=list[FunctionTool])
     options: dict[str, Any] | None = None
     middleware: list[MiddlewareTypes] = field(default_factory=list[MiddlewareTypes])
+    routes: Mapping[str, HandoffRoute] = field(default_factory=dict[str, HandoffRoute])
 
     @property
     def name(self) -> str:
@@ -40,16 +46,26 @@ class Participant:
         self,
         messages: Sequence[Message],
         on_update: Callable[[AgentResponseUpdate], Awaitable[None]] | None,
-    ) -> AgentResponse:
-        """One agent invocation; streams each update to ``on_update`` when it is given."""
+        review: HandoffReviewer,
+    ) -> tuple[AgentResponse, tuple[HandoffCall, ...]]:
+        """One agent invocation, and the handoff calls it made, each reviewed with ``review``.
+
+        Streams each update to ``on_update`` when it is given.
+        """
+        calls: list[HandoffCall] = []
+        middleware = list(self.middleware)
+        if self.routes:
+            middleware.insert(0, HandoffToolMiddleware(self.routes, review, calls))
         kwargs: dict[str, Any] = {
             "tools": self.tools or None,
             "options": self.options,
-            "middleware": self.middleware or None,
+            "middleware": middleware or None,
         }
         if on_update is None:
-            return await self.agent.run(messages, **kwargs)
-        stream = self.agent.run(messages, stream=True, **kwargs)
-        async for update in stream:
-            await on_update(update)
-        return await stream.get_final_response()
+            response = await self.agent.run(messages, **kwargs)
+        else:
+            stream = self.agent.run(messages, stream=True, **kwargs)
+            async for update in stream:
+                await on_update(update)
+            response = await stream.get_final_response()
+        return response, tuple(calls)

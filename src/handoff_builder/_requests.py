@@ -3,22 +3,32 @@
 When an agent's response holds a request (a ``function_approval_request`` for a tool that needs
 approval, or a ``function_call`` to a declaration-only tool), the host surfaces each one as an
 agent_framework ``request_info`` event and keeps the turn open. When every request of that agent
-is answered, the answers join the shared history and the **same** agent runs again.
+is answered, the answers join the shared history and the turn goes on as the manager decided
+when the requests were raised: the **same** agent runs again, or, if it handed off in that
+response, the agent it handed off to.
 
 Approved calls are executed here, with the agent's own tool, and their results recorded as the
-call's function result; rejected calls get an error result. The agent then sees a complete
-transcript (each call with its result) and needs no session of its own.
+call's function result; rejected calls get an error result. An approved **handoff** call (it asks
+for approval when it shares a response with a call that does) is reviewed like any handoff call
+and routes when it is accepted. The agent then sees a complete transcript (each call with its
+result) and needs no session of its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from agent_framework import Agent, Content, FunctionTool, Message
 
+from ._decision import HandoffCall
+from ._participant import Participant
+from ._state import Continuation, PendingState
+from ._tools import HandoffReviewer, call_result, parse_argument
+
 REJECTED_RESULT = "Error: the user did not approve this call, so it was not made."
+UNANSWERED_RESULT = "Error: not performed: the turn ended ({status}) before this call was answered."
 
 
 def requests_in(messages: Sequence[Message]) -> list[Content]:
@@ -32,6 +42,25 @@ def requests_in(messages: Sequence[Message]) -> list[Content]:
     ]
 
 
+def unanswered(requests: Sequence[Content], agent: str, status: str) -> list[Message]:
+    """Results that settle ``requests`` when the turn ends without their answers.
+
+    A turn never ends with a call that has no result: the next model call would be refused.
+    """
+    text = UNANSWERED_RESULT.format(status=status)
+    results = [
+        Content.from_function_result(call_id=str(_call_of(request).call_id), result=text)
+        for request in requests
+    ]
+    return [Message(role="tool", contents=results, author_name=agent)]
+
+
+def _call_of(request: Content) -> Content:
+    if request.type == "function_approval_request" and request.function_call is not None:
+        return request.function_call
+    return request
+
+
 def _tool_named(agent: Agent, name: str) -> FunctionTool | None:
     tools: Any = (agent.default_options or {}).get("tools") or []
     items: Sequence[Any] = tools if isinstance(tools, Sequence) else [tools]  # pyright: ignore[reportUnknownVariableType]
@@ -43,20 +72,27 @@ def _tool_named(agent: Agent, name: str) -> FunctionTool | None:
 
 @dataclass
 class PendingRequests:
-    """The open requests of the one agent that is waiting (their ids, in the agent's order)."""
+    """The open requests of the one agent that is waiting (their ids, in the agent's order).
+
+    ``then`` is what happens once they are all answered.
+    """
 
     agent: str | None = None
     requests: dict[str, Content] = field(default_factory=dict[str, Content])
     answers: dict[str, Content] = field(default_factory=dict[str, Content])
+    then: Continuation | None = None
 
-    def __bool__(self) -> bool:
-        return bool(self.requests)
-
-    def open(self, agent: str, requests: Sequence[Content]) -> None:
+    def open(self, agent: str, requests: Sequence[Content], then: Continuation) -> None:
         """Start waiting for ``agent``'s requests."""
         self.agent = agent
         self.requests = {str(request.id): request for request in requests}
         self.answers = {}
+        self.then = then
+
+    @property
+    def unanswered(self) -> list[Content]:
+        """The requests that have no answer yet, in order."""
+        return [r for request_id, r in self.requests.items() if request_id not in self.answers]
 
     def answer(self, request_id: str, response: Content) -> bool:
         """Record one answer; True when every request is answered."""
@@ -69,42 +105,68 @@ class PendingRequests:
         self.answers[request_id] = response
         return len(self.answers) == len(self.requests)
 
-    async def resolve(self, agent: Agent) -> list[Message]:
-        """Messages that settle every request: approval answers and each call's result."""
+    async def resolve(
+        self, participant: Participant, review: HandoffReviewer
+    ) -> tuple[list[Message], tuple[HandoffCall, ...]]:
+        """Messages that settle every request, and the approved handoff calls, reviewed."""
         approvals: list[Content] = []
         results: list[Content] = []
+        calls: list[HandoffCall] = []
+        earlier = self._followed(participant)
         for request_id, request in self.requests.items():
             answer = self.answers[request_id]
-            if request.type == "function_approval_request":
-                approvals.append(answer)
-                results.append(await _approved_result(agent, request, answer))
-            else:
+            if request.type != "function_approval_request":
                 results.append(_external_result(request, answer))
+                continue
+            approvals.append(answer)
+            route = participant.routes.get(str((request.function_call or request).name))
+            if route is None or not answer.approved:
+                results.append(await _approved_result(participant.agent, request, answer))
+                continue
+            call = request.function_call or request
+            argument = parse_argument(call.arguments, route.edge.argument)
+            reviewed = review(route, argument, str(call.call_id), (*earlier, *calls))
+            calls.append(reviewed)
+            results.append(
+                Content.from_function_result(call_id=str(call.call_id), result=reviewed.result)
+                if reviewed.outcome == "rejected"
+                else call_result(reviewed)
+            )
         messages = [Message(role="user", contents=approvals)] if approvals else []
-        messages.append(Message(role="tool", contents=results, author_name=agent.name))
+        messages.append(Message(role="tool", contents=results, author_name=participant.name))
         self.requests, self.answers, self.agent = {}, {}, None
-        return messages
+        return messages, tuple(calls)
 
-    def to_state(self) -> dict[str, Any] | None:
-        """JSON for checkpoints."""
-        if not self.requests:
+    def _followed(self, participant: Participant) -> tuple[HandoffCall, ...]:
+        """The handoff the waiting response already made, as an earlier call of this run."""
+        handoff = self.then.handoff if self.then is not None else None
+        route = participant.routes.get(handoff.tool_name) if handoff is not None else None
+        if handoff is None or route is None:
+            return ()
+        return (HandoffCall(route, handoff.goal, handoff.call_id, "transferred", "Transferred."),)
+
+    def to_state(self) -> PendingState | None:
+        """The typed record for checkpoints and stores."""
+        if not self.requests or self.agent is None:
             return None
-        return {
-            "agent": self.agent,
-            "requests": [request.to_dict() for request in self.requests.values()],
-            "answers": {key: answer.to_dict() for key, answer in self.answers.items()},
-        }
+        return PendingState(
+            agent=self.agent,
+            requests=tuple(request.to_dict() for request in self.requests.values()),
+            answers={key: answer.to_dict() for key, answer in self.answers.items()},
+            then=self.then,
+        )
 
     @classmethod
-    def from_state(cls, state: Mapping[str, Any] | None) -> PendingRequests:
+    def from_state(cls, state: PendingState | None) -> PendingRequests:
         """Restore what :meth:`to_state` wrote."""
-        if not state:
+        if state is None:
             return cls()
-        requests = [Content.from_dict(item) for item in state.get("requests", [])]
+        requests = [Content.from_dict(item) for item in state.requests]
         return cls(
-            agent=state.get("agent"),
+            agent=state.agent,
             requests={str(request.id): request for request in requests},
-            answers={k: Content.from_dict(v) for k, v in state.get("answers", {}).items()},
+            answers={k: Content.from_dict(v) for k, v in state.answers.items()},
+            then=state.then or Continuation(state.agent),
         )
 
 

@@ -1,20 +1,21 @@
-"""Handoff tools and the function middleware that turns a handoff call into a routing decision.
+"""Handoff tools, and the function middleware that reviews each call to them as it is made.
 
 Each agent gets one :class:`agent_framework.FunctionTool` per granted target, added to its run (the
-agent object is never changed). The tools are never executed: :class:`HandoffToolMiddleware`
-intercepts every call to them, asks the manager to review it, and either
+agent object is never changed). The tools are never executed: :class:`HandoffToolMiddleware`, made
+for one run of one agent, intercepts every call to them, has the manager review it, records the
+reviewed call (:class:`~handoff_builder._decision.HandoffCall`) in the run's list, and
 
-* accepts it: the result is a function result marked with :data:`HANDOFF_MARKER` and the agent's
-  tool loop ends (no further model call in that hop), or
-* rejects it: a tool error goes back to the agent, which keeps the turn and may try again.
+* refuses it: a tool error goes back to the agent, which keeps the turn and may try again; or
+* settles it (followed, not performed, or stopped at a cap): the function result carries the
+  call's record (:func:`~handoff_builder._state.handoff_record`) and the agent's tool loop ends.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal, NamedTuple, Protocol
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from agent_framework import (
     Content,
@@ -25,17 +26,19 @@ from agent_framework import (
 )
 from typing_extensions import override
 
-HANDOFF_MARKER = "handoff_builder"
-"""Key, in a function result's ``additional_properties``, of the outcome of a handoff call."""
+from ._decision import HandoffCall
+from ._routes import HandoffRoute
+from ._state import handoff_record
 
-TRANSFERRED_RESULT = "Transferred."
-GOAL_DESCRIPTION = (
-    "The user's goal, stated in one sentence, so the next agent does not have to ask."
-)
-SUMMARY_DESCRIPTION = "What you did, and what is still open for the agent you hand back to."
 
-Outcome = Literal["transferred", "escalated", "not_performed"]
-RouteKind = Literal["handoff", "hand_back"]
+class HandoffReviewer(Protocol):
+    """Reviews one handoff call (the manager's :meth:`~GroupChatManager.review_handoff`)."""
+
+    def __call__(
+        self, route: HandoffRoute, argument: str, call_id: str, earlier: Sequence[HandoffCall]
+    ) -> HandoffCall:
+        """Decide what becomes of the call."""
+        ...
 
 
 def argument_schema(argument: str, description: str) -> Mapping[str, Any]:
@@ -46,36 +49,6 @@ def argument_schema(argument: str, description: str) -> Mapping[str, Any]:
         "required": [argument],
         "additionalProperties": False,
     }
-
-
-class HandoffRoute(NamedTuple):
-    """A compiled edge: ``source`` calls ``tool_name`` to pass the conversation to ``target``."""
-
-    source: str
-    target: str
-    tool_name: str
-    description: str
-    kind: RouteKind = "handoff"
-
-    @property
-    def argument(self) -> str:
-        """The tool's one argument: ``goal`` for a handoff, ``summary`` for a hand-back."""
-        return "summary" if self.kind == "hand_back" else "goal"
-
-
-class Verdict(NamedTuple):
-    """The manager's answer to a handoff call: accept, reject with a tool error, or escalate."""
-
-    outcome: Literal["transferred", "rejected", "escalated"]
-    message: str = TRANSFERRED_RESULT
-
-
-class HandoffReviewer(Protocol):
-    """What the middleware asks before a handoff call is accepted (implemented by the manager)."""
-
-    def review_handoff(self, route: HandoffRoute, argument: str, call_id: str) -> Verdict:
-        """Decide what happens to one handoff call made by ``route.source``."""
-        ...
 
 
 def parse_argument(arguments: Any, name: str) -> str:
@@ -92,26 +65,10 @@ def parse_argument(arguments: Any, name: str) -> str:
     return ""
 
 
-def marker_of(content: Content) -> Mapping[str, Any] | None:
-    """The handoff outcome recorded on a function result, if it is one of ours."""
-    marker = (content.additional_properties or {}).get(HANDOFF_MARKER)
-    return marker if isinstance(marker, Mapping) else None  # pyright: ignore[reportUnknownVariableType]
-
-
-def marked_result(
-    call_id: str, text: str, outcome: Outcome, route: HandoffRoute, argument: str
-) -> Content:
-    """A function result for a handoff call, carrying its outcome for the manager to read."""
-    marker = {
-        "outcome": outcome,
-        "kind": route.kind,
-        "source": route.source,
-        "target": route.target,
-        "tool": route.tool_name,
-        "argument": argument,
-    }
+def call_result(call: HandoffCall) -> Content:
+    """The function result of a settled handoff call, carrying the call's record."""
     return Content.from_function_result(
-        call_id=call_id, result=text, additional_properties={HANDOFF_MARKER: marker}
+        call_id=call.call_id, result=call.result, additional_properties=handoff_record(call)
     )
 
 
@@ -124,27 +81,34 @@ def make_handoff_tool(route: HandoffRoute) -> FunctionTool:
     """The tool an agent calls to hand the conversation to ``route.target``.
 
     One tool per distinct route, shared by every workflow built with it: the tool holds no
-    per-conversation state (it is never executed; :class:`HandoffToolMiddleware`, which is built
-    per workflow, intercepts every call), so a built conversation does not carry its own copy.
+    per-conversation state (it is never executed; :class:`HandoffToolMiddleware` intercepts every
+    call), so a built conversation does not carry its own copy.
     """
+    edge = route.edge
     return FunctionTool(
         name=route.tool_name,
         description=route.description,
         func=_never_called,
-        input_model=argument_schema(
-            route.argument,
-            SUMMARY_DESCRIPTION if route.kind == "hand_back" else GOAL_DESCRIPTION,
-        ),
+        input_model=argument_schema(edge.argument, edge.argument_description),
         approval_mode="never_require",
     )
 
 
 class HandoffToolMiddleware(FunctionMiddleware):
-    """Intercepts one agent's handoff tool calls (other tool calls pass through untouched)."""
+    """Reviews one agent run's handoff tool calls; other tool calls pass through untouched.
 
-    def __init__(self, routes: Mapping[str, HandoffRoute], reviewer: HandoffReviewer) -> None:
+    ``calls`` receives every reviewed call, in the order the calls were made.
+    """
+
+    def __init__(
+        self,
+        routes: Mapping[str, HandoffRoute],
+        review: HandoffReviewer,
+        calls: list[HandoffCall],
+    ) -> None:
         self._routes = routes
-        self._reviewer = reviewer
+        self._review = review
+        self.calls = calls
 
     @override
     async def process(
@@ -152,18 +116,16 @@ class HandoffToolMiddleware(FunctionMiddleware):
         context: FunctionInvocationContext,
         call_next: Callable[[], Awaitable[None]],
     ) -> None:
-        """Review a handoff call; end the tool loop when it is accepted or escalated."""
+        """Review a handoff call: refuse it with a tool error, or settle it and end the loop."""
         route = self._routes.get(context.function.name)
         if route is None:
             await call_next()
             return
         call_id = str(context.metadata.get("call_id") or "")
-        argument = parse_argument(context.arguments, route.argument)
-        verdict = self._reviewer.review_handoff(route, argument, call_id)
-        if verdict.outcome == "rejected":
-            context.result = verdict.message
+        argument = parse_argument(context.arguments, route.edge.argument)
+        call = self._review(route, argument, call_id, tuple(self.calls))
+        self.calls.append(call)
+        if call.outcome == "rejected":
+            context.result = call.result
             return
-        raise MiddlewareTermination(
-            verdict.message,
-            result=marked_result(call_id, verdict.message, verdict.outcome, route, argument),
-        )
+        raise MiddlewareTermination(call.result, result=call_result(call))

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal, NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 from agent_framework import Agent
 
-from ._naming import MAX_TOOL_NAME_LENGTH, is_valid_tool_name
+from ._routes import EDGE_KINDS, MAX_TOOL_NAME_LENGTH, EdgeKind, HandoffKind, is_valid_tool_name
 
 
 class Edge(NamedTuple):
@@ -18,18 +18,12 @@ class Edge(NamedTuple):
     target: Any
     reason: str | None = None
     tool_name: str | None = None
-    derived: bool = False  # True for the default all-to-all mesh
-    kind: Literal["handoff", "hand_back"] = "handoff"
+    kind: HandoffKind = "handoff"
 
     @property
-    def verb(self) -> str:
-        """How the edge reads in a sentence: "hand off" or "hand back"."""
-        return "hand back" if self.kind == "hand_back" else "hand off"
-
-    @property
-    def noun(self) -> str:
-        """How the edge is named in a sentence: "handoff" or "hand-back"."""
-        return "hand-back" if self.kind == "hand_back" else "handoff"
+    def edge(self) -> EdgeKind:
+        """The row of the edge-kind table for this edge."""
+        return EDGE_KINDS[self.kind]
 
 
 def label(agent: Any) -> str:
@@ -100,11 +94,11 @@ def edge_problems(edges: Sequence[Edge]) -> list[str]:
         key = (id(edge.source), id(edge.target), edge.kind)
         if edge.source is edge.target:
             problems.append(
-                f"Agent {source} cannot {edge.verb} to itself; remove that {edge.noun}."
+                f"Agent {source} cannot {edge.edge.verb} to itself; remove that {edge.edge.noun}."
             )
         elif key in seen:
             problems.append(
-                f"The {edge.noun} from {source} to {target} is declared twice; "
+                f"The {edge.edge.noun} from {source} to {target} is declared twice; "
                 "keep one declaration."
             )
         seen.add(key)
@@ -115,8 +109,8 @@ def edge_problems(edges: Sequence[Edge]) -> list[str]:
             )
         if edge.tool_name is not None and not is_valid_tool_name(edge.tool_name):
             problems.append(
-                f"Tool name {edge.tool_name!r} for the {edge.noun} from {source} to {target} must "
-                f"use only [A-Za-z0-9_-] and be 1 to {MAX_TOOL_NAME_LENGTH} characters long."
+                f"Tool name {edge.tool_name!r} for the {edge.edge.noun} from {source} to {target} "
+                f"must use only [A-Za-z0-9_-] and be 1 to {MAX_TOOL_NAME_LENGTH} characters long."
             )
     return problems
 

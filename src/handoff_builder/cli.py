@@ -73,8 +73,8 @@ def _stdin_lines() -> Iterator[str]:
 
 
 async def _chat(provider: str, store_spec: str, conversation: str) -> None:
-    from ._chat import chat, open_store, support_desk
     from ._hosting import ConversationHost
+    from ._support_desk import chat, open_store, support_desk
 
     store = open_store(store_spec)
     try:
@@ -94,8 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "chat":
             asyncio.run(_chat(args.provider, args.store, args.conversation))
         else:
-            from ._chat import support_desk
             from ._demo import demo_builder
+            from ._support_desk import support_desk
 
             builder = support_desk() if args.workflow == "support-desk" else demo_builder()
             sys.stdout.write(builder.to_mermaid())

@@ -6,7 +6,8 @@ so ``except ValueError`` keeps working for configuration mistakes::
     HandoffBuilderError(Exception)
     ├── HandoffConfigurationError(HandoffBuilderError, ValueError)   build() found problems
     ├── SchemaVersionError(HandoffBuilderError, ValueError)          state from a newer version
-    ├── CorruptConversationError(HandoffBuilderError, ValueError)    a stored record is unreadable
+    ├── CorruptStateError(HandoffBuilderError, ValueError)           saved state is not valid
+    │   └── CorruptConversationError(CorruptStateError)              a stored record is unreadable
     ├── ConversationBusyError(HandoffBuilderError, RuntimeError)     another turn holds it
     ├── ConversationConflictError(HandoffBuilderError, RuntimeError) it changed under this turn
     ├── StoreUnavailableError(HandoffBuilderError, ConnectionError)  the store cannot be reached
@@ -26,6 +27,7 @@ __all__ = [
     "ConversationBusyError",
     "ConversationConflictError",
     "CorruptConversationError",
+    "CorruptStateError",
     "HandoffBuilderError",
     "HandoffConfigurationError",
     "PendingRequestsError",
@@ -69,15 +71,27 @@ class SchemaVersionError(HandoffBuilderError, ValueError):
         )
 
 
-class CorruptConversationError(HandoffBuilderError, ValueError):
+class CorruptStateError(HandoffBuilderError, ValueError):
+    """Saved state (a checkpoint's host state, a stored record) is not valid; nothing was changed.
+
+    ``where`` names the state, ``detail`` says what is wrong with it.
+    """
+
+    def __init__(self, where: str, detail: str, *, advice: str = "") -> None:
+        self.where = where
+        self.detail = detail
+        super().__init__(f"{where} is corrupt: {detail}.{advice}")
+
+
+class CorruptConversationError(CorruptStateError):
     """A stored conversation cannot be read; other conversations are not affected."""
 
     def __init__(self, conversation_id: str, detail: str) -> None:
         self.conversation_id = conversation_id
-        self.detail = detail
         super().__init__(
-            f"Conversation {conversation_id!r} is corrupt: {detail}. It was left untouched; "
-            "repair or delete it in the store."
+            f"Conversation {conversation_id!r}",
+            detail,
+            advice=" It was left untouched; repair or delete it in the store.",
         )
 
 

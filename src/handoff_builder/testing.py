@@ -17,6 +17,12 @@ A step may also be a function of the :class:`ModelCall` that returns a step. Eve
 recorded in ``client.calls`` with the messages, tool names and options it received. A call after
 the last step raises :class:`~handoff_builder.ScriptExhaustedError`: nothing returns a silent
 default.
+
+A scripted model ignores what it receives, so a test that only checks who was called cannot see
+a lost goal. Check what each agent's model received, too::
+
+    assert_received(billing, "Goal: Refund a double charge.")   # its last call saw the goal
+    print(received(billing).rendered)                          # the transcript it was sent
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from agent_framework import (
 )
 from typing_extensions import override
 
-from ._naming import handoff_tool_name
+from ._routes import handoff_tool_name
 from .exceptions import ScriptExhaustedError
 
 __all__ = [
@@ -47,9 +53,12 @@ __all__ = [
     "ScriptStep",
     "ScriptedChatClient",
     "Step",
+    "assert_received",
     "call_tool",
     "client_of",
     "handoff_to",
+    "received",
+    "render_messages",
     "reply",
     "respond",
     "scripted_agent",
@@ -83,6 +92,41 @@ class ModelCall:
     def texts(self) -> list[str]:
         """The text of each message received, in order."""
         return [message.text for message in self.messages]
+
+    @property
+    def rendered(self) -> str:
+        """The messages received, one line per content (see :func:`render_messages`)."""
+        return render_messages(self.messages)
+
+    def sees(self, text: str) -> bool:
+        """True when ``text`` appears in what the call received (:attr:`rendered`)."""
+        return text in self.rendered
+
+
+def render_messages(messages: Sequence[Message]) -> str:
+    """Messages as readable lines: ``role[author]: text``, tool calls and results included.
+
+    A function call reads ``-> name(arguments)``, a result ``<- call_id: result``; other
+    contents show their type.
+    """
+    lines: list[str] = []
+    for message in messages:
+        who = f"{message.role}[{message.author_name}]" if message.author_name else message.role
+        for content in message.contents:
+            lines.append(f"{who}: {_render_content(content)}")
+    return "\n".join(lines)
+
+
+def _render_content(content: Content) -> str:
+    if content.type == "text":
+        return content.text or ""
+    if content.type == "function_call":
+        arguments = content.arguments
+        shown = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
+        return f"-> {content.name}({shown})"
+    if content.type == "function_result":
+        return f"<- {content.call_id}: {content.result}"
+    return f"({content.type})"
 
 
 ScriptStep = Step | Callable[[ModelCall], Step]
@@ -234,3 +278,35 @@ def client_of(agent: Agent) -> ScriptedChatClient:
     if not isinstance(client, ScriptedChatClient):
         raise TypeError(f"Agent {agent.name!r} does not use a ScriptedChatClient.")
     return client
+
+
+def received(agent: Agent, call: int = -1) -> ModelCall:
+    """What ``agent``'s model received in one call (default: the last one).
+
+    Raises:
+        AssertionError: the agent's model was never called, or has no call ``call``.
+    """
+    calls = client_of(agent).calls
+    try:
+        return calls[call]
+    except IndexError:
+        raise AssertionError(
+            f"Agent {agent.name!r}'s model has {len(calls)} call(s); there is no call {call}."
+        ) from None
+
+
+def assert_received(agent: Agent, *fragments: str, call: int = -1) -> ModelCall:
+    """Fail unless every fragment appears in what ``agent``'s model received in ``call``.
+
+    The message names the missing fragments and shows the transcript the model was sent.
+    Returns the call, for further checks.
+    """
+    model_call = received(agent, call)
+    rendered = model_call.rendered
+    missing = [fragment for fragment in fragments if fragment not in rendered]
+    if missing:
+        raise AssertionError(
+            f"Agent {agent.name!r}'s model call {call} did not receive {missing!r}. "
+            f"It received:\n{rendered}"
+        )
+    return model_call

@@ -1,4 +1,4 @@
-"""What each agent sees of the shared conversation: incremental, filtered views.
+"""What each agent sees of the shared conversation: incremental, filtered views with handoff notes.
 
 The shared history keeps everything and is never changed. Each agent reads a view of it, built
 incrementally (only messages added since its last run are looked at), in which
@@ -10,6 +10,12 @@ incrementally (only messages added since its last run are looked at), in which
 * other agents' reasoning is dropped (it belongs to their model, and a handoff turn's reasoning
   must not reach the next agent), except with ``NONE``;
 * other agents' text reaches the agent as ``user`` messages: copies, with ``author_name`` kept;
+* every handoff another agent made is followed by a **note**, a ``user`` message written by the
+  host that says who handed the conversation to whom and carries the goal (or a hand-back's
+  summary) verbatim: "Handoff from triage to you (billing). Goal: ...". It is the same in every
+  filtering mode, so the agent that receives the conversation always reads what it was handed.
+  A note never separates a tool call from its result: while a call in the view waits for its
+  result (an external call answered later), the note waits after it;
 * messages left empty are dropped.
 """
 
@@ -20,7 +26,10 @@ from enum import Enum
 
 from agent_framework import Content, Message
 
-__all__ = ["AgentView", "HandoffToolCallFiltering"]
+from ._routes import EDGE_KINDS
+from ._state import TransferredHandoff, transferred_handoff
+
+__all__ = ["AgentView", "HandoffToolCallFiltering", "handoff_note"]
 
 _APPROVAL_TYPES = frozenset({"function_approval_request", "function_approval_response"})
 _USER_SAFE_TYPES = frozenset({"text", "data", "uri", "usage"})
@@ -32,6 +41,8 @@ class HandoffToolCallFiltering(str, Enum):
     * ``NONE``: every call and result.
     * ``HANDOFF_ONLY`` (default): all but handoff calls and their results.
     * ``ALL``: no tool calls and no tool results at all.
+
+    In every mode the agent also reads a note for each handoff another agent made.
     """
 
     NONE = "none"
@@ -39,20 +50,54 @@ class HandoffToolCallFiltering(str, Enum):
     ALL = "all"
 
 
-class AgentView:
-    """The conversation as one agent sees it, extended from the shared history on demand."""
+def handoff_note(handoff: TransferredHandoff, viewer: str) -> str:
+    """The note ``viewer`` reads where ``handoff`` happened.
 
-    __slots__ = ("_dropped_calls", "_handoff_tools", "_mode", "agent", "cursor", "messages")
+    The receiver reads "Handoff from triage to you (billing). Goal: ..."; any other agent reads
+    "Handoff from triage to billing. Goal: ...". The argument is quoted verbatim.
+    """
+    edge = EDGE_KINDS[handoff.kind]
+    to = f"you ({viewer})" if handoff.target == viewer else handoff.target
+    return (
+        f"{edge.note_label} from {handoff.source} to {to}. "
+        f"{edge.argument_label}: {handoff.argument}"
+    )
+
+
+class AgentView:
+    """The conversation as one agent sees it, extended from the shared history on demand.
+
+    ``note_author`` is the ``author_name`` of the handoff notes (the host's id).
+    """
+
+    __slots__ = (
+        "_dropped_calls",
+        "_handoff_tools",
+        "_held_notes",
+        "_mode",
+        "_note_author",
+        "_open_calls",
+        "agent",
+        "cursor",
+        "messages",
+    )
 
     def __init__(
-        self, agent: str, mode: HandoffToolCallFiltering, handoff_tools: frozenset[str]
+        self,
+        agent: str,
+        mode: HandoffToolCallFiltering,
+        handoff_tools: frozenset[str],
+        note_author: str,
     ) -> None:
         self.agent = agent
         self._mode = mode
         self._handoff_tools = handoff_tools
+        self._note_author = note_author
         self.messages: list[Message] = []
         self.cursor = 0
         self._dropped_calls: list[str] = []  # call ids whose result must be dropped too, in order
+        self._open_calls: list[str] = []  # call ids in the view still waiting for their result
+        self._held_notes: list[Message] = []
 
     def update(self, history: Sequence[Message]) -> list[Message]:
         """Bring the view up to date with ``history`` (append-only) and return it."""
@@ -61,8 +106,35 @@ class AgentView:
                 seen = self._see(message)
                 if seen is not None:
                     self.messages.append(seen)
+                    if seen.role != "user":
+                        self._track_calls(seen)
+                if message.role == "tool" and message.author_name != self.agent:
+                    self._hold_notes(message)
+                if self._held_notes and not self._open_calls:
+                    self.messages.extend(self._held_notes)
+                    self._held_notes.clear()
             self.cursor = len(history)
         return self.messages
+
+    def _track_calls(self, message: Message) -> None:
+        for content in message.contents:
+            if content.type == "function_call":
+                self._open_calls.append(str(content.call_id))
+            elif content.type == "function_result":
+                call_id = str(content.call_id)
+                if call_id in self._open_calls:
+                    self._open_calls.remove(call_id)
+
+    def _hold_notes(self, message: Message) -> None:
+        for content in message.contents:
+            if content.type != "function_result":
+                continue
+            handoff = transferred_handoff(content)
+            if handoff is not None and handoff.source != self.agent:
+                text = handoff_note(handoff, self.agent)
+                self._held_notes.append(
+                    Message(role="user", contents=[text], author_name=self._note_author)
+                )
 
     def _see(self, message: Message) -> Message | None:
         if message.role == "user" or message.author_name in (self.agent, None):

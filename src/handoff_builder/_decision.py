@@ -1,0 +1,136 @@
+"""What a manager is given and what it decides: one agent reply in, one immutable decision out.
+
+The host runs an agent, collects its new messages and the handoff calls it made (each reviewed
+while the agent ran, see :class:`HandoffCall`), and hands them to the manager as an
+:class:`AgentReply`. The manager answers with one :data:`Decision`:
+
+* :class:`NextAgent`: run this agent next, after adding ``input`` to the conversation; ``handoff``
+  is the handoff that caused it (``None`` for the first speaker of a turn, an agent that carries
+  on after its requests were answered, or an autonomous continuation);
+* :class:`EndTurn`: the turn is over; ``status`` says why;
+* :class:`Escalate`: the turn is over and goes to a human; ``escalation`` says why.
+
+Each decision carries the audit events it produced, in order. The host acts on the decision and
+never reads routing from message contents.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+from agent_framework import Message
+
+from ._events import (
+    BlockReason,
+    EscalationEvent,
+    EscalationReason,
+    HandoffBlockedEvent,
+    HandoffEvent,
+    LimitReachedEvent,
+    TurnStatus,
+)
+from ._routes import HandoffRoute
+
+__all__ = [
+    "AgentReply",
+    "CallOutcome",
+    "Decision",
+    "EndTurn",
+    "Escalate",
+    "Event",
+    "HandoffCall",
+    "NextAgent",
+    "TurnStart",
+]
+
+Event = HandoffEvent | HandoffBlockedEvent | EscalationEvent | LimitReachedEvent | str
+"""An audit event, or a warning (a ``str``)."""
+
+CallOutcome = Literal["transferred", "rejected", "escalated", "not_performed"]
+"""What became of one handoff call: it routes; it was refused with a tool error (the agent goes
+on); it tripped a cap (the turn escalates); or it was not performed (an earlier call of the same
+response was followed)."""
+
+
+class HandoffCall(NamedTuple):
+    """One handoff tool call, as it was reviewed while the calling agent ran.
+
+    ``result`` is the tool result the agent received. ``blocked`` is the reason a refused call
+    was refused; ``escalation`` is the cap a call tripped.
+    """
+
+    route: HandoffRoute
+    argument: str
+    call_id: str
+    outcome: CallOutcome
+    result: str
+    blocked: BlockReason | None = None
+    escalation: EscalationReason | None = None
+
+
+@dataclass(frozen=True)
+class AgentReply:
+    """One agent invocation as the manager sees it.
+
+    ``messages`` are the messages the agent added to the conversation (they are already in the
+    history) and ``handoff_calls`` the handoff tool calls it made, in order. ``unfinished`` is
+    true when the agent has not finished its reply: it waits for answers to requests (tool
+    approvals, external calls), or just got them. Unless it handed off, the same agent then
+    carries on: the decision is applied once the requests are answered.
+    """
+
+    agent: str
+    messages: tuple[Message, ...]
+    handoff_calls: tuple[HandoffCall, ...] = ()
+    unfinished: bool = False
+
+
+@dataclass(frozen=True)
+class TurnStart:
+    """What the host knows when a user turn starts.
+
+    ``previous_agent`` ended the last turn (``None`` in a new conversation).
+    ``return_to_previous`` is the caller's instruction for this turn: ``True`` starts at the
+    previous agent, ``False`` at the initial agent, ``None`` leaves it to the manager's setting.
+    A hosted conversation passes ``True`` (it remembers the active agent), or ``False`` when the
+    conversation was idle for too long.
+    """
+
+    previous_agent: str | None = None
+    return_to_previous: bool | None = None
+
+
+@dataclass(frozen=True)
+class NextAgent:
+    """Run ``agent`` next; add ``input`` to the conversation first."""
+
+    agent: str
+    handoff: HandoffEvent | None = None
+    input: tuple[Message, ...] = ()
+    events: tuple[Event, ...] = ()
+
+
+@dataclass(frozen=True)
+class EndTurn:
+    """The turn is over; the last reply stands."""
+
+    status: TurnStatus = "completed"
+    events: tuple[Event, ...] = ()
+
+
+@dataclass(frozen=True)
+class Escalate:
+    """The turn is over and is handed to a human; the user gets the apology."""
+
+    escalation: EscalationEvent
+    events: tuple[Event, ...] = ()
+
+    @property
+    def status(self) -> TurnStatus:
+        """The cap that escalated the turn."""
+        return self.escalation.reason
+
+
+Decision = NextAgent | EndTurn | Escalate
+"""One manager decision."""

@@ -1,0 +1,396 @@
+""":class:`HandoffManager`: follows handoff calls, within the caps. Pure: no I/O of its own.
+
+While an agent runs, each handoff call it makes is reviewed (:meth:`HandoffManager.review_handoff`)
+and gets its tool result at once: ``Transferred.``, a tool error the agent can act on, or the cap
+message. After the run, :meth:`HandoffManager.decide` turns the reply and its reviewed calls into
+one decision. The manager's counters are one frozen :class:`~handoff_builder._state.HandoffState`,
+replaced at each decision.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from agent_framework import Content, Message
+from typing_extensions import override
+
+from ._decision import AgentReply, Decision, EndTurn, Escalate, Event, HandoffCall, NextAgent
+from ._decision import TurnStart as TurnStart
+from ._events import (
+    BlockReason,
+    EscalationEvent,
+    EscalationReason,
+    HandoffBlockedEvent,
+    HandoffEvent,
+    LimitReachedEvent,
+)
+from ._manager import GroupChatManager, ManagerSettings
+from ._routes import EDGE_KINDS, HandoffRoute
+from ._state import HandoffState, decode_handoff_state, encode_handoff_state
+
+__all__ = [
+    "DEFAULT_AUTONOMOUS_PROMPT",
+    "DEFAULT_AUTONOMOUS_TURN_LIMIT",
+    "AutonomousMode",
+    "HandoffManager",
+]
+
+logger = logging.getLogger("handoff_builder")
+
+DEFAULT_AUTONOMOUS_TURN_LIMIT = 50
+DEFAULT_AUTONOMOUS_PROMPT = "User did not respond. Continue assisting autonomously."
+
+TRANSFERRED_RESULT = "Transferred."
+PING_PONG_ERROR = (
+    "Error: {target} just handed the conversation back to you, so it cannot be handed straight "
+    "back before the user writes again. Hand the open part to another agent, or answer the user."
+)
+NOT_PERFORMED_RESULT = (
+    "Not performed: only one handoff per response is followed ({followed} was followed)."
+)
+CAP_RESULTS: dict[EscalationReason, str] = {
+    "handoff_cap": (
+        "Not transferred: the limit of {limit} handoffs for this user message was reached. "
+        "A human colleague will take over the conversation."
+    ),
+    "max_iterations": (
+        "Not transferred: this user message used all {limit} agent invocations it is allowed. "
+        "A human colleague will take over the conversation."
+    ),
+    "rejected_handoffs": (
+        "Not transferred: {limit} handoff attempts were already refused for this user message. "
+        "A human colleague will take over the conversation."
+    ),
+}
+# Names that read as handoffs even when no such tool exists (they are audited as blocked).
+HANDOFF_LIKE_PREFIXES = (*(kind.tool_prefix for kind in EDGE_KINDS.values()), "transfer_to_")
+
+
+@dataclass(frozen=True)
+class AutonomousMode:
+    """Autonomous mode: an agent that replies without a handoff is run again, up to a limit.
+
+    Each continuation appends ``continuation_prompt`` (a user message, visible to every agent)
+    to the conversation. Counters are per agent and reset when that agent hands off, when its
+    loop ends, and on every new user message (.NET's semantics).
+    """
+
+    turn_limit: int = DEFAULT_AUTONOMOUS_TURN_LIMIT
+    continuation_prompt: str = DEFAULT_AUTONOMOUS_PROMPT
+    agents: frozenset[str] | None = None
+    agent_turn_limits: Mapping[str, int] = field(default_factory=dict[str, int])
+    agent_continuation_prompts: Mapping[str, str] = field(default_factory=dict[str, str])
+
+    def allows(self, agent: str) -> bool:
+        """True when ``agent`` loops autonomously (every agent when no allow-list was given)."""
+        return self.agents is None or agent in self.agents
+
+    def limit(self, agent: str) -> int:
+        """The agent's turn limit: its own, else the default."""
+        return self.agent_turn_limits.get(agent, self.turn_limit)
+
+    def prompt(self, agent: str) -> str:
+        """The agent's continuation prompt: its own, else the default."""
+        return self.agent_continuation_prompts.get(agent, self.continuation_prompt)
+
+    @property
+    def largest_limit(self) -> int:
+        """The largest turn limit any agent has."""
+        return max([self.turn_limit, *self.agent_turn_limits.values()])
+
+
+class HandoffManager(GroupChatManager):
+    """Follows handoff calls: after each reply, the handoff the speaker made, if one was accepted.
+
+    A call is accepted when the speaker was granted the tool and gave a non-empty argument, the
+    coordinator is not handing straight back to the agent that just handed back (no ping-pong),
+    and the turn is within its caps: ``max_handoffs_per_turn`` handoffs (hand-backs included)
+    and ``max_iterations`` agent invocations per user message. A refused call is a tool error the
+    agent can act on; past ``max_rejected_handoffs`` refused attempts in one turn, the turn
+    escalates. A cap that trips ends the turn with an escalation to a human.
+    """
+
+    def __init__(self, settings: ManagerSettings) -> None:
+        super().__init__(max_iterations=settings.max_iterations)
+        for name in ("max_handoffs_per_turn", "max_rejected_handoffs"):
+            if getattr(settings, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(settings, name)}.")
+        self.settings = settings
+        self.initial_agent = settings.initial_agent
+        self.routes = settings.routes
+        self.agents = frozenset(settings.agents) | {settings.initial_agent} | set(settings.routes)
+        self._all_tools = {
+            name: route for by in settings.routes.values() for name, route in by.items()
+        }
+        self._state = HandoffState()
+
+    @property
+    def state(self) -> HandoffState:
+        """The counters of the open turn (a frozen record, replaced at each decision)."""
+        return self._state
+
+    # -- while an agent runs --------------------------------------------------------------------
+
+    @override
+    def review_handoff(
+        self, route: HandoffRoute, argument: str, call_id: str, earlier: Sequence[HandoffCall]
+    ) -> HandoffCall:
+        """Accept the call, refuse it with a tool error, or stop the turn at a cap."""
+        followed = next((c for c in earlier if c.outcome in ("transferred", "escalated")), None)
+        if followed is not None:
+            text = NOT_PERFORMED_RESULT.format(followed=followed.route.tool_name)
+            return HandoffCall(route, argument, call_id, "not_performed", text)
+        state = self._state
+        refusal = self._refusal(route, argument)
+        if refusal is not None:
+            reason, text = refusal
+            refused = state.rejected + sum(1 for call in earlier if call.outcome == "rejected")
+            if refused >= self.settings.max_rejected_handoffs:
+                return self._cap_call(route, argument, call_id, "rejected_handoffs", reason)
+            return HandoffCall(route, argument, call_id, "rejected", text, blocked=reason)
+        if state.handoffs >= self.settings.max_handoffs_per_turn:
+            return self._cap_call(route, argument, call_id, "handoff_cap")
+        if state.invocations >= self.max_iterations:
+            return self._cap_call(route, argument, call_id, "max_iterations")
+        return HandoffCall(route, argument, call_id, "transferred", TRANSFERRED_RESULT)
+
+    def _refusal(self, route: HandoffRoute, argument: str) -> tuple[BlockReason, str] | None:
+        edge = route.edge
+        if not argument:
+            return edge.empty_reason, edge.empty_error.format(tool=route.tool_name)
+        if not edge.returns and self._state.last_hand_back == (route.target, route.source):
+            return "ping_pong", PING_PONG_ERROR.format(target=route.target)
+        return None
+
+    def _cap_call(
+        self,
+        route: HandoffRoute,
+        argument: str,
+        call_id: str,
+        cap: EscalationReason,
+        blocked: BlockReason | None = None,
+    ) -> HandoffCall:
+        text = CAP_RESULTS[cap].format(limit=self._limit(cap))
+        return HandoffCall(
+            route,
+            argument,
+            call_id,
+            "escalated",
+            text,
+            blocked=blocked,
+            escalation=cap,
+        )
+
+    def _limit(self, cap: EscalationReason) -> int:
+        if cap == "handoff_cap":
+            return self.settings.max_handoffs_per_turn
+        if cap == "rejected_handoffs":
+            return self.settings.max_rejected_handoffs
+        return self.max_iterations
+
+    # -- decisions --------------------------------------------------------------------------------
+
+    @override
+    async def start_turn(self, history: Sequence[Message], start: TurnStart) -> Decision:
+        """A new user message: fresh counters; start at the initial or the previous agent."""
+        del history
+        self._state = HandoffState(invocations=1)
+        return NextAgent(self._first_speaker(start))
+
+    @override
+    async def decide(self, history: Sequence[Message], reply: AgentReply) -> Decision:
+        """The accepted handoff routes; else the turn ends (or continues, autonomously)."""
+        speaker = reply.agent
+        tally = self._tally(reply)
+        events = tally.events
+        self._state = replace(self._state, rejected=tally.rejected)
+        if tally.tripped is not None and tally.tripped.escalation is not None:
+            return self._escalate(tally.tripped.escalation, speaker, events, tally.tripped)
+        if tally.rejected > self.settings.max_rejected_handoffs:
+            return self._escalate("rejected_handoffs", speaker, events)
+        if tally.accepted is not None:
+            return self._hand_over(tally.accepted, events)
+        if reply.unfinished:
+            return NextAgent(speaker, events=tuple(events))  # the same invocation carries on
+        return await self._after_reply(history, speaker, events)
+
+    def _tally(self, reply: AgentReply) -> _Tally:
+        """What the reply's handoff calls and stray handoff-looking calls add up to."""
+        tally = _Tally(events=[], rejected=self._state.rejected)
+        skipped: list[HandoffCall] = []
+        for call in reply.handoff_calls:
+            if call.blocked is not None:
+                tally.events.append(_blocked(call))
+                tally.rejected += 1
+            if call.outcome == "transferred":
+                tally.accepted = tally.accepted or call
+            elif call.outcome == "escalated":
+                tally.tripped = tally.tripped or call
+            elif call.outcome == "not_performed":
+                skipped.append(call)
+        for stray in self._stray_calls(reply):
+            tally.events.append(stray)
+            tally.rejected += 1
+        followed = tally.accepted or tally.tripped
+        if skipped and followed is not None:
+            tally.events.append(_duplicates_warning(reply.agent, followed, skipped))
+        return tally
+
+    def _hand_over(self, call: HandoffCall, events: list[Event]) -> Decision:
+        route = call.route
+        handoff = HandoffEvent(
+            route.source, route.target, call.argument, route.tool_name, call.call_id, route.kind
+        )
+        turns = dict(self._state.autonomous_turns)
+        turns.pop(route.source, None)
+        self._state = replace(
+            self._state,
+            invocations=self._state.invocations + 1,
+            handoffs=self._state.handoffs + 1,
+            autonomous_turns=turns,
+            last_hand_back=(route.source, route.target)
+            if route.edge.returns
+            else self._state.last_hand_back,
+        )
+        return NextAgent(route.target, handoff=handoff, events=(*events, handoff))
+
+    def _again(self, speaker: str, events: list[Event], prompt: Message) -> Decision:
+        """Run the speaker again, after ``prompt``: an autonomous continuation."""
+        if self._state.invocations >= self.max_iterations:
+            return self._escalate("max_iterations", speaker, events)
+        self._state = replace(self._state, invocations=self._state.invocations + 1)
+        return NextAgent(speaker, input=(prompt,), events=tuple(events))
+
+    async def _after_reply(
+        self, history: Sequence[Message], speaker: str, events: list[Event]
+    ) -> Decision:
+        """A finished reply without a handoff: the termination condition, then autonomous mode."""
+        condition = self.settings.termination_condition
+        if condition is not None:
+            verdict = condition(history)
+            if inspect.isawaitable(verdict):
+                verdict = await verdict
+            if verdict:
+                return self._end_loop(speaker, EndTurn(events=tuple(events)))
+        mode = self.settings.autonomous
+        if mode is None or not mode.allows(speaker):
+            return EndTurn(events=tuple(events))
+        turns = self._state.autonomous_turns.get(speaker, 0)
+        if turns >= mode.limit(speaker):
+            limit = LimitReachedEvent("autonomous_turns", speaker, mode.limit(speaker))
+            return self._end_loop(speaker, EndTurn("autonomous_limit", events=(*events, limit)))
+        prompt = Message(role="user", contents=[mode.prompt(speaker)])
+        decision = self._again(speaker, events, prompt)
+        if isinstance(decision, NextAgent):
+            counters = {**self._state.autonomous_turns, speaker: turns + 1}
+            self._state = replace(self._state, autonomous_turns=counters)
+        return decision
+
+    def _end_loop(self, speaker: str, decision: EndTurn) -> EndTurn:
+        turns = dict(self._state.autonomous_turns)
+        turns.pop(speaker, None)
+        self._state = replace(self._state, autonomous_turns=turns)
+        return decision
+
+    def _escalate(
+        self,
+        cap: EscalationReason,
+        speaker: str,
+        events: list[Event],
+        call: HandoffCall | None = None,
+    ) -> Escalate:
+        escalation = EscalationEvent(
+            cap,
+            speaker,
+            self._limit(cap),
+            call.route.target if call else None,
+            call.argument if call else None,
+        )
+        return Escalate(escalation, events=(*events, escalation))
+
+    def _first_speaker(self, start: TurnStart) -> str:
+        back = self.settings.return_to_previous
+        if start.return_to_previous is not None:
+            back = start.return_to_previous
+        previous = start.previous_agent
+        if not back or previous is None or previous == self.initial_agent:
+            return self.initial_agent
+        if previous not in self.agents:
+            logger.warning(
+                "The previous agent %r is not a participant any more; starting at %r.",
+                previous, self.initial_agent,
+            )  # fmt: skip
+            return self.initial_agent
+        return previous
+
+    def _stray_calls(self, reply: AgentReply) -> list[HandoffBlockedEvent]:
+        """Blocked events for handoff-looking calls the speaker has no tool for."""
+        granted = self.routes.get(reply.agent, {})
+        calls = [
+            content
+            for message in reply.messages
+            if message.role == "assistant"
+            for content in message.contents
+            if content.type == "function_call"
+        ]
+        strays = (self._stray(reply.agent, granted, call) for call in calls)
+        return [event for event in strays if event is not None]
+
+    def _stray(
+        self, speaker: str, granted: Mapping[str, HandoffRoute], call: Content
+    ) -> HandoffBlockedEvent | None:
+        name = call.name or ""
+        if name in granted or not (
+            name in self._all_tools or name.startswith(HANDOFF_LIKE_PREFIXES)
+        ):
+            return None
+        route = self._all_tools.get(name)
+        reason = "not_granted" if route is not None else "unknown_target"
+        arguments = call.arguments if isinstance(call.arguments, str) else str(call.arguments or "")
+        return HandoffBlockedEvent(
+            speaker, name, reason, str(call.call_id), route.target if route else None, arguments
+        )
+
+    # -- state ------------------------------------------------------------------------------------
+
+    @override
+    def save_state(self) -> dict[str, object]:
+        """The counters of the open turn, as JSON."""
+        return encode_handoff_state(self._state)
+
+    @override
+    def restore_state(self, state: Mapping[str, object]) -> None:
+        """Restore what :meth:`save_state` returned (checked)."""
+        self._state = decode_handoff_state(state) if state else HandoffState()
+
+
+@dataclass
+class _Tally:
+    events: list[Event]
+    rejected: int
+    accepted: HandoffCall | None = None
+    tripped: HandoffCall | None = None
+
+
+def _blocked(call: HandoffCall) -> HandoffBlockedEvent:
+    route = call.route
+    return HandoffBlockedEvent(
+        route.source,
+        route.tool_name,
+        call.blocked,  # pyright: ignore[reportArgumentType]
+        call.call_id,
+        route.target,
+        json.dumps({route.edge.argument: call.argument}, ensure_ascii=False),
+    )
+
+
+def _duplicates_warning(speaker: str, followed: HandoffCall, skipped: list[HandoffCall]) -> str:
+    names = ", ".join(call.route.tool_name for call in [followed, *skipped])
+    return (
+        f"Duplicate handoff requests in one response from {speaker!r} ({names}); "
+        f"following the first, {followed.route.tool_name}."
+    )

@@ -1,0 +1,68 @@
+"""Log lines for handoff events, on the ``handoff_builder`` logger.
+
+Every handoff and hand-back is logged at INFO with its source, its target and its argument; blocked
+handoffs, escalations and warnings at WARNING. The argument (a goal or summary the model wrote, of
+any length, possibly personal data) is cut to :data:`DEFAULT_LOGGED_ARGUMENT_LENGTH` characters
+with a marker that says how long it was, or left out altogether
+(``HandoffWorkflowBuilder.with_argument_logging``). Events keep the full value.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import NamedTuple
+
+from ._decision import Event
+from ._events import EscalationEvent, HandoffBlockedEvent, HandoffEvent
+from ._routes import EDGE_KINDS
+
+__all__ = ["DEFAULT_LOGGED_ARGUMENT_LENGTH", "ArgumentLogging", "log_event"]
+
+logger = logging.getLogger("handoff_builder")
+
+DEFAULT_LOGGED_ARGUMENT_LENGTH = 200
+"""Characters of a handoff's argument kept in a log line (the event keeps all of it)."""
+
+
+class ArgumentLogging(NamedTuple):
+    """Whether log lines carry handoff arguments, and how much of them."""
+
+    include: bool = True
+    max_length: int = DEFAULT_LOGGED_ARGUMENT_LENGTH
+
+    def shown(self, argument: str | None) -> str:
+        """``argument`` as a log line shows it."""
+        if not self.include:
+            return "(argument not logged)"
+        text = argument or ""
+        if len(text) <= self.max_length:
+            return text
+        return f"{text[: self.max_length]}... [cut: {len(text)} characters]"
+
+
+def log_event(event: Event, settings: ArgumentLogging) -> None:
+    """Write the log line of one event."""
+    if isinstance(event, HandoffEvent):
+        logger.info(
+            "%s %s -> %s: %s",
+            EDGE_KINDS[event.kind].noun,
+            event.source,
+            event.target,
+            settings.shown(event.goal),
+        )
+    elif isinstance(event, HandoffBlockedEvent):
+        logger.warning(
+            "blocked handoff from %s via %s (%s): %s",
+            event.source,
+            event.tool_name,
+            event.reason,
+            settings.shown(event.arguments),
+        )
+    elif isinstance(event, EscalationEvent):
+        logger.warning(
+            "escalated to a human: %s at %s (limit %d)", event.reason, event.agent, event.limit
+        )
+    elif isinstance(event, str):
+        logger.warning("%s", event)
+    else:
+        logger.info("limit reached: %s for %s (limit %d)", event.kind, event.agent, event.limit)

@@ -1,0 +1,252 @@
+"""Persisted state: frozen records, one schema version, encoded and decoded here only.
+
+Two things are persisted:
+
+* the host's small state (:class:`HostState`, with the manager's own state inside it), in
+  workflow checkpoints and in a hosted conversation's state row;
+* on the function result of every reviewed handoff call, a small record of what became of it
+  (:func:`handoff_record`), so that each agent's view can show a handoff to the agent that
+  receives it, wherever the history is loaded from.
+
+Records are validated with pydantic when they are read back (the adapters are built on first use,
+so a program that never checkpoints does not pay for them). A record from a newer schema is refused
+with :class:`~handoff_builder.SchemaVersionError`; an invalid one raises
+:class:`~handoff_builder.CorruptStateError` naming what was wrong.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
+
+from agent_framework import Content
+
+from ._events import HandoffEvent
+from ._routes import HandoffKind
+from .exceptions import CorruptStateError, SchemaVersionError
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
+
+    from ._decision import HandoffCall
+
+__all__ = [
+    "HANDOFF_RECORD_KEY",
+    "STATE_SCHEMA_VERSION",
+    "Continuation",
+    "HandoffState",
+    "HostState",
+    "PendingState",
+    "TransferredHandoff",
+    "TurnState",
+    "decode_handoff_state",
+    "decode_host_state",
+    "encode_handoff_state",
+    "encode_host_state",
+    "handoff_record",
+    "transferred_handoff",
+]
+
+STATE_SCHEMA_VERSION = 2
+"""Version of the host state written by this release (1: handoff_builder 0.1's first format)."""
+
+HANDOFF_RECORD_KEY = "handoff_builder"
+"""Key, in a handoff call's function result ``additional_properties``, of its record."""
+
+
+# -- the host and the handoff manager -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TurnState:
+    """The open user turn: where its messages start, its agent invocations and its handoffs."""
+
+    start: int
+    invocations: int = 0
+    handoffs: tuple[HandoffEvent, ...] = ()
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """What a waiting turn does once its requests are answered: run ``agent``."""
+
+    agent: str
+    handoff: HandoffEvent | None = None
+
+
+@dataclass(frozen=True)
+class PendingState:
+    """The requests one agent waits for (``Content.to_dict()`` forms) and the answers so far."""
+
+    agent: str
+    requests: tuple[dict[str, Any], ...]
+    answers: dict[str, dict[str, Any]] = field(default_factory=dict[str, dict[str, Any]])
+    then: Continuation | None = None
+
+
+@dataclass(frozen=True)
+class HostState:
+    """Everything a :class:`~handoff_builder.GroupChatHost` keeps besides the history.
+
+    ``speaker`` ran last; ``next`` runs next in the open turn; ``manager`` is the manager's own
+    JSON state (:meth:`GroupChatManager.save_state`).
+    """
+
+    schema_version: int = STATE_SCHEMA_VERSION
+    speaker: str | None = None
+    next: str | None = None
+    turn: TurnState | None = None
+    pending: PendingState | None = None
+    manager: dict[str, Any] = field(default_factory=dict[str, Any])
+
+
+@dataclass(frozen=True)
+class HandoffState:
+    """The :class:`~handoff_builder.HandoffManager`'s counters for the open turn.
+
+    ``invocations``, ``handoffs`` and ``rejected`` count this turn's agent invocations, followed
+    handoffs and refused handoff attempts; ``autonomous_turns`` the continuations of each agent
+    in its current autonomous run; ``last_hand_back`` is (from, to) of the latest hand-back, the
+    ping-pong guard. Every field is reset when a user message arrives.
+    """
+
+    invocations: int = 0
+    handoffs: int = 0
+    rejected: int = 0
+    autonomous_turns: dict[str, int] = field(default_factory=dict[str, int])
+    last_hand_back: tuple[str, str] | None = None
+
+
+@functools.cache
+def _adapter(kind: type[Any]) -> TypeAdapter[Any]:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(kind)
+
+
+def _validated(kind: type[Any], raw: Mapping[str, Any], where: str) -> Any:
+    from pydantic import ValidationError
+
+    try:
+        return _adapter(kind).validate_python(raw)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in problem['loc']) or 'the record'}: {problem['msg']}"
+            for problem in error.errors()
+        )
+        raise CorruptStateError(where, problems) from error
+
+
+def encode_host_state(state: HostState) -> dict[str, Any]:
+    """``state`` as JSON-ready data."""
+    return cast(dict[str, Any], _adapter(HostState).dump_python(state, mode="json"))
+
+
+def decode_host_state(raw: Mapping[str, Any], where: str) -> HostState:
+    """Read back what :func:`encode_host_state` wrote (or a schema-1 record), checked.
+
+    Raises:
+        SchemaVersionError: the record was written by a newer handoff_builder.
+        CorruptStateError: the record is not a valid host state; ``where`` names it.
+    """
+    if not isinstance(raw, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise CorruptStateError(where, f"the state is a {type(raw).__name__}, not an object")
+    version = raw.get("schema_version", 1)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise CorruptStateError(where, f"schema_version is {version!r}, not an integer")
+    if version > STATE_SCHEMA_VERSION:
+        raise SchemaVersionError(where, version, STATE_SCHEMA_VERSION)
+    if version < STATE_SCHEMA_VERSION:
+        raw = _upgrade_from_1(raw)
+    return cast(HostState, _validated(HostState, raw, where))
+
+
+def encode_handoff_state(state: HandoffState) -> dict[str, Any]:
+    """The handoff manager's state as JSON-ready data."""
+    return cast(dict[str, Any], _adapter(HandoffState).dump_python(state, mode="json"))
+
+
+def decode_handoff_state(raw: Mapping[str, Any]) -> HandoffState:
+    """Read back what :func:`encode_handoff_state` wrote, checked."""
+    return cast(HandoffState, _validated(HandoffState, raw, "the handoff manager's state"))
+
+
+def _upgrade_from_1(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """Schema 1 kept the manager's counters under other names and the pending requests flat."""
+    manager = dict(raw.get("manager") or {})
+    turn = raw.get("turn")
+    pending = raw.get("pending")
+    upgraded_manager = {
+        "invocations": manager.get("iteration_count", 0),
+        "handoffs": manager.get("handoff_count", 0),
+        "autonomous_turns": manager.get("autonomous_turns", {}),
+        "last_hand_back": manager.get("last_hand_back"),
+    }
+    speaker = raw.get("speaker")
+    return {
+        "schema_version": STATE_SCHEMA_VERSION,
+        "speaker": manager.get("active_agent", speaker),
+        "next": raw.get("next"),
+        "turn": None
+        if not isinstance(turn, Mapping)
+        else {
+            "start": turn.get("start"),  # pyright: ignore[reportUnknownMemberType]
+            "invocations": manager.get("iteration_count", 0),
+            "handoffs": turn.get("handoffs", []),  # pyright: ignore[reportUnknownMemberType]
+        },
+        "pending": None
+        if not isinstance(pending, Mapping)
+        else {
+            "agent": pending.get("agent"),  # pyright: ignore[reportUnknownMemberType]
+            "requests": pending.get("requests", []),  # pyright: ignore[reportUnknownMemberType]
+            "answers": pending.get("answers", {}),  # pyright: ignore[reportUnknownMemberType]
+            "then": {"agent": pending.get("agent")},  # pyright: ignore[reportUnknownMemberType]
+        },
+        "manager": upgraded_manager,
+    }
+
+
+# -- the record on a handoff call's result --------------------------------------------------------
+
+
+class TransferredHandoff(NamedTuple):
+    """A handoff that was followed, as read from its function result."""
+
+    kind: HandoffKind
+    source: str
+    target: str
+    argument: str
+
+
+def handoff_record(call: HandoffCall) -> dict[str, Any]:
+    """The ``additional_properties`` of the function result of a reviewed handoff call."""
+    route = call.route
+    return {
+        HANDOFF_RECORD_KEY: {
+            "outcome": call.outcome,
+            "kind": route.kind,
+            "source": route.source,
+            "target": route.target,
+            "tool": route.tool_name,
+            "argument": call.argument,
+        }
+    }
+
+
+def transferred_handoff(content: Content) -> TransferredHandoff | None:
+    """The handoff a function result records, if it is one that was followed."""
+    record: Any = (content.additional_properties or {}).get(HANDOFF_RECORD_KEY)
+    if not isinstance(record, Mapping):
+        return None
+    fields = cast(Mapping[str, Any], record)
+    if fields.get("outcome") != "transferred":
+        return None
+    kind = fields.get("kind")
+    return TransferredHandoff(
+        "hand_back" if kind == "hand_back" else "handoff",
+        str(fields.get("source", "")),
+        str(fields.get("target", "")),
+        str(fields.get("argument", "")),
+    )
