@@ -121,6 +121,7 @@ def test_all_problems_are_reported_at_once() -> None:
         ("with_max_iterations", 0, "max_iterations must be at least 1, got 0."),
         ("with_max_handoffs_per_turn", 0, "max_handoffs must be at least 1, got 0."),
         ("with_max_handoffs_per_turn", -2, "max_handoffs must be at least 1, got -2."),
+        ("with_max_rejected_handoffs", 0, "max_rejected must be at least 1, got 0."),
     ],
 )
 def test_caps_below_one(method: str, value: int, message: str) -> None:
@@ -151,6 +152,30 @@ def test_none_and_wrong_arguments_fail_at_once(call: Call, message: str) -> None
     a = scripted_agent("a")
     with pytest.raises(TypeError, match=message):
         call(HandoffWorkflowBuilder(a), a)
+
+
+def test_with_handoffs_refuses_keywords_that_could_swap_the_edges() -> None:
+    """Positional only: a keyword call is a TypeError, for pyright and at run time."""
+    a, b, c = scripted_agent("a"), scripted_agent("b"), scripted_agent("c")
+    builder = HandoffWorkflowBuilder(a)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'targets'"):
+        builder.with_handoffs(targets=[b, c], source=a)  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'reasn'"):
+        builder.with_handoffs([b, c], a, reasn="x")  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match="takes a list of targets; for one target use"):
+        builder.with_handoffs(a, b)  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match=r"with_handoffs\(source, targets\) takes no reason"):
+        builder.with_handoffs(a, [b], "why")  # type: ignore[call-overload]
+    # Nothing was declared by the refused calls; a named reason is accepted.
+    builder.with_handoffs([b, c], a, reason="back to the desk")
+    assert builder.to_mermaid() == (
+        "flowchart LR\n"
+        '    a0(["a"])\n'
+        '    a1["b"]\n'
+        '    a2["c"]\n'
+        "    a1 -->|handoff_to_a| a0\n"
+        "    a2 -->|handoff_to_a| a0\n"
+    )
 
 
 def test_initial_agent_none() -> None:

@@ -27,7 +27,7 @@ def test_every_exported_name_resolves() -> None:
 
 def test_an_unknown_name_is_an_attribute_error_that_names_it() -> None:
     with pytest.raises(AttributeError, match="no attribute 'HandoffBuilder'"):
-        _ = handoff_builder.HandoffBuilder  # pyright: ignore[reportAttributeAccessIssue]
+        _ = handoff_builder.HandoffBuilder
 
 
 def test_importing_the_package_leaves_the_hosting_layer_unloaded() -> None:

@@ -96,6 +96,15 @@ async def test_pass_it_on_seed(stream: bool, caplog: pytest.LogCaptureFixture) -
     assert not turn.result.escalated
     for agent in agents.values():
         client_of(agent).assert_complete()
+    # Each receiver's model got the goal it was handed, so it does not have to ask again.
+    assert_received(
+        agents["billing"],
+        "Handoff from triage to you (billing). Goal: The user was charged twice and wants it "
+        "fixed.",
+    )
+    assert received(agents["refunds"]).texts[-1] == (
+        "Handoff from billing to you (refunds). Goal: Refund the duplicate charge."
+    )
 
 
 async def test_turn_output_shape_matches_dotnet(stream: bool) -> None:

@@ -398,7 +398,7 @@ async def test_live_conversation_is_reused_until_another_worker_writes(
         loads.append(conversation_id)
         return await real_load(conversation_id)
 
-    store.load = counting_load  # type: ignore[method-assign]
+    store.load = counting_load
     builder, _, billing = desk(
         [handoff_to("billing", goal="Invoice.")],
         [reply("one"), reply("two"), reply("three")],

@@ -48,7 +48,7 @@ async def test_append_then_load(store: ConversationStore) -> None:
     assert version == 2
     record = await store.load("c1")
     assert record is not None
-    assert [m["contents"][0]["text"] for m in record.messages] == ["hi", "hello", "more"]  # type: ignore[index]
+    assert [m["contents"][0]["text"] for m in record.messages] == ["hi", "hello", "more"]
     assert record.state == {"a": 2}
     assert record.version == 2
 

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from agent_framework import Agent
+from agent_framework import Agent, tool
 from typing_extensions import override
 
 from handoff_builder import HandoffToolCallFiltering, HandoffWorkflowBuilder
@@ -81,13 +81,20 @@ class FakeOpenAI:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
 
-    def agent(self, name: str, instructions: str, description: str | None = None) -> Agent:
+    def agent(
+        self,
+        name: str,
+        instructions: str,
+        description: str | None = None,
+        tools: list[Any] | None = None,
+    ) -> Agent:
         environ = {"OPENAI_API_KEY": "test-key", "OPENAI_BASE_URL": self.base_url}
         return Agent(
             client=chat_client("openai", environ=environ),
             name=name,
             instructions=instructions,
             description=description,
+            tools=tools,
         )
 
     def bodies(self) -> list[dict[str, Any]]:
@@ -254,3 +261,40 @@ async def test_goal_and_summary_reach_the_receivers_in_every_mode(
     # In NONE the handoff calls themselves are visible too; in the other modes they are not.
     calls_seen_by_billing = json.dumps(to_billing["messages"]).count("transfer_to_billing")
     assert calls_seen_by_billing == (1 if mode is HandoffToolCallFiltering.NONE else 0)
+
+
+@tool(name="refund", description="Refund an amount.", approval_mode="always_require")
+def refund(amount: float) -> str:
+    return f"Refunded {amount} EUR."
+
+
+async def test_an_approved_call_after_a_handoff_goes_out_valid(
+    fake_openai: Callable[[list[dict[str, Any]]], FakeOpenAI],
+) -> None:
+    """Billing asks to refund, the user approves, billing goes on: the request a provider gets."""
+    server = fake_openai(
+        [
+            tool_call("call_1", "handoff_to_billing", {"goal": "Refund the duplicate charge."}),
+            tool_call("call_2", "refund", {"amount": 24.9}),
+            text("Refunded 24.90 EUR."),
+        ]
+    )
+    triage = server.agent("triage", "Route the user.")
+    billing = server.agent("billing", "Fix charges.", description="charges", tools=[refund])
+    workflow = HandoffWorkflowBuilder(triage).with_handoff(triage, billing).build()
+
+    first = await workflow.run("I was charged twice.")
+    [request] = first.get_request_info_events()
+    approved = request.data.to_function_approval_response(approved=True)
+    second = await workflow.run(responses={request.request_id: approved})
+
+    assert second.get_outputs()[-1].text == "Refunded 24.90 EUR."
+    _, asks, goes_on = server.bodies()
+    assert "Handoff from triage to you (billing). Goal: Refund the duplicate charge." in (
+        contents(asks)
+    )
+    roles = [m["role"] for m in goes_on["messages"] if m["role"] != "system"]
+    assert roles == ["user", "user", "assistant", "tool"]
+    assert goes_on["messages"][-1]["content"] == "Refunded 24.9 EUR."
+    for body in server.bodies():
+        assert_provider_accepts(body)

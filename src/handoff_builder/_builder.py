@@ -31,7 +31,7 @@ def _agents_of(value: Agent | Iterable[Agent] | None, what: str) -> list[Agent]:
         raise TypeError(f"{what} must be an agent or a list of agents, not None.")
     if isinstance(value, Agent):
         return [value]
-    agents = list(value)  # pyright: ignore[reportUnknownArgumentType]
+    agents = list(value)
     if any(agent is None for agent in agents):  # pyright: ignore[reportUnnecessaryComparison]
         raise TypeError(f"One or more {what} are None.")
     return agents

@@ -210,7 +210,12 @@ class ConversationHost:
         version, saved = 0, 0
         if record is not None:
             history = [Message.from_dict(item) for item in record.messages]
-            host.load(history, _host_state(record))
+            state = _host_state(record)
+            try:
+                host.load(history, state)
+            except CorruptStateError as error:  # the manager's own state
+                detail = f"{error.where}: {error.detail}"
+                raise CorruptConversationError(conversation_id, detail) from error
             version, saved = record.version, len(history)
         journal = _StoreJournal(
             self.store, conversation_id, version=version, saved=saved, clock=self._clock

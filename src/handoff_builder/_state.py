@@ -61,10 +61,9 @@ HANDOFF_RECORD_KEY = "handoff_builder"
 
 @dataclass(frozen=True)
 class TurnState:
-    """The open user turn: where its messages start, its agent invocations and its handoffs."""
+    """The open user turn: where its messages start in the history, and its handoffs so far."""
 
     start: int
-    invocations: int = 0
     handoffs: tuple[HandoffEvent, ...] = ()
 
 
@@ -178,22 +177,24 @@ def _upgrade_from_1(raw: Mapping[str, Any]) -> dict[str, Any]:
     manager = dict(raw.get("manager") or {})
     turn = raw.get("turn")
     pending = raw.get("pending")
+    # Schema 1 counted an invocation when it started; schema 2 when it is decided.
+    decided = 1 if raw.get("next") is not None else 0
     upgraded_manager = {
-        "invocations": manager.get("iteration_count", 0),
+        "invocations": manager.get("iteration_count", 0) + decided,
         "handoffs": manager.get("handoff_count", 0),
         "autonomous_turns": manager.get("autonomous_turns", {}),
         "last_hand_back": manager.get("last_hand_back"),
     }
-    speaker = raw.get("speaker")
+    # Between turns, schema 1's active agent is where the next turn may start.
+    speaker = raw.get("speaker") if turn is not None else manager.get("active_agent")
     return {
         "schema_version": STATE_SCHEMA_VERSION,
-        "speaker": manager.get("active_agent", speaker),
+        "speaker": speaker,
         "next": raw.get("next"),
         "turn": None
         if not isinstance(turn, Mapping)
         else {
             "start": turn.get("start"),  # pyright: ignore[reportUnknownMemberType]
-            "invocations": manager.get("iteration_count", 0),
             "handoffs": turn.get("handoffs", []),  # pyright: ignore[reportUnknownMemberType]
         },
         "pending": None

@@ -82,11 +82,11 @@ class HandoffWorkflow(Workflow):
     ) -> Awaitable[WorkflowRunResult]: ...
 
     @override
-    def run(  # pyright: ignore[reportIncompatibleMethodOverride]
+    def run(
         self, message: Any | None = None, *, stream: bool = False, **kwargs: Any
     ) -> ResponseStream[WorkflowEvent, WorkflowRunResult] | Awaitable[WorkflowRunResult]:
         """Run the workflow; the arguments are those of ``agent_framework.Workflow.run``."""
-        return super().run(as_batch(message), stream=stream, **kwargs)  # pyright: ignore[reportCallIssue, reportArgumentType]
+        return super().run(as_batch(message), stream=stream, **kwargs)
 
 
 def specialise(workflow: Workflow) -> HandoffWorkflow:

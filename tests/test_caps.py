@@ -1,0 +1,234 @@
+"""Every cap: its default, how the defaults compose, and the status and event it leaves."""
+
+from __future__ import annotations
+
+import pytest
+
+from handoff_builder import (
+    DEFAULT_ESCALATION_MESSAGE,
+    EscalationEvent,
+    HandoffWorkflowBuilder,
+    LimitReachedEvent,
+)
+from handoff_builder.testing import (
+    Step,
+    call_tool,
+    client_of,
+    handoff_to,
+    reply,
+    scripted_agent,
+)
+from tests.helpers import run_turn
+
+pytestmark = pytest.mark.parametrize("stream", [False, True], ids=["run", "stream"])
+
+
+def empty_goal() -> Step:
+    return handoff_to("billing", goal="")
+
+
+async def test_a_model_that_keeps_retrying_a_refused_handoff_is_stopped(stream: bool) -> None:
+    """Refused attempts are capped per turn (3): the fourth ends the turn with its own reason."""
+    triage = scripted_agent("triage", *[empty_goal() for _ in range(10)])
+    billing = scripted_agent("billing")
+    workflow = (
+        HandoffWorkflowBuilder(triage).with_handoff(triage, billing).with_max_iterations(3).build()
+    )
+
+    turn = await run_turn(workflow, "help", stream=stream)
+
+    assert len(client_of(triage).calls) == 4  # not 41: the fourth refused call stops the loop
+    assert client_of(billing).calls == []
+    assert turn.result.status == "rejected_handoffs"
+    assert turn.result.escalated
+    assert turn.escalations == [EscalationEvent("rejected_handoffs", "triage", 3, "billing", "")]
+    assert [b.reason for b in turn.blocked] == ["empty_goal"] * 4
+    assert turn.result.text.endswith(DEFAULT_ESCALATION_MESSAGE)
+    # The model was told why, in the tool result of its last call.
+    last = client_of(triage).calls[-1].rendered.splitlines()[-1]
+    assert last.endswith("Error: the handoff was not performed because the goal is empty. State "
+                         "the user's goal in one sentence in the `goal` argument and call "
+                         "handoff_to_billing again.")  # fmt: skip
+    results = [
+        str(c.result) for m in turn.result.conversation for c in m.contents
+        if c.type == "function_result"
+    ]  # fmt: skip
+    assert results[-1] == (
+        "Not transferred: 3 handoff attempts were already refused for this user message. "
+        "A human colleague will take over the conversation."
+    )
+
+
+async def test_refused_attempts_the_agent_has_no_tool_for_count_too(stream: bool) -> None:
+    triage = scripted_agent(
+        "triage",
+        handoff_to("refunds", goal="Refund."),  # refunds is billing's target, not triage's
+        empty_goal(),
+        handoff_to("refunds", goal="Refund."),
+        handoff_to("nobody", goal="Anyone."),
+        reply("I can help with that myself."),
+    )
+    billing = scripted_agent("billing")
+    refunds = scripted_agent("refunds")
+    workflow = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, billing)
+        .with_handoff(billing, refunds)
+        .build()
+    )
+
+    turn = await run_turn(workflow, "refund", stream=stream)
+
+    assert [b.reason for b in turn.blocked] == [
+        "empty_goal",
+        "not_granted",
+        "not_granted",
+        "unknown_target",
+    ]
+    assert turn.result.status == "rejected_handoffs"
+    [escalation] = turn.escalations
+    assert (escalation.reason, escalation.agent, escalation.limit) == (
+        "rejected_handoffs",
+        "triage",
+        3,
+    )
+
+
+async def test_the_refused_attempts_cap_is_a_parameter(stream: bool) -> None:
+    triage = scripted_agent("triage", empty_goal(), handoff_to("billing", goal="Bill."))
+    billing = scripted_agent("billing", reply("Billed."))
+    strict = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, billing)
+        .with_max_rejected_handoffs(1)
+        .build()
+    )
+    turn = await run_turn(strict, "bill me", stream=stream)
+    assert turn.result.status == "completed"  # one refused attempt is tolerated
+    assert turn.result.text == "Billed."
+
+    again = scripted_agent("triage", empty_goal(), empty_goal())
+    billing2 = scripted_agent("billing")
+    strict2 = (
+        HandoffWorkflowBuilder(again)
+        .with_handoff(again, billing2)
+        .with_max_rejected_handoffs(1)
+        .build()
+    )
+    turn2 = await run_turn(strict2, "bill me", stream=stream)
+    assert turn2.result.status == "rejected_handoffs"
+    assert len(client_of(again).calls) == 2
+
+
+def coordinator_desk() -> tuple[HandoffWorkflowBuilder, list[str]]:
+    """a hands off to b and c in turn; each hands back: five handoffs are asked for."""
+    a = scripted_agent(
+        "a", handoff_to("b", goal="1"), handoff_to("c", goal="3"), handoff_to("b", goal="5")
+    )
+    b = scripted_agent("b", call_tool("transfer_back_to_a", summary="2"))
+    c = scripted_agent("c", call_tool("transfer_back_to_a", summary="4"))
+    builder = HandoffWorkflowBuilder(a).with_handoffs(a, [b, c]).with_hand_back(a)
+    return builder, ["b", "a", "c", "a"]
+
+
+async def test_with_hand_backs_the_default_handoff_cap_is_four(stream: bool) -> None:
+    builder, route = coordinator_desk()
+
+    turn = await run_turn(builder.build(), "go", stream=stream)
+
+    assert [h.target for h in turn.result.handoffs] == route
+    assert turn.result.status == "handoff_cap"
+    assert turn.escalations[0].limit == 4
+    assert turn.escalations[0].requested_target == "b"
+
+
+async def test_without_hand_backs_the_default_handoff_cap_is_three(stream: bool) -> None:
+    a = scripted_agent("a", handoff_to("b", goal="1"), handoff_to("b", goal="3"))
+    b = scripted_agent("b", handoff_to("a", goal="2"), handoff_to("a", goal="4"))
+    workflow = HandoffWorkflowBuilder(a).with_handoff(a, b).with_handoff(b, a).build()
+
+    turn = await run_turn(workflow, "go", stream=stream)
+
+    assert len(turn.result.handoffs) == 3
+    assert turn.result.status == "handoff_cap"
+    assert turn.escalations[0].limit == 3
+
+
+async def test_an_explicit_handoff_cap_wins_over_the_hand_back_default(stream: bool) -> None:
+    builder, route = coordinator_desk()
+    turn = await run_turn(builder.with_max_handoffs_per_turn(2).build(), "go", stream=stream)
+    assert [h.target for h in turn.result.handoffs] == route[:2]
+    assert turn.escalations[0].limit == 2
+
+
+async def test_the_default_autonomous_limit_is_reachable(stream: bool) -> None:
+    """Autonomous mode with no with_max_iterations: 1 + 50 invocations, then back to the user."""
+    worker = scripted_agent("worker", respond_with=lambda call: reply("still working"))
+    workflow = HandoffWorkflowBuilder(worker).with_autonomous_mode().build()
+
+    turn = await run_turn(workflow, "work on it", stream=stream)
+
+    assert len(client_of(worker).calls) == 51
+    assert turn.result.status == "autonomous_limit"
+    assert not turn.result.escalated
+    assert turn.of_type("handoff_limit_reached") == [
+        LimitReachedEvent("autonomous_turns", "worker", 50)
+    ]
+
+
+async def test_every_agent_of_a_turn_reaches_its_autonomous_limit(stream: bool) -> None:
+    """The derived invocation cap leaves room for each agent after a handoff."""
+    a = scripted_agent(
+        "a",
+        *[reply(f"a {n}") for n in range(3)],
+        handoff_to("b", goal="Take over."),
+    )
+    b = scripted_agent("b", respond_with=lambda call: reply("b working"))
+    workflow = (
+        HandoffWorkflowBuilder(a).with_handoff(a, b).with_autonomous_mode(turn_limit=5).build()
+    )
+
+    turn = await run_turn(workflow, "go", stream=stream)
+
+    assert len(client_of(a).calls) == 4
+    assert len(client_of(b).calls) == 6  # 1 + its limit of 5
+    assert turn.result.status == "autonomous_limit"
+
+
+async def test_an_explicit_iteration_cap_still_bounds_autonomous_mode(stream: bool) -> None:
+    worker = scripted_agent("worker", respond_with=lambda call: reply("still working"))
+    workflow = HandoffWorkflowBuilder(worker).with_autonomous_mode().with_max_iterations(10).build()
+
+    turn = await run_turn(workflow, "work on it", stream=stream)
+
+    assert len(client_of(worker).calls) == 10
+    assert turn.result.status == "max_iterations"
+    assert turn.escalations == [EscalationEvent("max_iterations", "worker", 10)]
+
+
+async def test_a_handoff_past_the_iteration_cap_is_told_why(stream: bool) -> None:
+    a = scripted_agent("a", call_tool("handoff_to_b", goal="Go on."))
+    b = scripted_agent("b")
+    workflow = HandoffWorkflowBuilder(a).with_handoff(a, b).with_max_iterations(1).build()
+
+    turn = await run_turn(workflow, "go", stream=stream)
+
+    assert client_of(b).calls == []
+    assert turn.result.status == "max_iterations"
+    assert turn.escalations == [EscalationEvent("max_iterations", "a", 1, "b", "Go on.")]
+    results = [
+        str(c.result) for m in turn.result.conversation for c in m.contents
+        if c.type == "function_result"
+    ]  # fmt: skip
+    assert results == [
+        "Not transferred: this user message used all 1 agent invocations it is allowed. "
+        "A human colleague will take over the conversation."
+    ]
+    assert turn.result.handoffs == ()
+
+
+async def test_a_completed_turn_says_so(stream: bool) -> None:
+    a = scripted_agent("a", reply("Hello."))
+    turn = await run_turn(HandoffWorkflowBuilder(a).build(), "hi", stream=stream)
+    assert turn.result.status == "completed"
+    assert turn.escalations == []

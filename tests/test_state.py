@@ -1,0 +1,164 @@
+"""Persisted state: one typed schema, records of the earlier schema read, bad records refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_framework import InMemoryCheckpointStorage
+
+from handoff_builder import (
+    ConversationHost,
+    CorruptConversationError,
+    CorruptStateError,
+    HandoffWorkflowBuilder,
+)
+from handoff_builder.stores import InMemoryConversationStore
+from handoff_builder.testing import assert_received, client_of, handoff_to, reply, scripted_agent
+from tests.helpers import run_turn
+
+DATA = Path(__file__).parent / "data"
+
+
+def data(name: str) -> dict[str, Any]:
+    return json.loads((DATA / name).read_text(encoding="utf-8"))
+
+
+async def test_a_conversation_stored_by_schema_1_continues() -> None:
+    """Stored by handoff_builder 0.1: the next message starts at billing, which reads the goal."""
+    stored = data("conversation-schema-1.json")
+    store = InMemoryConversationStore()
+    await store.append(
+        "conv-v1", start=0, messages=stored["messages"], state=stored["state"], expected_version=0
+    )
+    triage = scripted_agent("triage")
+    billing = scripted_agent("billing", reply("It was paid on March 3rd."))
+    builder = (
+        HandoffWorkflowBuilder(triage).with_handoff(triage, billing).with_handoff(billing, triage)
+    )
+    host = ConversationHost(builder, store, idle_timeout=10**9)
+
+    assert await host.active_agent("conv-v1") == "billing"
+    turn = await host.send("conv-v1", "When was it paid?")
+
+    assert turn.text == "It was paid on March 3rd."
+    assert client_of(triage).calls == []
+    assert_received(
+        billing,
+        "Handoff from triage to you (billing). Goal: The user wants last month's invoice.",
+        "When was it paid?",
+    )
+    record = await store.load("conv-v1")
+    assert record is not None
+    assert record.state["host"]["schema_version"] == 2
+
+
+async def test_a_checkpoint_written_by_schema_1_restores_mid_turn() -> None:
+    """Taken after triage handed off, before billing answered: billing runs with the goal."""
+    v1_state = data("checkpoint-schema-1.json")["state"]
+    triage = scripted_agent("triage", handoff_to("billing", goal="Double charge."))
+    billing = scripted_agent("billing", handoff_to("refunds", goal="Refund it."))
+    refunds = scripted_agent("refunds", reply("Refunded."))
+
+    def workflow() -> Any:
+        return (
+            HandoffWorkflowBuilder(triage)
+            .with_handoff(triage, billing)
+            .with_handoff(billing, refunds)
+            .with_name("support")
+            .build()
+        )
+
+    storage = InMemoryCheckpointStorage()
+    await run_turn(workflow(), "I was charged twice", checkpoint_storage=storage)
+    [after_triage] = [
+        c for c in await storage.list_checkpoints(workflow_name="support") if c.iteration_count == 1
+    ]
+    after_triage.state["_executor_state"]["handoff_host"] = v1_state
+    await storage.save(after_triage)
+    billing_calls = len(client_of(billing).calls)
+    client_of(billing).add_steps(handoff_to("refunds", goal="Refund it, again."))
+    client_of(refunds).add_steps(reply("Refunded after restore."))
+
+    turn = await run_turn(
+        workflow(),
+        None,  # type: ignore[arg-type]
+        checkpoint_id=after_triage.checkpoint_id,
+        checkpoint_storage=storage,
+    )
+
+    assert turn.result.text == "Refunded after restore."
+    assert [h.target for h in turn.result.handoffs] == ["billing", "refunds"]
+    assert_received(billing, "Handoff from triage to you (billing). Goal: Double charge.")
+    assert len(client_of(billing).calls) == billing_calls + 1
+
+
+@pytest.mark.parametrize(
+    ("host_state", "detail"),
+    [
+        (
+            {"schema_version": 2, "turn": {"start": "one"}},
+            "turn.start: Input should be a valid integer, unable to parse string as an integer",
+        ),
+        ({"schema_version": "2"}, "schema_version is '2', not an integer"),
+        (["not", "an", "object"], "the state is a list, not an object"),
+        (
+            {"schema_version": 2, "manager": {"handoffs": "many"}},
+            "the handoff manager's state: handoffs: Input should be a valid integer, unable to "
+            "parse string as an integer",
+        ),
+    ],
+)
+async def test_a_stored_state_that_is_not_a_valid_record_is_refused(
+    host_state: Any, detail: str
+) -> None:
+    store = InMemoryConversationStore()
+    stored = data("conversation-schema-1.json")
+    await store.append(
+        "bad", start=0, messages=stored["messages"], state={"host": host_state}, expected_version=0
+    )
+    triage = scripted_agent("triage")
+    billing = scripted_agent("billing")
+    host = ConversationHost(HandoffWorkflowBuilder(triage).with_handoff(triage, billing), store)
+
+    with pytest.raises(CorruptConversationError) as failure:
+        await host.send("bad", "hello")
+
+    assert failure.value.detail == detail
+    assert str(failure.value) == (
+        f"Conversation 'bad' is corrupt: {detail}. It was left untouched; repair or delete "
+        "it in the store."
+    )
+    assert client_of(triage).calls == []
+    record = await store.load("bad")
+    assert record is not None
+    assert record.state == {"host": host_state}  # nothing was written
+
+
+async def test_a_corrupt_checkpoint_is_refused_with_the_field_named() -> None:
+    triage = scripted_agent("triage", reply("hi"))
+    workflow = HandoffWorkflowBuilder(triage).with_name("w").build()
+    checkpoints = InMemoryCheckpointStorage()
+    await run_turn(workflow, "hello", checkpoint_storage=checkpoints)
+    [last] = sorted(
+        await checkpoints.list_checkpoints(workflow_name="w"), key=lambda c: c.iteration_count
+    )[-1:]
+    last.state["_executor_state"]["handoff_host"]["speaker"] = 7
+    await checkpoints.save(last)
+
+    with pytest.raises(Exception, match="on_checkpoint_restore failed") as failure:
+        await (
+            HandoffWorkflowBuilder(triage)
+            .with_name("w")
+            .build()
+            .run(checkpoint_id=last.checkpoint_id, checkpoint_storage=checkpoints)
+        )
+
+    cause = failure.value.__cause__
+    assert isinstance(cause, CorruptStateError)
+    assert str(cause) == (
+        "Saved state of executor 'handoff_host' is corrupt: speaker: Input should be a valid "
+        "string."
+    )
