@@ -153,3 +153,30 @@ async def test_next_turn_after_restore_keeps_the_history(storage: CheckpointStor
     assert triage_saw[0] == "I was charged twice"
     assert triage_saw[-1] == "thanks"
     assert len(second.result.conversation) == 8
+
+
+async def test_a_run_without_checkpoints_takes_one_superstep_per_turn() -> None:
+    """Supersteps exist for checkpoints: without storage the hops run in the turn's superstep."""
+    workflow, agents = support_workflow(
+        [handoff_to("billing", goal="Double charge.")],
+        [handoff_to("refunds", goal="Refund it.")],
+        [reply("Refunded.")],
+    )
+    events = [event async for event in workflow.run("I was charged twice", stream=True)]
+    assert [e.type for e in events].count("superstep_started") == 1
+    assert [e.type for e in events].count("handoff_sent") == 2
+    assert client_of(agents["refunds"]).calls[0].texts[-1] == (
+        "Handoff from billing to you (refunds). Goal: Refund it."
+    )
+
+    storage = InMemoryCheckpointStorage()
+    workflow2, _ = support_workflow(
+        [handoff_to("billing", goal="Double charge.")],
+        [handoff_to("refunds", goal="Refund it.")],
+        [reply("Refunded.")],
+    )
+    events2 = [
+        e
+        async for e in workflow2.run("I was charged twice", stream=True, checkpoint_storage=storage)
+    ]
+    assert [e.type for e in events2].count("superstep_started") == 3  # one per agent invocation

@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 from agent_framework import Content, Message, tool
 
-from handoff_builder import HandoffToolCallFiltering, HandoffWorkflowBuilder
+from handoff_builder import GroupChatHost, HandoffToolCallFiltering, HandoffWorkflowBuilder
 from handoff_builder._views import AgentView
 from handoff_builder.testing import (
     ModelCall,
     call_tool,
     client_of,
     handoff_to,
+    received,
     reply,
     respond,
     scripted_agent,
@@ -272,3 +273,23 @@ def test_filter_cases(call_id: str, mode: HandoffToolCallFiltering, kept: list[s
     assert labels == kept
     assert seen[-1].role == "user"
     assert history[-1].role == "assistant"  # the shared history is never changed
+
+
+async def test_the_host_shows_what_an_agent_would_receive_now() -> None:
+    """view_of(): the view of any agent, for any model client (here one that never ran)."""
+    a = scripted_agent("a", handoff_to("b", goal="Book a table for two."))
+    b = scripted_agent("b", reply("Booked."))
+    c = scripted_agent("c")
+    workflow = HandoffWorkflowBuilder(a).with_handoff(a, b).with_handoff(b, c).build()
+    await run_turn(workflow, "dinner tonight?")
+    host = workflow.get_start_executor()
+    assert isinstance(host, GroupChatHost)
+
+    assert [(m.role, m.author_name, m.text) for m in host.view_of("c")] == [
+        ("user", None, "dinner tonight?"),
+        ("user", "handoff_host", "Handoff from a to b. Goal: Book a table for two."),
+        ("user", "b", "Booked."),
+    ]
+    assert [m.text for m in host.view_of("b")] == [m.text for m in received(b).messages] + [
+        "Booked."
+    ]

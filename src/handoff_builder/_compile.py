@@ -93,8 +93,9 @@ class BuildConfig:
 class _HopEdgeNotice(logging.Filter):
     """Drops agent_framework's warning about the host's self-loop edge, which is deliberate.
 
-    The host sends itself one message per hop so that every agent invocation is its own
-    superstep (and checkpoint); agent_framework warns about every self-loop at build time.
+    When a run checkpoints, the host sends itself one message per hop so that every agent
+    invocation is its own superstep (and checkpoint); agent_framework warns about every self-loop
+    at build time.
     """
 
     def __init__(self, executor_id: str) -> None:
@@ -193,7 +194,7 @@ def compile_workflow(config: BuildConfig) -> HandoffWorkflow:
         description=config.description,
         max_iterations=manager.max_iterations + 2,
     )
-    return specialise(builder.add_edge(host, host).build())
+    return specialise(builder.add_edge(host, host).build(), host)
 
 
 def _participant(

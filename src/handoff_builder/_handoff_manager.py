@@ -18,8 +18,16 @@ from dataclasses import dataclass, field, replace
 from agent_framework import Content, Message
 from typing_extensions import override
 
-from ._decision import AgentReply, Decision, EndTurn, Escalate, Event, HandoffCall, NextAgent
-from ._decision import TurnStart as TurnStart
+from ._decision import (
+    AgentReply,
+    Decision,
+    EndTurn,
+    Escalate,
+    Event,
+    HandoffCall,
+    NextAgent,
+    TurnStart,
+)
 from ._events import (
     BlockReason,
     EscalationEvent,
@@ -207,7 +215,8 @@ class HandoffManager(GroupChatManager):
         speaker = reply.agent
         tally = self._tally(reply)
         events = tally.events
-        self._state = replace(self._state, rejected=tally.rejected)
+        if tally.rejected != self._state.rejected:
+            self._update(rejected=tally.rejected)
         if tally.tripped is not None and tally.tripped.escalation is not None:
             return self._escalate(tally.tripped.escalation, speaker, events, tally.tripped)
         if tally.rejected > self.settings.max_rejected_handoffs:
@@ -217,6 +226,9 @@ class HandoffManager(GroupChatManager):
         if reply.unfinished:
             return NextAgent(speaker, events=tuple(events))  # the same invocation carries on
         return await self._after_reply(history, speaker, events)
+
+    def _update(self, **changes: object) -> None:
+        self._state = replace(self._state, **changes)
 
     def _tally(self, reply: AgentReply) -> _Tally:
         """What the reply's handoff calls and stray handoff-looking calls add up to."""
@@ -245,25 +257,15 @@ class HandoffManager(GroupChatManager):
         handoff = HandoffEvent(
             route.source, route.target, call.argument, route.tool_name, call.call_id, route.kind
         )
-        turns = dict(self._state.autonomous_turns)
-        turns.pop(route.source, None)
-        self._state = replace(
-            self._state,
-            invocations=self._state.invocations + 1,
-            handoffs=self._state.handoffs + 1,
-            autonomous_turns=turns,
-            last_hand_back=(route.source, route.target)
-            if route.edge.returns
-            else self._state.last_hand_back,
+        state = self._state
+        turns = state.autonomous_turns
+        if route.source in turns:
+            turns = {agent: n for agent, n in turns.items() if agent != route.source}
+        back = (route.source, route.target) if route.edge.returns else state.last_hand_back
+        self._state = HandoffState(
+            state.invocations + 1, state.handoffs + 1, state.rejected, turns, back
         )
         return NextAgent(route.target, handoff=handoff, events=(*events, handoff))
-
-    def _again(self, speaker: str, events: list[Event], prompt: Message) -> Decision:
-        """Run the speaker again, after ``prompt``: an autonomous continuation."""
-        if self._state.invocations >= self.max_iterations:
-            return self._escalate("max_iterations", speaker, events)
-        self._state = replace(self._state, invocations=self._state.invocations + 1)
-        return NextAgent(speaker, input=(prompt,), events=tuple(events))
 
     async def _after_reply(
         self, history: Sequence[Message], speaker: str, events: list[Event]
@@ -283,17 +285,19 @@ class HandoffManager(GroupChatManager):
         if turns >= mode.limit(speaker):
             limit = LimitReachedEvent("autonomous_turns", speaker, mode.limit(speaker))
             return self._end_loop(speaker, EndTurn("autonomous_limit", events=(*events, limit)))
+        if self._state.invocations >= self.max_iterations:
+            return self._escalate("max_iterations", speaker, events)
+        self._update(
+            invocations=self._state.invocations + 1,
+            autonomous_turns={**self._state.autonomous_turns, speaker: turns + 1},
+        )
         prompt = Message(role="user", contents=[mode.prompt(speaker)])
-        decision = self._again(speaker, events, prompt)
-        if isinstance(decision, NextAgent):
-            counters = {**self._state.autonomous_turns, speaker: turns + 1}
-            self._state = replace(self._state, autonomous_turns=counters)
-        return decision
+        return NextAgent(speaker, input=(prompt,), events=tuple(events))
 
     def _end_loop(self, speaker: str, decision: EndTurn) -> EndTurn:
-        turns = dict(self._state.autonomous_turns)
-        turns.pop(speaker, None)
-        self._state = replace(self._state, autonomous_turns=turns)
+        turns = self._state.autonomous_turns
+        if speaker in turns:
+            self._update(autonomous_turns={a: n for a, n in turns.items() if a != speaker})
         return decision
 
     def _escalate(
@@ -330,23 +334,20 @@ class HandoffManager(GroupChatManager):
     def _stray_calls(self, reply: AgentReply) -> list[HandoffBlockedEvent]:
         """Blocked events for handoff-looking calls the speaker has no tool for."""
         granted = self.routes.get(reply.agent, {})
-        calls = [
-            content
-            for message in reply.messages
-            if message.role == "assistant"
-            for content in message.contents
-            if content.type == "function_call"
-        ]
-        strays = (self._stray(reply.agent, granted, call) for call in calls)
-        return [event for event in strays if event is not None]
+        strays: list[HandoffBlockedEvent] = []
+        for message in reply.messages:
+            if message.role != "assistant":
+                continue
+            for content in message.contents:
+                if content.type == "function_call" and content.name not in granted:
+                    event = self._stray(reply.agent, content)
+                    if event is not None:
+                        strays.append(event)
+        return strays
 
-    def _stray(
-        self, speaker: str, granted: Mapping[str, HandoffRoute], call: Content
-    ) -> HandoffBlockedEvent | None:
+    def _stray(self, speaker: str, call: Content) -> HandoffBlockedEvent | None:
         name = call.name or ""
-        if name in granted or not (
-            name in self._all_tools or name.startswith(HANDOFF_LIKE_PREFIXES)
-        ):
+        if name not in self._all_tools and not name.startswith(HANDOFF_LIKE_PREFIXES):
             return None
         route = self._all_tools.get(name)
         reason = "not_granted" if route is not None else "unknown_target"

@@ -3,9 +3,10 @@
 No ``from __future__ import annotations`` here: agent_framework reads handler annotations.
 """
 
+import copy
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 from agent_framework import (
@@ -19,9 +20,9 @@ from agent_framework import (
     register_checkpoint_type,
     response_handler,
 )
-from typing_extensions import override
+from typing_extensions import Self, override
 
-from ._decision import AgentReply, Decision, Escalate, Event, NextAgent, TurnStart
+from ._decision import AgentReply, Decision, EndTurn, Escalate, Event, NextAgent, TurnStart
 from ._events import (
     HANDOFF_BLOCKED_EVENT,
     HANDOFF_ESCALATED_EVENT,
@@ -62,13 +63,25 @@ DEFAULT_ESCALATION_MESSAGE = (
 )
 
 
+class _Command:
+    """A frozen message to the host; agent_framework's copy of it for its events is itself."""
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Self:
+        # ``copy.deepcopy`` hands the root object an empty memo (agent_framework's
+        # executor_invoked event); inside something larger (a checkpoint) copy it field by field.
+        if not memo:
+            return self
+        fields = {name: copy.deepcopy(value, memo) for name, value in vars(self).items()}
+        return type(self)(**fields)
+
+
 @dataclass(frozen=True)
-class UserTurn:
+class UserTurn(_Command):
     """A user turn, with the caller's instruction for where it starts.
 
     ``return_to_previous``: ``True`` starts at the agent that ended the last turn, ``False`` at
     the initial agent, ``None`` leaves it to the workflow's setting. Hosted conversations send
-    their messages this way.
+    their messages this way. The host never changes the messages.
     """
 
     messages: list[Message]
@@ -76,17 +89,17 @@ class UserTurn:
 
 
 @dataclass(frozen=True)
-class ResumeTurn:
+class ResumeTurn(_Command):
     """Finish an interrupted turn: run the agent that was about to answer (a no-op otherwise)."""
 
 
 @dataclass(frozen=True)
-class ReissueRequests:
+class ReissueRequests(_Command):
     """Emit the requests the open turn waits for again, under their ids, so they can be answered."""
 
 
 @dataclass(frozen=True)
-class _Hop:
+class _Hop(_Command):
     """Self-addressed message: run ``agent`` next (one superstep, so one checkpoint, per hop)."""
 
     agent: str
@@ -135,7 +148,8 @@ class GroupChatHost(Executor):
     """Runs a group chat: keeps the shared, append-only history and carries out decisions.
 
     A user message (``str``, ``Message``, ``list[Message]`` or a :class:`UserTurn`) starts a turn.
-    Each agent invocation is one superstep (so one checkpoint). After each agent reply the
+    With ``superstep_per_hop`` each agent invocation is one superstep (so one checkpoint); without
+    it the turn runs in one superstep. After each agent reply the
     manager returns one decision; the host adds the decision's input to the conversation,
     emits its events, and runs the next agent, or ends the turn and yields a
     :class:`HandoffTurnResult`. In streaming runs every agent update is yielded as it arrives,
@@ -177,6 +191,13 @@ class GroupChatHost(Executor):
         self._logging = argument_logging or ArgumentLogging()
         self._next: str | None = None
         self.journal: TurnJournal | None = None
+        self.superstep_per_hop = True
+        """Run each agent in its own superstep, so that a checkpoint is taken after every hop.
+
+        :class:`HandoffWorkflow` sets it for each run: on when the run checkpoints, off otherwise
+        (the whole turn then runs in one superstep, which saves agent_framework's superstep
+        machinery, about 0.2 ms per hop). A host in a workflow of your own keeps it on.
+        """
 
     def _view(self, name: str) -> AgentView:
         view = self._views.get(name)
@@ -233,14 +254,14 @@ class GroupChatHost(Executor):
     @handler
     async def handle_hop(self, hop: _Hop, ctx: HostContext) -> None:
         """Run the next speaker of the current turn."""
-        await self._run_agent(hop.agent, ctx)
+        await self._carry_out(await self._run_agent(hop.agent, ctx), ctx, ran_agent=True)
 
     @handler
     async def handle_resume(self, message: ResumeTurn, ctx: HostContext) -> None:
         """Run the agent the open turn was about to call, if there is one."""
         del message
         if self._turn is not None and self._next is not None and not self._pending.requests:
-            await self._run_agent(self._next, ctx)
+            await self._carry_out(await self._run_agent(self._next, ctx), ctx, ran_agent=True)
 
     @handler
     async def handle_reissue(self, message: ReissueRequests, ctx: HostContext) -> None:
@@ -273,16 +294,14 @@ class GroupChatHost(Executor):
         self._turn = TurnState(start=len(self._history))
         start = TurnStart(self._speaker, return_to_previous)
         decision = await self._manager.start_turn(self._history, start)
-        await self._carry_out(decision, ctx, hop=False)
+        await self._carry_out(decision, ctx)
 
-    async def _run_agent(self, name: str, ctx: HostContext) -> None:
+    async def _run_agent(self, name: str, ctx: HostContext) -> Decision | None:
+        """Run one agent and return the manager's decision (``None``: the turn waits)."""
         participant = self._participants.get(name)
         if participant is None:
-            await ctx.add_event(
-                WorkflowEvent.warning(f"The manager selected unknown agent {name!r}.")
-            )
-            await self._end_turn(ctx, "completed")
-            return
+            warning = f"The manager selected unknown agent {name!r}."
+            return EndTurn(events=(warning,))
         self._speaker = name
         view = self._view(name).update(self._history)
         response, calls = await participant.run(
@@ -298,26 +317,35 @@ class GroupChatHost(Executor):
         decision = await self._manager.decide(self._history, reply)
         if requests and isinstance(decision, NextAgent):
             await self._wait_for(name, requests, decision, ctx)
-        else:
-            if requests:
-                self._history.extend(unanswered(requests, name, _status(decision)))
-            await self._carry_out(decision, ctx)
+            return None
+        if requests:
+            self._history.extend(unanswered(requests, name, _status(decision)))
+        return decision
 
-    async def _carry_out(self, decision: Decision, ctx: HostContext, *, hop: bool = True) -> None:
-        """Apply one decision: add its input, emit its events, then run the next agent or end."""
-        if isinstance(decision, NextAgent):
+    async def _carry_out(
+        self, decision: Decision | None, ctx: HostContext, *, ran_agent: bool = False
+    ) -> None:
+        """Apply decisions until the turn ends or waits.
+
+        Each :class:`NextAgent` adds its input and emits its events, then its agent runs: in this
+        superstep, or, when every hop is its own superstep (``superstep_per_hop``) and an agent
+        already ran in this one (``ran_agent``), in the next.
+        """
+        while isinstance(decision, NextAgent):
             if decision.input:
                 self._history.extend(decision.input)
             turn = self._turn
             if decision.handoff is not None and turn is not None:
-                self._turn = replace(turn, handoffs=(*turn.handoffs, decision.handoff))
+                self._turn = TurnState(turn.start, (*turn.handoffs, decision.handoff))
             self._next = decision.agent
             await self._record()  # the next agent is saved before it is called
             await self._emit(decision.events, ctx)
-            if hop:
+            if self.superstep_per_hop and ran_agent:
                 await ctx.send_message(_Hop(decision.agent))
-            else:
-                await self._run_agent(decision.agent, ctx)
+                return
+            ran_agent = True
+            decision = await self._run_agent(decision.agent, ctx)
+        if decision is None:
             return
         await self._emit(decision.events, ctx)
         if isinstance(decision, Escalate):
@@ -353,7 +381,7 @@ class GroupChatHost(Executor):
         self._pending.open(name, requests, Continuation(then.agent, then.handoff))
         turn = self._turn
         if then.handoff is not None and turn is not None:
-            self._turn = replace(turn, handoffs=(*turn.handoffs, then.handoff))
+            self._turn = TurnState(turn.start, (*turn.handoffs, then.handoff))
         self._next = None
         await self._record()
         await self._emit(then.events, ctx)
@@ -391,7 +419,7 @@ class GroupChatHost(Executor):
         if calls and then.handoff is None:  # approved handoff calls: the manager decides again
             reply = AgentReply(name, tuple(messages), calls, unfinished=True)
             decision = await self._manager.decide(self._history, reply)
-        await self._carry_out(decision, ctx, hop=False)
+        await self._carry_out(decision, ctx)
 
     async def _emit(self, events: Sequence[Event], ctx: HostContext) -> None:
         for event in events:

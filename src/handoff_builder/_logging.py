@@ -43,6 +43,8 @@ class ArgumentLogging(NamedTuple):
 def log_event(event: Event, settings: ArgumentLogging) -> None:
     """Write the log line of one event."""
     if isinstance(event, HandoffEvent):
+        if not logger.isEnabledFor(logging.INFO):
+            return
         logger.info(
             "%s %s -> %s: %s",
             EDGE_KINDS[event.kind].noun,

@@ -53,9 +53,9 @@ class Participant:
         Streams each update to ``on_update`` when it is given.
         """
         calls: list[HandoffCall] = []
-        middleware = list(self.middleware)
+        middleware = self.middleware
         if self.routes:
-            middleware.insert(0, HandoffToolMiddleware(self.routes, review, calls))
+            middleware = [HandoffToolMiddleware(self.routes, review, calls), *middleware]
         kwargs: dict[str, Any] = {
             "tools": self.tools or None,
             "options": self.options,

@@ -106,35 +106,38 @@ class AgentView:
                 seen = self._see(message)
                 if seen is not None:
                     self.messages.append(seen)
-                    if seen.role != "user":
-                        self._track_calls(seen)
+                    if self._held_notes:
+                        self._answer_calls(seen)
                 if message.role == "tool" and message.author_name != self.agent:
-                    self._hold_notes(message)
-                if self._held_notes and not self._open_calls:
-                    self.messages.extend(self._held_notes)
-                    self._held_notes.clear()
+                    self._add_notes(message)
             self.cursor = len(history)
         return self.messages
 
-    def _track_calls(self, message: Message) -> None:
-        for content in message.contents:
-            if content.type == "function_call":
-                self._open_calls.append(str(content.call_id))
-            elif content.type == "function_result":
-                call_id = str(content.call_id)
-                if call_id in self._open_calls:
-                    self._open_calls.remove(call_id)
-
-    def _hold_notes(self, message: Message) -> None:
+    def _add_notes(self, message: Message) -> None:
+        """The notes for the handoffs this tool message records, now or once calls are answered."""
         for content in message.contents:
             if content.type != "function_result":
                 continue
             handoff = transferred_handoff(content)
             if handoff is not None and handoff.source != self.agent:
                 text = handoff_note(handoff, self.agent)
-                self._held_notes.append(
-                    Message(role="user", contents=[text], author_name=self._note_author)
-                )
+                note = Message(role="user", contents=[text], author_name=self._note_author)
+                if not self._held_notes:
+                    self._open_calls = _unanswered_calls(self.messages)
+                if self._open_calls:
+                    self._held_notes.append(note)
+                else:
+                    self.messages.append(note)
+
+    def _answer_calls(self, message: Message) -> None:
+        """While notes wait: cross off the calls ``message`` answers; release the notes after."""
+        for content in message.contents:
+            call_id = str(content.call_id)
+            if content.type == "function_result" and call_id in self._open_calls:
+                self._open_calls.remove(call_id)
+        if not self._open_calls:
+            self.messages.extend(self._held_notes)
+            self._held_notes.clear()
 
     def _see(self, message: Message) -> Message | None:
         if message.role == "user" or message.author_name in (self.agent, None):
@@ -169,6 +172,27 @@ class AgentView:
                 self._dropped_calls.remove(call_id)  # the first pending call with this id
                 return False
         return True
+
+
+def _unanswered_calls(messages: Sequence[Message]) -> list[str]:
+    """Call ids of the view's last tool exchange (calls and results at its end) with no result."""
+    calls: list[str] = []
+    answered: list[str] = []
+    for message in reversed(messages):
+        found = False
+        for content in message.contents:
+            if content.type == "function_call":
+                calls.append(str(content.call_id))
+                found = True
+            elif content.type == "function_result":
+                answered.append(str(content.call_id))
+                found = True
+        if not found:
+            break
+    for call_id in answered:
+        if call_id in calls:
+            calls.remove(call_id)
+    return calls
 
 
 def _copy(message: Message, contents: list[Content], *, role: str) -> Message:

@@ -9,7 +9,7 @@ orchestration itself. :class:`HandoffWorkflow` passes such a list to the host as
 
 import copy
 from collections.abc import Awaitable
-from typing import Any, Literal, cast, overload
+from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from agent_framework import (
     Message,
@@ -20,6 +20,9 @@ from agent_framework import (
     register_checkpoint_type,
 )
 from typing_extensions import Self, override
+
+if TYPE_CHECKING:
+    from ._host import GroupChatHost
 
 __all__ = ["HandoffWorkflow", "MessageBatch"]
 
@@ -66,10 +69,16 @@ class HandoffWorkflow(Workflow):
     """An ``agent_framework.Workflow`` built by :class:`~handoff_builder.HandoffWorkflowBuilder`.
 
     It runs, streams, checkpoints and wraps as an agent (``as_agent()``) like any ``Workflow``.
-    The one difference is in :meth:`run`: a ``list[Message]`` input reaches the host as a
-    :class:`MessageBatch`, so agent_framework's ``executor_invoked`` event does not deep-copy the
-    whole history the list may carry (see ``docs/performance.md``).
+    Two things differ in :meth:`run`, both for speed (see ``docs/performance.md``):
+
+    * a ``list[Message]`` input reaches the host as a :class:`MessageBatch`, so agent_framework's
+      ``executor_invoked`` event does not deep-copy the whole history the list may carry;
+    * a run without ``checkpoint_storage`` runs a whole turn in one superstep; with it, every
+      agent invocation is its own superstep, so a checkpoint is taken after every hop.
     """
+
+    host: "GroupChatHost | None" = None
+    """The start executor, which the workflow configures for each run (set by the builder)."""
 
     @overload
     def run(
@@ -86,10 +95,19 @@ class HandoffWorkflow(Workflow):
         self, message: Any | None = None, *, stream: bool = False, **kwargs: Any
     ) -> ResponseStream[WorkflowEvent, WorkflowRunResult] | Awaitable[WorkflowRunResult]:
         """Run the workflow; the arguments are those of ``agent_framework.Workflow.run``."""
+        if self.host is not None:
+            self.host.superstep_per_hop = kwargs.get("checkpoint_storage") is not None
         return super().run(as_batch(message), stream=stream, **kwargs)
 
 
-def specialise(workflow: Workflow) -> HandoffWorkflow:
-    """Give a workflow that ``WorkflowBuilder.build()`` made the :class:`HandoffWorkflow` type."""
+def specialise(workflow: Workflow, host: "GroupChatHost") -> HandoffWorkflow:
+    """Give a workflow that ``WorkflowBuilder.build()`` made the :class:`HandoffWorkflow` type.
+
+    ``host`` is its start executor; the workflow tells it, for each run, whether to take a
+    superstep (and so a checkpoint) per hop. The builder never gives the workflow a checkpoint
+    storage of its own, so a run checkpoints exactly when ``checkpoint_storage`` is passed.
+    """
     workflow.__class__ = HandoffWorkflow
-    return cast(HandoffWorkflow, workflow)
+    handoff_workflow = cast(HandoffWorkflow, workflow)
+    handoff_workflow.host = host
+    return handoff_workflow
