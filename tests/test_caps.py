@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from agent_framework import Agent, tool
 
 from handoff_builder import (
     DEFAULT_ESCALATION_MESSAGE,
@@ -28,7 +29,11 @@ def empty_goal() -> Step:
 
 
 async def test_a_model_that_keeps_retrying_a_refused_handoff_is_stopped(stream: bool) -> None:
-    """Refused attempts are capped per turn (3): the fourth ends the turn with its own reason."""
+    """Refused attempts are capped per turn (3): the fourth ends the turn with its own reason.
+
+    As in the reported run (max_iterations 3, which caps agent invocations, not the model calls
+    of one agent's tool loop), where such a model made 41 model calls.
+    """
     triage = scripted_agent("triage", *[empty_goal() for _ in range(10)])
     billing = scripted_agent("billing")
     workflow = (
@@ -37,7 +42,7 @@ async def test_a_model_that_keeps_retrying_a_refused_handoff_is_stopped(stream: 
 
     turn = await run_turn(workflow, "help", stream=stream)
 
-    assert len(client_of(triage).calls) == 4  # not 41: the fourth refused call stops the loop
+    assert len(client_of(triage).calls) == 4  # the fourth refused call stops the tool loop
     assert client_of(billing).calls == []
     assert turn.result.status == "rejected_handoffs"
     assert turn.result.escalated
@@ -59,25 +64,29 @@ async def test_a_model_that_keeps_retrying_a_refused_handoff_is_stopped(stream: 
     )
 
 
-async def test_refused_attempts_the_agent_has_no_tool_for_count_too(stream: bool) -> None:
+def strays_then(last: Step) -> tuple[HandoffWorkflowBuilder, dict[str, Agent]]:
+    """Four refused attempts by triage, three to tools it does not have; then ``last``."""
     triage = scripted_agent(
         "triage",
         handoff_to("refunds", goal="Refund."),  # refunds is billing's target, not triage's
         empty_goal(),
         handoff_to("refunds", goal="Refund."),
         handoff_to("nobody", goal="Anyone."),
-        reply("I can help with that myself."),
+        last,
     )
-    billing = scripted_agent("billing")
+    billing = scripted_agent("billing", reply("Billed."))
     refunds = scripted_agent("refunds")
-    workflow = (
-        HandoffWorkflowBuilder(triage)
-        .with_handoff(triage, billing)
-        .with_handoff(billing, refunds)
-        .build()
+    builder = (
+        HandoffWorkflowBuilder(triage).with_handoff(triage, billing).with_handoff(billing, refunds)
     )
+    return builder, {"triage": triage, "billing": billing, "refunds": refunds}
 
-    turn = await run_turn(workflow, "refund", stream=stream)
+
+async def test_refused_attempts_the_agent_has_no_tool_for_count_too(stream: bool) -> None:
+    """Past the cap the turn goes no further: triage's handoff after four refusals escalates."""
+    builder, agents = strays_then(handoff_to("billing", goal="Bill."))
+
+    turn = await run_turn(builder.build(), "refund", stream=stream)
 
     assert [b.reason for b in turn.blocked] == [
         "empty_goal",
@@ -92,6 +101,43 @@ async def test_refused_attempts_the_agent_has_no_tool_for_count_too(stream: bool
         "triage",
         3,
     )
+    assert client_of(agents["billing"]).calls == []
+
+
+async def test_an_agent_that_answers_after_refused_attempts_keeps_its_answer(
+    stream: bool,
+) -> None:
+    builder, _ = strays_then(reply("I can help with that myself."))
+
+    turn = await run_turn(builder.build(), "refund", stream=stream)
+
+    assert len(turn.blocked) == 4  # every refusal is recorded
+    assert turn.result.status == "completed"
+    assert turn.result.text == "I can help with that myself."
+    assert not turn.result.escalated
+
+
+async def test_the_agents_own_tools_are_never_refused_handoffs(stream: bool) -> None:
+    """A tool of the agent's own whose name looks like a handoff is just a tool."""
+    moved: list[int] = []
+
+    @tool(name="transfer_to_savings", description="Move money to savings.")
+    def transfer_to_savings(amount: int) -> str:
+        moved.append(amount)
+        return f"Moved {amount}."
+
+    steps = [call_tool("transfer_to_savings", amount=n) for n in range(1, 6)]
+    bank = scripted_agent(
+        "bank", *steps, reply("Done, all five moved."), tools=[transfer_to_savings]
+    )
+    other = scripted_agent("other")
+    workflow = HandoffWorkflowBuilder(bank).with_handoff(bank, other).build()
+
+    turn = await run_turn(workflow, "move money", stream=stream)
+
+    assert moved == [1, 2, 3, 4, 5]
+    assert turn.blocked == []
+    assert (turn.result.status, turn.result.text) == ("completed", "Done, all five moved.")
 
 
 async def test_the_refused_attempts_cap_is_a_parameter(stream: bool) -> None:

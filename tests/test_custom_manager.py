@@ -6,7 +6,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import pytest
-from agent_framework import Message, WorkflowBuilder
+from agent_framework import (
+    Content,
+    FunctionTool,
+    InMemoryCheckpointStorage,
+    Message,
+    WorkflowBuilder,
+)
 from typing_extensions import override
 
 from handoff_builder import (
@@ -14,6 +20,7 @@ from handoff_builder import (
     ConversationHost,
     Decision,
     EndTurn,
+    EscalationEvent,
     GroupChatHost,
     GroupChatManager,
     HandoffManager,
@@ -25,7 +32,14 @@ from handoff_builder import (
     TurnStart,
 )
 from handoff_builder.stores import ConversationStore
-from handoff_builder.testing import client_of, handoff_to, reply, scripted_agent
+from handoff_builder.testing import (
+    call_tool,
+    client_of,
+    handoff_to,
+    received,
+    reply,
+    scripted_agent,
+)
 
 
 class RoundRobin(GroupChatManager):
@@ -159,3 +173,72 @@ def test_with_manager_needs_a_callable_that_makes_a_manager() -> None:
         TypeError, match=r"^The manager factory returned a object, not a GroupChatManager\.$"
     ):
         builder.build()
+
+
+class Forever(GroupChatManager):
+    """A manager with a bug: it never ends the turn."""
+
+    def __init__(self, settings: ManagerSettings) -> None:
+        super().__init__(max_iterations=5)
+        self.agent = settings.initial_agent
+
+    @override
+    async def start_turn(self, history: Sequence[Message], start: TurnStart) -> Decision:
+        return NextAgent(self.agent)
+
+    @override
+    async def decide(self, history: Sequence[Message], reply: AgentReply) -> Decision:
+        return NextAgent(self.agent)
+
+
+@pytest.mark.parametrize("checkpointed", [False, True], ids=["one-superstep", "checkpointed"])
+async def test_the_host_enforces_max_iterations_whatever_the_manager(checkpointed: bool) -> None:
+    looping = scripted_agent("looping", respond_with=lambda call: reply("again"))
+    workflow = HandoffWorkflowBuilder(looping).with_manager(Forever).build()
+    storage = InMemoryCheckpointStorage() if checkpointed else None
+
+    result = await workflow.run("go", checkpoint_storage=storage)
+
+    turn = result.get_outputs()[-1]
+    assert isinstance(turn, HandoffTurnResult)
+    assert len(client_of(looping).calls) == 5
+    assert turn.status == "max_iterations"
+    assert turn.escalation == EscalationEvent("max_iterations", "looping", 5, "looping")
+
+
+class NotesOnAnswers(GroupChatManager):
+    """When an agent waits for answers, it carries on with a note from the manager first."""
+
+    def __init__(self, settings: ManagerSettings) -> None:
+        super().__init__(max_iterations=settings.max_iterations)
+        self.agent = settings.initial_agent
+
+    @override
+    async def start_turn(self, history: Sequence[Message], start: TurnStart) -> Decision:
+        return NextAgent(self.agent)
+
+    @override
+    async def decide(self, history: Sequence[Message], reply: AgentReply) -> Decision:
+        if reply.unfinished:
+            note = Message(role="user", contents=["(the back office answered)"])
+            return NextAgent(reply.agent, input=(note,))
+        return EndTurn()
+
+
+async def test_a_decisions_input_survives_the_wait_for_answers() -> None:
+    lookup = FunctionTool(
+        name="lookup",
+        description="Answered by the application.",
+        input_model={"type": "object", "properties": {}, "required": []},
+    )
+    clerk = scripted_agent("clerk", call_tool("lookup"), reply("Found it."), tools=[lookup])
+    workflow = HandoffWorkflowBuilder(clerk).with_manager(NotesOnAnswers).build()
+
+    first = await workflow.run("find my order")
+    [request] = first.get_request_info_events()
+    answer = Content.from_function_result(call_id=request.data.call_id, result="order 7")
+    second = await workflow.run(responses={request.request_id: answer})
+
+    assert second.get_outputs()[-1].messages[-1].text == "Found it."
+    assert received(clerk).texts[-1] == "(the back office answered)"
+    assert received(clerk).rendered.splitlines()[-2].endswith(": order 7")

@@ -7,16 +7,27 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_framework import InMemoryCheckpointStorage
+from agent_framework import InMemoryCheckpointStorage, tool
 
 from handoff_builder import (
     ConversationHost,
     CorruptConversationError,
     CorruptStateError,
+    GroupChatHost,
+    HandoffManager,
+    HandoffState,
     HandoffWorkflowBuilder,
+    PendingRequestsError,
 )
 from handoff_builder.stores import InMemoryConversationStore
-from handoff_builder.testing import assert_received, client_of, handoff_to, reply, scripted_agent
+from handoff_builder.testing import (
+    assert_received,
+    client_of,
+    handoff_to,
+    received,
+    reply,
+    scripted_agent,
+)
 from tests.helpers import run_turn
 
 DATA = Path(__file__).parent / "data"
@@ -93,6 +104,67 @@ async def test_a_checkpoint_written_by_schema_1_restores_mid_turn() -> None:
     assert [h.target for h in turn.result.handoffs] == ["billing", "refunds"]
     assert_received(billing, "Handoff from triage to you (billing). Goal: Double charge.")
     assert len(client_of(billing).calls) == billing_calls + 1
+
+
+async def test_schema_1_counters_read_as_schema_2() -> None:
+    """Schema 1 counted an invocation when it started: billing, about to run, is the second."""
+    v1_state = data("checkpoint-schema-1.json")["state"]
+    triage, billing = scripted_agent("triage"), scripted_agent("billing")
+    workflow = HandoffWorkflowBuilder(triage).with_handoff(triage, billing).build()
+    host = workflow.get_start_executor()
+    assert isinstance(host, GroupChatHost)
+
+    await host.on_checkpoint_restore(v1_state)
+
+    state = host.state()
+    assert (state.speaker, state.next) == ("triage", "billing")
+    assert state.turn is not None
+    assert (state.turn.start, state.turn.invocations) == (1, 2)
+    assert [h.target for h in state.turn.handoffs] == ["billing"]
+    assert isinstance(host.manager, HandoffManager)
+    assert host.manager.state == HandoffState(invocations=2, handoffs=1)
+    assert len(host.history) == 3
+
+
+@tool(name="refund", description="Refund an amount.", approval_mode="always_require")
+def refund(amount: int) -> str:
+    return f"refunded {amount}"
+
+
+async def test_an_approval_stored_by_schema_1_is_answered() -> None:
+    """Stored by 0.1 while billing waited for an approval: answering it resumes billing."""
+    stored = data("conversation-schema-1-pending.json")
+    store = InMemoryConversationStore()
+    await store.append(
+        "c", start=0, messages=stored["messages"], state=stored["state"], expected_version=0
+    )
+    triage = scripted_agent("triage")
+    billing = scripted_agent("billing", reply("Refunded 5 EUR."), tools=[refund])
+    builder = (
+        HandoffWorkflowBuilder(triage).with_handoff(triage, billing).with_handoff(billing, triage)
+    )
+    host = ConversationHost(builder, store, idle_timeout=10**9)
+    [request_id] = [r["id"] for r in stored["state"]["host"]["pending"]["requests"]]
+    [request] = await pending(host, "c")
+
+    turn = await host.respond(
+        "c", {request_id: request.to_function_approval_response(approved=True)}
+    )
+
+    assert (turn.status, turn.active_agent, turn.text) == (
+        "completed",
+        "billing",
+        "Refunded 5 EUR.",
+    )
+    assert client_of(triage).calls == []
+    assert received(billing).rendered.splitlines()[-1].endswith(": refunded 5")
+    assert [h.target for h in turn.handoffs] == ["billing"]
+
+
+async def pending(host: ConversationHost, conversation_id: str) -> list[Any]:
+    with pytest.raises(PendingRequestsError) as waiting:
+        await host.send(conversation_id, "hello?")
+    return list(waiting.value.requests)
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from agent_framework import Agent, tool
+from agent_framework import Agent, FunctionTool, tool
 from typing_extensions import override
 
 from handoff_builder import HandoffToolCallFiltering, HandoffWorkflowBuilder
@@ -202,31 +202,21 @@ async def test_goal_and_summary_reach_the_receivers_in_every_mode(
     """The seed's hand-back: triage -> billing -> (summary) -> triage -> tech, over HTTP."""
     goal = "Refund the double charge; the app also crashes."
     summary = "refund done; crash still open"
+    # Billing says something and hands back in one response, as in the seed.
+    says_and_hands_back = {
+        **text("I've refunded the double charge."),
+        "tool_calls": tool_call("call_2", "transfer_back_to_triage", {"summary": summary})[
+            "tool_calls"
+        ],
+    }
     server = fake_openai(
         [
             tool_call("call_1", "transfer_to_billing", {"goal": goal}),
-            text("I've refunded the double charge."),  # billing, first part of its reply
+            says_and_hands_back,
+            tool_call("call_3", "transfer_to_tech", {"goal": "The app crashes on opening a bill."}),
+            text("Update to version 4.2."),
         ]
     )
-    # Billing says something and hands back in one response, as in the seed.
-    server.replies[1] = {
-        "role": "assistant",
-        "content": "I've refunded the double charge.",
-        "tool_calls": [
-            {
-                "id": "call_2",
-                "type": "function",
-                "function": {
-                    "name": "transfer_back_to_triage",
-                    "arguments": json.dumps({"summary": summary}),
-                },
-            }
-        ],
-    }
-    server.replies += [
-        tool_call("call_3", "transfer_to_tech", {"goal": "The app crashes on opening a bill."}),
-        text("Update to version 4.2."),
-    ]
     triage = server.agent("triage", "Route the user.")
     billing = server.agent("billing", "Fix charges.", description="charges")
     tech = server.agent("tech", "Fix bugs.", description="bugs")
@@ -298,3 +288,64 @@ async def test_an_approved_call_after_a_handoff_goes_out_valid(
     assert goes_on["messages"][-1]["content"] == "Refunded 24.9 EUR."
     for body in server.bodies():
         assert_provider_accepts(body)
+
+
+async def test_a_turn_that_ends_with_a_call_unanswered_leaves_a_valid_history(
+    fake_openai: Callable[[list[dict[str, Any]]], FakeOpenAI],
+) -> None:
+    """Billing asks the back office and hands off in one response, past the cap: the turn ends.
+
+    The open call gets a result, so the next turn's request is valid input.
+    """
+    lookup = FunctionTool(
+        name="order_status",
+        description="Answered by the application.",
+        input_model={"type": "object", "properties": {"order": {"type": "string"}}},
+    )
+    server = fake_openai(
+        [
+            tool_call("call_1", "handoff_to_billing", {"goal": "Refund order A-1."}),
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_2",
+                        "type": "function",
+                        "function": {"name": "order_status", "arguments": '{"order": "A-1"}'},
+                    },
+                    {
+                        "id": "call_3",
+                        "type": "function",
+                        "function": {
+                            "name": "handoff_to_refunds",
+                            "arguments": '{"goal": "Refund A-1."}',
+                        },
+                    },
+                ],
+            },
+            text("Hello again, how can I help?"),
+        ]
+    )
+    triage = server.agent("triage", "Route the user.")
+    billing = server.agent("billing", "Fix charges.", description="charges", tools=[lookup])
+    refunds = server.agent("refunds", "Refund.", description="refunds")
+    workflow = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, billing)
+        .with_handoff(billing, refunds)
+        .with_max_handoffs_per_turn(1)
+        .build()
+    )
+
+    first = (await workflow.run("Refund order A-1.")).get_outputs()[-1]
+    second = (await workflow.run("Hello?")).get_outputs()[-1]
+
+    assert first.status == "handoff_cap"
+    assert second.text == "Hello again, how can I help?"
+    *_, next_turn = server.bodies()
+    assert_provider_accepts(next_turn)
+    answered = [m for m in next_turn["messages"] if m.get("tool_call_id") == "call_2"]
+    assert [m["content"] for m in answered] == [
+        "Error: not performed: the turn ended (handoff_cap) before this call was answered."
+    ]

@@ -60,6 +60,7 @@ from ._manager import (
     TerminationCondition,
 )
 from ._routes import HandoffRoute, hand_back_tool_name, handoff_tool_name
+from ._state import HandoffState
 from ._views import HandoffToolCallFiltering
 from ._workflow import HandoffWorkflow, MessageBatch
 from .exceptions import (
@@ -142,6 +143,7 @@ __all__ = [
     "HandoffEvent",
     "HandoffManager",
     "HandoffRoute",
+    "HandoffState",
     "HandoffToolCallFiltering",
     "HandoffTurnResult",
     "HandoffWorkflow",

@@ -29,6 +29,7 @@ from ._validation import (
     edge_problems,
     handoff_description,
     label,
+    own_tool_names,
     participant_problems,
     tool_name_problems,
 )
@@ -162,6 +163,7 @@ def compile_workflow(config: BuildConfig) -> HandoffWorkflow:
         initial_agent=plan.initial,
         agents=tuple(plan.agents),
         routes=plan.routes,
+        agent_tools={name: frozenset(own_tool_names(a)) for name, a in plan.agents.items()},
         max_iterations=caps.max_iterations,
         max_handoffs_per_turn=caps.max_handoffs_per_turn,
         max_rejected_handoffs=config.max_rejected,

@@ -44,6 +44,9 @@ __all__ = [
     "TurnStart",
 ]
 
+TRANSFERRED_RESULT = "Transferred."
+"""The tool result of a handoff call that routes (.NET's text)."""
+
 Event = HandoffEvent | HandoffBlockedEvent | EscalationEvent | LimitReachedEvent | str
 """An audit event, or a warning (a ``str``)."""
 

@@ -19,6 +19,7 @@ from agent_framework import Content, Message
 from typing_extensions import override
 
 from ._decision import (
+    TRANSFERRED_RESULT,
     AgentReply,
     Decision,
     EndTurn,
@@ -52,7 +53,6 @@ logger = logging.getLogger("handoff_builder")
 DEFAULT_AUTONOMOUS_TURN_LIMIT = 50
 DEFAULT_AUTONOMOUS_PROMPT = "User did not respond. Continue assisting autonomously."
 
-TRANSFERRED_RESULT = "Transferred."
 PING_PONG_ERROR = (
     "Error: {target} just handed the conversation back to you, so it cannot be handed straight "
     "back before the user writes again. Hand the open part to another agent, or answer the user."
@@ -219,13 +219,16 @@ class HandoffManager(GroupChatManager):
             self._update(rejected=tally.rejected)
         if tally.tripped is not None and tally.tripped.escalation is not None:
             return self._escalate(tally.tripped.escalation, speaker, events, tally.tripped)
-        if tally.rejected > self.settings.max_rejected_handoffs:
-            return self._escalate("rejected_handoffs", speaker, events)
         if tally.accepted is not None:
-            return self._hand_over(tally.accepted, events)
-        if reply.unfinished:
-            return NextAgent(speaker, events=tuple(events))  # the same invocation carries on
-        return await self._after_reply(history, speaker, events)
+            decision = self._hand_over(tally.accepted, events)
+        elif reply.unfinished:
+            decision = NextAgent(speaker, events=tuple(events))  # the same invocation goes on
+        else:
+            decision = await self._after_reply(history, speaker, events)
+        # Past the cap, the turn goes no further; an agent that answered keeps its answer.
+        if isinstance(decision, NextAgent) and tally.rejected > self.settings.max_rejected_handoffs:
+            return self._escalate("rejected_handoffs", speaker, events)
+        return decision
 
     def _update(self, **changes: object) -> None:
         self._state = replace(self._state, **changes)
@@ -334,12 +337,14 @@ class HandoffManager(GroupChatManager):
     def _stray_calls(self, reply: AgentReply) -> list[HandoffBlockedEvent]:
         """Blocked events for handoff-looking calls the speaker has no tool for."""
         granted = self.routes.get(reply.agent, {})
+        own = self.settings.agent_tools.get(reply.agent, frozenset[str]())
         strays: list[HandoffBlockedEvent] = []
         for message in reply.messages:
             if message.role != "assistant":
                 continue
             for content in message.contents:
-                if content.type == "function_call" and content.name not in granted:
+                name = content.name
+                if content.type == "function_call" and name not in granted and name not in own:
                     event = self._stray(reply.agent, content)
                     if event is not None:
                         strays.append(event)

@@ -323,20 +323,37 @@ class GroupChatHost(Executor):
         return decision
 
     async def _carry_out(
-        self, decision: Decision | None, ctx: HostContext, *, ran_agent: bool = False
+        self,
+        decision: Decision | None,
+        ctx: HostContext,
+        *,
+        ran_agent: bool = False,
+        carrying_on: bool = False,
     ) -> None:
         """Apply decisions until the turn ends or waits.
 
-        Each :class:`NextAgent` adds its input and emits its events, then its agent runs: in this
-        superstep, or, when every hop is its own superstep (``superstep_per_hop``) and an agent
-        already ran in this one (``ran_agent``), in the next.
+        Each :class:`NextAgent` counts one agent invocation (unless the first one only lets an
+        agent carry on after its requests were answered: ``carrying_on``), adds its input and
+        emits its events, then its agent runs: in this superstep, or, when every hop is its own
+        superstep (``superstep_per_hop``) and an agent already ran in this one (``ran_agent``), in
+        the next. A :class:`NextAgent` past the manager's ``max_iterations`` ends the turn with an
+        escalation instead, whatever the manager.
         """
         while isinstance(decision, NextAgent):
+            turn = self._turn or TurnState(start=len(self._history))
+            if decision.handoff is not None:
+                turn = turn.with_handoff(decision.handoff)
+            if not carrying_on:
+                if turn.invocations >= self._manager.max_iterations:
+                    self._turn = turn
+                    await self._emit(decision.events, ctx)
+                    decision = self._past_invocation_cap(decision)
+                    break
+                turn = TurnState(turn.start, turn.handoffs, turn.invocations + 1)
+            carrying_on = False
+            self._turn = turn
             if decision.input:
                 self._history.extend(decision.input)
-            turn = self._turn
-            if decision.handoff is not None and turn is not None:
-                self._turn = TurnState(turn.start, (*turn.handoffs, decision.handoff))
             self._next = decision.agent
             await self._record()  # the next agent is saved before it is called
             await self._emit(decision.events, ctx)
@@ -352,6 +369,18 @@ class GroupChatHost(Executor):
             await self._end_turn(ctx, decision.status, decision.escalation)
         else:
             await self._end_turn(ctx, decision.status)
+
+    def _past_invocation_cap(self, decision: NextAgent) -> Escalate:
+        """The host's own cap: the manager asked for one invocation too many."""
+        handoff = decision.handoff
+        escalation = EscalationEvent(
+            "max_iterations",
+            self._speaker or decision.agent,
+            self._manager.max_iterations,
+            decision.agent,
+            handoff.goal if handoff is not None else None,
+        )
+        return Escalate(escalation, events=(escalation,))
 
     def _update_sink(
         self, name: str, ctx: HostContext
@@ -378,10 +407,10 @@ class GroupChatHost(Executor):
 
         ``then`` is carried out once they are: a handoff made in the same response stands.
         """
-        self._pending.open(name, requests, Continuation(then.agent, then.handoff))
-        turn = self._turn
-        if then.handoff is not None and turn is not None:
-            self._turn = TurnState(turn.start, (*turn.handoffs, then.handoff))
+        carried = tuple(message.to_dict() for message in then.input)
+        self._pending.open(name, requests, Continuation(then.agent, then.handoff, carried))
+        if then.handoff is not None and self._turn is not None:
+            self._turn = self._turn.with_handoff(then.handoff)
         self._next = None
         await self._record()
         await self._emit(then.events, ctx)
@@ -415,11 +444,18 @@ class GroupChatHost(Executor):
         participant = self._participants[name]
         messages, calls = await self._pending.resolve(participant, self._manager.review_handoff)
         self._history.extend(messages)
-        decision: Decision = NextAgent(then.agent)  # decided when the requests were raised
+        carried = tuple(Message.from_dict(item) for item in then.input)
+        decision: Decision = NextAgent(then.agent, input=carried)  # decided with the requests
         if calls and then.handoff is None:  # approved handoff calls: the manager decides again
             reply = AgentReply(name, tuple(messages), calls, unfinished=True)
             decision = await self._manager.decide(self._history, reply)
-        await self._carry_out(decision, ctx)
+        carrying_on = (
+            isinstance(decision, NextAgent)
+            and decision.agent == name
+            and decision.handoff is None
+            and then.handoff is None
+        )
+        await self._carry_out(decision, ctx, carrying_on=carrying_on)
 
     async def _emit(self, events: Sequence[Event], ctx: HostContext) -> None:
         for event in events:

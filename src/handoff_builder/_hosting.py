@@ -183,10 +183,12 @@ class ConversationHost:
             return await self._finish_interrupted(conversation_id, workflow, host)
 
     async def active_agent(self, conversation_id: str) -> str | None:
-        """The agent that ended the conversation's last turn (``None``: no conversation).
+        """The agent that ran last in the conversation (``None``: no conversation).
 
-        With ``remember_active_agent`` (the default) the next message starts there, unless the
-        conversation has been idle for longer than ``idle_timeout`` or the agent is gone.
+        Between turns that is the agent that ended the last turn; with ``remember_active_agent``
+        (the default) the next message starts there, unless the conversation has been idle for
+        longer than ``idle_timeout`` or the agent is gone. In a turn a crash interrupted, it is the
+        agent that ran before the interruption, not the one the turn resumes with.
         """
         record = await self.store.load(conversation_id)
         if record is None:

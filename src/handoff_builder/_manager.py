@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agent_framework import Message
 
-from ._decision import AgentReply, Decision, HandoffCall, TurnStart
+from ._decision import TRANSFERRED_RESULT, AgentReply, Decision, HandoffCall, TurnStart
 from ._routes import HandoffRoute
 
 if TYPE_CHECKING:
@@ -36,15 +36,17 @@ TerminationCondition = Callable[[Sequence[Message]], "bool | Awaitable[bool]"]
 class ManagerSettings:
     """What :meth:`HandoffWorkflowBuilder.build` compiled, handed to the manager it creates.
 
-    ``routes`` maps each agent to its handoff tools (tool name -> route). ``max_iterations`` is
-    the invocation cap per user message, ``max_handoffs_per_turn`` the handoff cap (hand-backs
-    included) and ``max_rejected_handoffs`` the number of refused handoff attempts a turn
-    tolerates; the rest are the builder's ``with_*`` settings.
+    ``routes`` maps each agent to its handoff tools (tool name -> route) and ``agent_tools`` to
+    the names of the tools it has of its own. ``max_iterations`` is the invocation cap per user
+    message, ``max_handoffs_per_turn`` the handoff cap (hand-backs included) and
+    ``max_rejected_handoffs`` the number of refused handoff attempts a turn tolerates; the rest
+    are the builder's ``with_*`` settings.
     """
 
     initial_agent: str
     agents: tuple[str, ...]
     routes: Mapping[str, Mapping[str, HandoffRoute]]
+    agent_tools: Mapping[str, frozenset[str]] = field(default_factory=dict[str, frozenset[str]])
     max_iterations: int = DEFAULT_MAX_ITERATIONS
     max_handoffs_per_turn: int = DEFAULT_MAX_HANDOFFS_PER_TURN
     max_rejected_handoffs: int = DEFAULT_MAX_REJECTED_HANDOFFS
@@ -62,8 +64,10 @@ class GroupChatManager(ABC):
     host asks :meth:`review_handoff` about each handoff tool call it makes; the reviewed calls come
     back in the reply.
 
-    The host also enforces ``max_iterations``: a :class:`NextAgent` past that many agent
-    invocations in one user turn ends the turn with an escalation. Subclass it to write another
+    The host also enforces ``max_iterations``, whatever the manager: a :class:`NextAgent` past
+    that many agent invocations in one user turn ends the turn with an escalation
+    (``reason="max_iterations"``). An agent that carries on after its requests were answered is
+    the same invocation. Subclass it to write another
     policy (round robin, a model that picks the speaker) and reuse the host, or pass a factory to
     :meth:`HandoffWorkflowBuilder.with_manager`. Everything :meth:`save_state` returns must be
     JSON-serialisable.
@@ -105,7 +109,7 @@ class GroupChatManager(ABC):
         """
         if any(call.outcome in ("transferred", "escalated") for call in earlier):
             return HandoffCall(route, argument, call_id, "not_performed", "Not performed.")
-        return HandoffCall(route, argument, call_id, "transferred", "Transferred.")
+        return HandoffCall(route, argument, call_id, "transferred", TRANSFERRED_RESULT)
 
     def save_state(self) -> dict[str, Any]:
         """JSON-serialisable state for checkpoints and hosted conversations (default: none)."""

@@ -22,7 +22,7 @@ from typing import Any
 
 from agent_framework import Agent, Content, FunctionTool, Message
 
-from ._decision import HandoffCall
+from ._decision import TRANSFERRED_RESULT, HandoffCall
 from ._participant import Participant
 from ._state import Continuation, PendingState
 from ._tools import HandoffReviewer, call_result, parse_argument
@@ -143,7 +143,10 @@ class PendingRequests:
         route = participant.routes.get(handoff.tool_name) if handoff is not None else None
         if handoff is None or route is None:
             return ()
-        return (HandoffCall(route, handoff.goal, handoff.call_id, "transferred", "Transferred."),)
+        followed = HandoffCall(
+            route, handoff.goal, handoff.call_id, "transferred", TRANSFERRED_RESULT
+        )
+        return (followed,)
 
     def to_state(self) -> PendingState | None:
         """The typed record for checkpoints and stores."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from agent_framework import Content
 
@@ -39,7 +39,6 @@ __all__ = [
     "HandoffState",
     "HostState",
     "PendingState",
-    "TransferredHandoff",
     "TurnState",
     "decode_handoff_state",
     "decode_host_state",
@@ -61,18 +60,31 @@ HANDOFF_RECORD_KEY = "handoff_builder"
 
 @dataclass(frozen=True)
 class TurnState:
-    """The open user turn: where its messages start in the history, and its handoffs so far."""
+    """The open user turn: where its messages start, its handoffs and its agent invocations.
+
+    An agent that carries on after its requests were answered is the same invocation.
+    """
 
     start: int
     handoffs: tuple[HandoffEvent, ...] = ()
+    invocations: int = 0
+
+    def with_handoff(self, handoff: HandoffEvent) -> TurnState:
+        """This turn with one more handoff."""
+        return TurnState(self.start, (*self.handoffs, handoff), self.invocations)
 
 
 @dataclass(frozen=True)
 class Continuation:
-    """What a waiting turn does once its requests are answered: run ``agent``."""
+    """What a waiting turn does once its requests are answered.
+
+    Add ``input`` (messages as ``Message.to_dict()``), then run ``agent``; ``handoff`` made it
+    the next agent, if one did.
+    """
 
     agent: str
     handoff: HandoffEvent | None = None
+    input: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -179,14 +191,18 @@ def _upgrade_from_1(raw: Mapping[str, Any]) -> dict[str, Any]:
     pending = raw.get("pending")
     # Schema 1 counted an invocation when it started; schema 2 when it is decided.
     decided = 1 if raw.get("next") is not None else 0
-    upgraded_manager = {
-        "invocations": manager.get("iteration_count", 0) + decided,
-        "handoffs": manager.get("handoff_count", 0),
-        "autonomous_turns": manager.get("autonomous_turns", {}),
-        "last_hand_back": manager.get("last_hand_back"),
-    }
+    invocations = int(manager.get("iteration_count", 0) or 0) + decided
     # Between turns, schema 1's active agent is where the next turn may start.
-    speaker = raw.get("speaker") if turn is not None else manager.get("active_agent")
+    speaker = raw.get("speaker")
+    if turn is None:
+        speaker = manager.get("active_agent", speaker)
+    if "handoff_count" in manager:  # a HandoffManager's; another manager's state is its own
+        manager = {
+            "invocations": invocations,
+            "handoffs": manager.get("handoff_count", 0),
+            "autonomous_turns": manager.get("autonomous_turns", {}),
+            "last_hand_back": manager.get("last_hand_back"),
+        }
     return {
         "schema_version": STATE_SCHEMA_VERSION,
         "speaker": speaker,
@@ -196,6 +212,7 @@ def _upgrade_from_1(raw: Mapping[str, Any]) -> dict[str, Any]:
         else {
             "start": turn.get("start"),  # pyright: ignore[reportUnknownMemberType]
             "handoffs": turn.get("handoffs", []),  # pyright: ignore[reportUnknownMemberType]
+            "invocations": invocations,
         },
         "pending": None
         if not isinstance(pending, Mapping)
@@ -205,20 +222,11 @@ def _upgrade_from_1(raw: Mapping[str, Any]) -> dict[str, Any]:
             "answers": pending.get("answers", {}),  # pyright: ignore[reportUnknownMemberType]
             "then": {"agent": pending.get("agent")},  # pyright: ignore[reportUnknownMemberType]
         },
-        "manager": upgraded_manager,
+        "manager": manager,
     }
 
 
 # -- the record on a handoff call's result --------------------------------------------------------
-
-
-class TransferredHandoff(NamedTuple):
-    """A handoff that was followed, as read from its function result."""
-
-    kind: HandoffKind
-    source: str
-    target: str
-    argument: str
 
 
 def handoff_record(call: HandoffCall) -> dict[str, Any]:
@@ -236,7 +244,7 @@ def handoff_record(call: HandoffCall) -> dict[str, Any]:
     }
 
 
-def transferred_handoff(content: Content) -> TransferredHandoff | None:
+def transferred_handoff(content: Content) -> HandoffEvent | None:
     """The handoff a function result records, if it is one that was followed."""
     record: Any = (content.additional_properties or {}).get(HANDOFF_RECORD_KEY)
     if not isinstance(record, Mapping):
@@ -244,10 +252,12 @@ def transferred_handoff(content: Content) -> TransferredHandoff | None:
     fields = cast(Mapping[str, Any], record)
     if fields.get("outcome") != "transferred":
         return None
-    kind = fields.get("kind")
-    return TransferredHandoff(
-        "hand_back" if kind == "hand_back" else "handoff",
+    kind: HandoffKind = "hand_back" if fields.get("kind") == "hand_back" else "handoff"
+    return HandoffEvent(
         str(fields.get("source", "")),
         str(fields.get("target", "")),
         str(fields.get("argument", "")),
+        str(fields.get("tool", "")),
+        str(content.call_id),
+        kind,
     )

@@ -26,8 +26,9 @@ from enum import Enum
 
 from agent_framework import Content, Message
 
+from ._events import HandoffEvent
 from ._routes import EDGE_KINDS
-from ._state import TransferredHandoff, transferred_handoff
+from ._state import transferred_handoff
 
 __all__ = ["AgentView", "HandoffToolCallFiltering", "handoff_note"]
 
@@ -50,7 +51,7 @@ class HandoffToolCallFiltering(str, Enum):
     ALL = "all"
 
 
-def handoff_note(handoff: TransferredHandoff, viewer: str) -> str:
+def handoff_note(handoff: HandoffEvent, viewer: str) -> str:
     """The note ``viewer`` reads where ``handoff`` happened.
 
     The receiver reads "Handoff from triage to you (billing). Goal: ..."; any other agent reads
@@ -58,10 +59,7 @@ def handoff_note(handoff: TransferredHandoff, viewer: str) -> str:
     """
     edge = EDGE_KINDS[handoff.kind]
     to = f"you ({viewer})" if handoff.target == viewer else handoff.target
-    return (
-        f"{edge.note_label} from {handoff.source} to {to}. "
-        f"{edge.argument_label}: {handoff.argument}"
-    )
+    return f"{edge.note_label} from {handoff.source} to {to}. {edge.argument_label}: {handoff.goal}"
 
 
 class AgentView:
