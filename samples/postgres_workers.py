@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def support_desk() -> HandoffWorkflowBuilder:
     def billing_answers(call: ModelCall) -> Step:
-        return reply(f"billing handled: {call.texts[-1]}")
+        return reply(f"billing handled: {call.user_text}")
 
     triage = scripted_agent("triage", respond_with=lambda _: handoff_to("billing", goal="Billing."))
     billing = scripted_agent("billing", respond_with=billing_answers, description="billing")

@@ -175,16 +175,23 @@ def test_with_manager_needs_a_callable_that_makes_a_manager() -> None:
         builder.build()
 
 
-class Forever(GroupChatManager):
-    """A manager with a bug: it never ends the turn."""
+class OneAgent(GroupChatManager):
+    """Every turn starts at the initial agent; subclasses decide what follows."""
 
-    def __init__(self, settings: ManagerSettings) -> None:
-        super().__init__(max_iterations=5)
+    def __init__(self, settings: ManagerSettings, max_iterations: int | None = None) -> None:
+        super().__init__(max_iterations=max_iterations or settings.max_iterations)
         self.agent = settings.initial_agent
 
     @override
     async def start_turn(self, history: Sequence[Message], start: TurnStart) -> Decision:
         return NextAgent(self.agent)
+
+
+class Forever(OneAgent):
+    """A manager with a bug: it never ends the turn."""
+
+    def __init__(self, settings: ManagerSettings) -> None:
+        super().__init__(settings, max_iterations=5)
 
     @override
     async def decide(self, history: Sequence[Message], reply: AgentReply) -> Decision:
@@ -206,16 +213,8 @@ async def test_the_host_enforces_max_iterations_whatever_the_manager(checkpointe
     assert turn.escalation == EscalationEvent("max_iterations", "looping", 5, "looping")
 
 
-class NotesOnAnswers(GroupChatManager):
+class NotesOnAnswers(OneAgent):
     """When an agent waits for answers, it carries on with a note from the manager first."""
-
-    def __init__(self, settings: ManagerSettings) -> None:
-        super().__init__(max_iterations=settings.max_iterations)
-        self.agent = settings.initial_agent
-
-    @override
-    async def start_turn(self, history: Sequence[Message], start: TurnStart) -> Decision:
-        return NextAgent(self.agent)
 
     @override
     async def decide(self, history: Sequence[Message], reply: AgentReply) -> Decision:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 from agent_framework import Agent, Message, tool
 
-from handoff_builder import ScriptExhaustedError
+from handoff_builder import HandoffWorkflowBuilder, ScriptExhaustedError
 from handoff_builder.testing import (
     ModelCall,
     ScriptedChatClient,
     call_tool,
     client_of,
+    handoff_to,
     reply,
     respond,
     scripted_agent,
@@ -83,3 +84,18 @@ def test_client_of_rejects_other_clients() -> None:
     plain.client = object()  # type: ignore[assignment]
     with pytest.raises(TypeError, match="does not use a ScriptedChatClient"):
         client_of(plain)
+
+
+async def test_user_text_is_what_the_user_wrote_not_a_note_or_an_agents_words() -> None:
+    triage = scripted_agent("triage", respond("One moment.", handoff_to("billing", goal="Bill.")))
+    billing = scripted_agent(
+        "billing", respond_with=lambda call: reply(f"You said: {call.user_text}")
+    )
+    workflow = HandoffWorkflowBuilder(triage).with_handoff(triage, billing).build()
+
+    result = await workflow.run("I was charged twice")
+
+    assert result.get_outputs()[-1].messages[-1].text == "You said: I was charged twice"
+    assert (
+        client_of(billing).calls[0].texts[-1] == "Handoff from triage to you (billing). Goal: Bill."
+    )

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 from agent_framework import Content
 
 from ._events import HandoffEvent
-from ._routes import HandoffKind
+from ._routes import EDGE_KINDS, HandoffKind
 from .exceptions import CorruptStateError, SchemaVersionError
 
 if TYPE_CHECKING:
@@ -252,7 +252,7 @@ def transferred_handoff(content: Content) -> HandoffEvent | None:
     fields = cast(Mapping[str, Any], record)
     if fields.get("outcome") != "transferred":
         return None
-    kind: HandoffKind = "hand_back" if fields.get("kind") == "hand_back" else "handoff"
+    kind = cast(HandoffKind, fields.get("kind") if fields.get("kind") in EDGE_KINDS else "handoff")
     return HandoffEvent(
         str(fields.get("source", "")),
         str(fields.get("target", "")),

@@ -40,13 +40,6 @@ INSTRUCTIONS = {
 DESCRIPTIONS = {"billing": "charges, invoices, plans", "tech": "errors, bugs, how-to questions"}
 
 
-def _user_text(call: ModelCall) -> str:
-    for message in reversed(call.messages):
-        if message.role == "user" and message.author_name is None:
-            return message.text
-    return ""
-
-
 def _topic(text: str) -> str | None:
     lowered = text.lower()
     for topic, words in TOPICS.items():
@@ -56,7 +49,7 @@ def _topic(text: str) -> str | None:
 
 
 def _triage(call: ModelCall) -> Step:
-    text = _user_text(call)
+    text = call.user_text
     topic = _topic(text)
     if topic is None:
         return reply("Hello! I'm the front desk. I can help with billing or technical problems.")
@@ -65,7 +58,7 @@ def _triage(call: ModelCall) -> Step:
 
 def _specialist(name: str) -> Callable[[ModelCall], Step]:
     def respond(call: ModelCall) -> Step:
-        text = _user_text(call)
+        text = call.user_text
         topic = _topic(text)
         if topic is not None and topic != name:
             summary = f"{name} part done; open: {text}"

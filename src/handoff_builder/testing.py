@@ -94,6 +94,18 @@ class ModelCall:
         return [message.text for message in self.messages]
 
     @property
+    def user_text(self) -> str:
+        """The text of the last message the user wrote ("" when none).
+
+        Other agents' words reach a model as ``user`` messages too, and so do the host's handoff
+        notes; they carry an ``author_name``, the user's own messages do not.
+        """
+        for message in reversed(self.messages):
+            if message.role == "user" and message.author_name is None and message.text:
+                return message.text
+        return ""
+
+    @property
     def rendered(self) -> str:
         """The messages received, one line per content (see :func:`render_messages`)."""
         return render_messages(self.messages)
