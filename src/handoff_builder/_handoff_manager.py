@@ -74,6 +74,9 @@ CAP_RESULTS: dict[EscalationReason, str] = {
         "A human colleague will take over the conversation."
     ),
 }
+_FRESH_TURN = HandoffState(invocations=1)  # frozen; its dict is never changed in place
+_COMPLETED = EndTurn()
+
 # Names that read as handoffs even when no such tool exists (they are audited as blocked).
 HANDOFF_LIKE_PREFIXES = (*(kind.tool_prefix for kind in EDGE_KINDS.values()), "transfer_to_")
 
@@ -206,7 +209,7 @@ class HandoffManager(GroupChatManager):
     async def start_turn(self, history: Sequence[Message], start: TurnStart) -> Decision:
         """A new user message: fresh counters; start at the initial or the previous agent."""
         del history
-        self._state = HandoffState(invocations=1)
+        self._state = _FRESH_TURN
         return NextAgent(self._first_speaker(start))
 
     @override
@@ -283,7 +286,7 @@ class HandoffManager(GroupChatManager):
                 return self._end_loop(speaker, EndTurn(events=tuple(events)))
         mode = self.settings.autonomous
         if mode is None or not mode.allows(speaker):
-            return EndTurn(events=tuple(events))
+            return EndTurn(events=tuple(events)) if events else _COMPLETED
         turns = self._state.autonomous_turns.get(speaker, 0)
         if turns >= mode.limit(speaker):
             limit = LimitReachedEvent("autonomous_turns", speaker, mode.limit(speaker))
