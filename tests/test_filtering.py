@@ -190,24 +190,42 @@ def test_view_matches_calls_and_results_by_order_with_reused_ids() -> None:
     assert seen[2].contents[0].result == "looked up"
 
 
-def test_view_never_filters_approvals_and_drops_other_agents_reasoning() -> None:
-    call = Content.from_function_call(call_id="c1", name="pay", arguments="{}")
+@pytest.mark.parametrize(
+    ("tool", "mode", "kept"),
+    [
+        ("pay", HandoffToolCallFiltering.NONE, True),
+        ("pay", HandoffToolCallFiltering.HANDOFF_ONLY, True),
+        ("pay", HandoffToolCallFiltering.ALL, False),
+        ("handoff_to_b", HandoffToolCallFiltering.NONE, True),
+        ("handoff_to_b", HandoffToolCallFiltering.HANDOFF_ONLY, False),
+        ("handoff_to_b", HandoffToolCallFiltering.ALL, False),
+    ],
+)
+def test_approvals_go_with_their_call_and_other_agents_reasoning_is_dropped(
+    tool: str, mode: HandoffToolCallFiltering, kept: bool
+) -> None:
+    """Another agent's approval request and its answer are kept exactly when the call is."""
+    call = Content.from_function_call(call_id="c1", name=tool, arguments="{}")
+    request = Content.from_function_approval_request(id="r1", function_call=call)
     history = [
         Message(role="user", contents=["pay it"]),
         Message(
             role="assistant",
             author_name="a",
-            contents=[
-                Content.from_text_reasoning(text="thinking about handing off"),
-                Content.from_function_approval_request(id="r1", function_call=call),
-            ],
+            contents=[Content.from_text_reasoning(text="thinking about it"), call, request],
+        ),
+        Message(
+            role="user",
+            author_name="a",
+            contents=[request.to_function_approval_response(approved=True)],
         ),
     ]
-    for mode in HandoffToolCallFiltering:
-        seen = AgentView("b", mode, frozenset(), "handoff_host").update(history)
-        kinds = [c.type for c in seen[1].contents]
-        assert "function_approval_request" in kinds
-        assert ("text_reasoning" in kinds) is (mode is HandoffToolCallFiltering.NONE)
+    seen = AgentView("b", mode, frozenset({"handoff_to_b"}), "handoff_host").update(history)
+    kinds = [c.type for m in seen for c in m.contents]
+    assert ("function_approval_request" in kinds) is kept
+    assert ("function_approval_response" in kinds) is kept
+    assert ("function_call" in kinds) is kept
+    assert ("text_reasoning" in kinds) is (mode is HandoffToolCallFiltering.NONE)
 
 
 async def test_reasoning_of_a_handoff_turn_does_not_reach_the_next_agent() -> None:

@@ -17,6 +17,7 @@ from ._decision import (
     Escalate,
     Event,
     HandoffCall,
+    HandoffRequest,
     NextAgent,
     TurnStart,
 )
@@ -40,6 +41,7 @@ from ._handoff_manager import (
     AutonomousMode,
     HandoffManager,
 )
+from ._hooks import HandoffContext, HandoffHook, HandoffPredicate
 from ._host import (
     DEFAULT_ESCALATION_MESSAGE,
     GroupChatHost,
@@ -59,6 +61,8 @@ from ._manager import (
     ManagerSettings,
     TerminationCondition,
 )
+from ._payloads import HandBackSummary, HandoffGoal
+from ._requests import decline
 from ._routes import HandoffRoute, hand_back_tool_name, handoff_tool_name
 from ._state import HandoffState
 from ._views import HandoffToolCallFiltering
@@ -70,6 +74,7 @@ from .exceptions import (
     CorruptStateError,
     HandoffBuilderError,
     HandoffConfigurationError,
+    HandoffHookError,
     PendingRequestsError,
     SchemaVersionError,
     ScriptExhaustedError,
@@ -136,12 +141,19 @@ __all__ = [
     "Event",
     "GroupChatHost",
     "GroupChatManager",
+    "HandBackSummary",
     "HandoffBlockedEvent",
     "HandoffBuilderError",
     "HandoffCall",
     "HandoffConfigurationError",
+    "HandoffContext",
     "HandoffEvent",
+    "HandoffGoal",
+    "HandoffHook",
+    "HandoffHookError",
     "HandoffManager",
+    "HandoffPredicate",
+    "HandoffRequest",
     "HandoffRoute",
     "HandoffState",
     "HandoffToolCallFiltering",
@@ -164,6 +176,7 @@ __all__ = [
     "TurnStart",
     "TurnStatus",
     "UserTurn",
+    "decline",
     "hand_back_tool_name",
     "handoff_tool_name",
 ]

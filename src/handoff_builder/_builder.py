@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from typing import overload
 
 from agent_framework import Agent
+from pydantic import BaseModel
 
 from ._compile import (
     AutonomousSettings,
@@ -16,6 +17,7 @@ from ._compile import (
     to_mermaid,
 )
 from ._handoff_manager import DEFAULT_AUTONOMOUS_PROMPT, DEFAULT_AUTONOMOUS_TURN_LIMIT
+from ._hooks import EdgePolicy, HandoffHook, HandoffPredicate
 from ._instructions import DEFAULT_HANDOFF_INSTRUCTIONS
 from ._logging import DEFAULT_LOGGED_ARGUMENT_LENGTH, ArgumentLogging
 from ._manager import TerminationCondition
@@ -83,6 +85,10 @@ class HandoffWorkflowBuilder:
         reason: str | None = None,
         *,
         tool_name: str | None = None,
+        payload: type[BaseModel] | None = None,
+        on_handoff: HandoffHook | None = None,
+        is_enabled: bool | HandoffPredicate = True,
+        approval: bool | HandoffPredicate = False,
     ) -> HandoffWorkflowBuilder:
         """Let ``source`` hand the conversation to ``target``.
 
@@ -92,21 +98,52 @@ class HandoffWorkflowBuilder:
             reason: When to use this handoff; it becomes the tool's description. Defaults to the
                 target's description, else its name, else its instructions.
             tool_name: The tool's name; defaults to ``handoff_to_<target name>``.
+            payload: A pydantic model the tool takes instead of the one-sentence ``goal``: its
+                JSON schema is the tool's, the call's arguments are validated with it, and the
+                validated instance reaches the target (in a note), ``HandoffEvent.payload``, the
+                turn result, stores and checkpoints.
+            on_handoff: Called (sync or async) with a :class:`HandoffContext` before the target
+                runs; ``None`` lets the handoff go, a string vetoes it (the string is the calling
+                agent's tool error).
+            is_enabled: ``False``, or a predicate (sync or async) on a :class:`HandoffContext`
+                asked before each run of ``source``: when false the tool is not offered.
+            approval: ``True``, or a predicate on the call's :class:`HandoffContext`: the call
+                then waits for a human's approval before anything routes (see
+                ``docs/human-in-the-loop.md``).
         """
         (source_agent,) = _agents_of(source, "source agents")
         (target_agent,) = _agents_of(target, "target agents")
         self.add_participants(source_agent, target_agent)
-        self._config.edges.append(Edge(source_agent, target_agent, reason, tool_name))
+        policy = _policy(on_handoff, is_enabled=is_enabled, approval=approval)
+        edge = Edge(source_agent, target_agent, reason, tool_name, "handoff", payload, policy)
+        self._config.edges.append(edge)
         return self
 
     @overload
     def with_handoffs(
-        self, source: Agent, targets: Iterable[Agent], /
+        self,
+        source: Agent,
+        targets: Iterable[Agent],
+        /,
+        *,
+        payload: type[BaseModel] | None = None,
+        on_handoff: HandoffHook | None = None,
+        is_enabled: bool | HandoffPredicate = True,
+        approval: bool | HandoffPredicate = False,
     ) -> HandoffWorkflowBuilder: ...
 
     @overload
     def with_handoffs(
-        self, sources: Iterable[Agent], target: Agent, /, reason: str | None = None
+        self,
+        sources: Iterable[Agent],
+        target: Agent,
+        /,
+        reason: str | None = None,
+        *,
+        payload: type[BaseModel] | None = None,
+        on_handoff: HandoffHook | None = None,
+        is_enabled: bool | HandoffPredicate = True,
+        approval: bool | HandoffPredicate = False,
     ) -> HandoffWorkflowBuilder: ...
 
     def with_handoffs(
@@ -115,14 +152,32 @@ class HandoffWorkflowBuilder:
         second: Agent | Iterable[Agent],
         /,
         reason: str | None = None,
+        *,
+        payload: type[BaseModel] | None = None,
+        on_handoff: HandoffHook | None = None,
+        is_enabled: bool | HandoffPredicate = True,
+        approval: bool | HandoffPredicate = False,
     ) -> HandoffWorkflowBuilder:
         """Declare several handoffs: one source to many targets, or many sources to one target.
 
         ``with_handoffs(triage, [billing, tech])`` gives triage a tool for each target;
         ``with_handoffs([billing, tech], triage, reason=...)`` gives each source a tool to
         triage. The agents are positional (``source=``/``targets=`` keywords are refused, so the
-        direction of the edges can never be swapped by accident).
+        direction of the edges can never be swapped by accident). ``payload``, ``on_handoff``,
+        ``is_enabled`` and ``approval`` apply to every edge, as in :meth:`with_handoff`.
         """
+
+        def declare(source: Agent, target: Agent, reason: str | None = None) -> None:
+            self.with_handoff(
+                source,
+                target,
+                reason,
+                payload=payload,
+                on_handoff=on_handoff,
+                is_enabled=is_enabled,
+                approval=approval,
+            )
+
         if isinstance(first, Agent):
             if reason is not None:
                 raise TypeError("with_handoffs(source, targets) takes no reason; use with_handoff.")
@@ -132,7 +187,7 @@ class HandoffWorkflowBuilder:
                     "with_handoff(source, target)."
                 )
             for target in _agents_of(second, "target agents"):
-                self.with_handoff(first, target)
+                declare(first, target)
             return self
         if not isinstance(second, Agent):
             raise TypeError(
@@ -142,7 +197,7 @@ class HandoffWorkflowBuilder:
         if reason is not None and not isinstance(reason, str):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"reason must be a string, not {type(reason).__name__}.")
         for source in _agents_of(first, "source agents"):
-            self.with_handoff(source, second, reason)
+            declare(source, second, reason)
         return self
 
     def with_hand_back(
@@ -152,19 +207,26 @@ class HandoffWorkflowBuilder:
         reason: str | None = None,
         *,
         tool_name: str | None = None,
+        payload: type[BaseModel] | None = None,
+        on_handoff: HandoffHook | None = None,
+        is_enabled: bool | HandoffPredicate = True,
+        approval: bool | HandoffPredicate = False,
     ) -> HandoffWorkflowBuilder:
         """Give specialists a tool to hand the conversation back to ``coordinator``.
 
         Each specialist gets ``transfer_back_to_<coordinator name>`` (or ``tool_name``) with a
-        required ``summary``: what it did and what is still open. ``specialists=None`` means every
-        agent the coordinator can hand off to. The coordinator may not hand straight back to the
-        agent that just handed back to it before the next user message (no ping-pong), and
-        hand-backs count toward the per-message cap.
+        required ``summary``: what it did and what is still open (or ``payload``, a pydantic
+        model, instead). ``specialists=None`` means every agent the coordinator can hand off to.
+        The coordinator may not hand straight back to the agent that just handed back to it
+        before the next user message (no ping-pong), and hand-backs count toward the per-message
+        cap. ``on_handoff``, ``is_enabled`` and ``approval`` are those of :meth:`with_handoff`.
         """
         (coordinator_agent,) = _agents_of(coordinator, "coordinator agents")
         chosen = None if specialists is None else _agents_of(specialists, "specialist agents")
         self.add_participants(coordinator_agent, *(chosen or []))
-        self._config.hand_backs.append(HandBack(coordinator_agent, chosen, reason, tool_name))
+        policy = _policy(on_handoff, is_enabled=is_enabled, approval=approval)
+        hand_back = HandBack(coordinator_agent, chosen, reason, tool_name, payload, policy)
+        self._config.hand_backs.append(hand_back)
         return self
 
     # -- options ----------------------------------------------------------------------------------
@@ -389,6 +451,21 @@ class HandoffWorkflowBuilder:
             HandoffConfigurationError: the same problems ``build()`` reports.
         """
         return to_mermaid(self._config)
+
+
+def _policy(
+    on_handoff: HandoffHook | None,
+    *,
+    is_enabled: bool | HandoffPredicate,
+    approval: bool | HandoffPredicate,
+) -> EdgePolicy:
+    """The edge's code, its types checked at the call."""
+    if on_handoff is not None and not callable(on_handoff):
+        raise TypeError(f"on_handoff must be callable, not {type(on_handoff).__name__}.")
+    for name, value in (("is_enabled", is_enabled), ("approval", approval)):
+        if not isinstance(value, bool) and not callable(value):
+            raise TypeError(f"{name} must be a bool or a callable, not {type(value).__name__}.")
+    return EdgePolicy(on_handoff, is_enabled, approval)
 
 
 def _name(agent: Agent | str) -> str:

@@ -11,6 +11,7 @@ from agent_framework import Agent, WorkflowBuilder
 from typing_extensions import override
 
 from ._handoff_manager import AutonomousMode, HandoffManager
+from ._hooks import PLAIN, EdgePolicy
 from ._host import DEFAULT_ESCALATION_MESSAGE, HOST_ID, GroupChatHost, Participant
 from ._instructions import DEFAULT_HANDOFF_INSTRUCTIONS, render_instructions
 from ._logging import ArgumentLogging
@@ -51,6 +52,8 @@ class HandBack(NamedTuple):
     specialists: list[Any] | None
     reason: str | None
     tool_name: str | None
+    payload: Any = None
+    policy: EdgePolicy = PLAIN
 
 
 class AutonomousSettings(NamedTuple):
@@ -116,6 +119,7 @@ class _Plan(NamedTuple):
     initial: str
     agents: dict[str, Agent]
     routes: dict[str, dict[str, HandoffRoute]]
+    policies: dict[str, dict[str, EdgePolicy]]
     autonomous: AutonomousMode | None
     output_agents: frozenset[str] | None
     intermediate_agents: frozenset[str]
@@ -177,7 +181,9 @@ def compile_workflow(config: BuildConfig) -> HandoffWorkflow:
             f"The manager factory returned a {type(manager).__name__}, not a GroupChatManager."
         )
     participants = {
-        name: _participant(agent, plan.routes.get(name, {}), config.instructions)
+        name: _participant(
+            agent, plan.routes.get(name, {}), plan.policies.get(name, {}), config.instructions
+        )
         for name, agent in plan.agents.items()
     }
     host = GroupChatHost(
@@ -189,6 +195,7 @@ def compile_workflow(config: BuildConfig) -> HandoffWorkflow:
         output_agents=plan.output_agents,
         intermediate_agents=plan.intermediate_agents,
         argument_logging=config.argument_logging,
+        workflow_name=config.name or "handoff",
     )
     builder = WorkflowBuilder(
         start_executor=host,
@@ -200,7 +207,10 @@ def compile_workflow(config: BuildConfig) -> HandoffWorkflow:
 
 
 def _participant(
-    agent: Agent, routes: Mapping[str, HandoffRoute], instructions: str
+    agent: Agent,
+    routes: Mapping[str, HandoffRoute],
+    policies: dict[str, EdgePolicy],
+    instructions: str,
 ) -> Participant:
     if not routes:
         return Participant(agent)
@@ -213,6 +223,7 @@ def _participant(
         tools=[make_handoff_tool(route) for route in routes.values()],
         options=options,
         routes=routes,
+        policies=policies,
     )
 
 
@@ -230,7 +241,15 @@ def _all_edges(config: BuildConfig, participants: Sequence[Any]) -> list[Edge]:
         if specialists is None:
             specialists = [edge.target for edge in edges if edge.source is coordinator]
         edges = edges + [
-            Edge(specialist, coordinator, hand_back.reason, hand_back.tool_name, kind="hand_back")
+            Edge(
+                specialist,
+                coordinator,
+                hand_back.reason,
+                hand_back.tool_name,
+                "hand_back",
+                hand_back.payload,
+                hand_back.policy,
+            )
             for specialist in specialists
         ]
     return edges
@@ -256,16 +275,25 @@ def _plan(config: BuildConfig) -> _Plan:
     if problems:
         raise HandoffConfigurationError(problems)
     routes: dict[str, dict[str, HandoffRoute]] = {}
+    policies: dict[str, dict[str, EdgePolicy]] = {}
     for edge in edges:
         source, target = str(edge.source.name), str(edge.target.name)
         tool = _tool_name(edge)
         description = handoff_description(edge) or target
         routes.setdefault(source, {})[tool] = HandoffRoute(
-            source, target, tool, description, edge.kind
+            source, target, tool, description, edge.kind, edge.payload
         )
+        if not edge.policy.is_plain:
+            policies.setdefault(source, {})[tool] = edge.policy
     agents = {str(agent.name): agent for agent in participants}
     return _Plan(
-        str(config.initial.name), agents, routes, autonomous, output_agents, intermediate_agents
+        str(config.initial.name),
+        agents,
+        routes,
+        policies,
+        autonomous,
+        output_agents,
+        intermediate_agents,
     )
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 from agent_framework import Message
+from pydantic import BaseModel
 
 from ._events import (
     BlockReason,
@@ -40,6 +41,7 @@ __all__ = [
     "Escalate",
     "Event",
     "HandoffCall",
+    "HandoffRequest",
     "NextAgent",
     "TurnStart",
 ]
@@ -50,17 +52,43 @@ TRANSFERRED_RESULT = "Transferred."
 Event = HandoffEvent | HandoffBlockedEvent | EscalationEvent | LimitReachedEvent | str
 """An audit event, or a warning (a ``str``)."""
 
-CallOutcome = Literal["transferred", "rejected", "escalated", "not_performed"]
+CallOutcome = Literal["transferred", "rejected", "escalated", "not_performed", "awaiting_approval"]
 """What became of one handoff call: it routes; it was refused with a tool error (the agent goes
-on); it tripped a cap (the turn escalates); or it was not performed (an earlier call of the same
-response was followed)."""
+on); it tripped a cap (the turn escalates); it was not performed (an earlier call of the same
+response was followed); or it waits for a human's approval."""
+
+
+class HandoffRequest(NamedTuple):
+    """One handoff tool call as the model made it, its arguments validated, before review.
+
+    ``payload`` is the validated model (the built-in goal or summary, or the edge's payload);
+    ``None`` when the arguments are invalid, and ``problem`` then names each bad field.
+    ``arguments`` is what the model sent, as JSON.
+    """
+
+    route: HandoffRoute
+    call_id: str
+    payload: BaseModel | None
+    arguments: str = ""
+    problem: str | None = None
+
+    @property
+    def argument(self) -> str:
+        """The handoff's argument as text: the goal or summary, or the payload as JSON."""
+        payload = self.payload
+        if payload is None:
+            return ""
+        if self.route.payload is None:
+            return str(getattr(payload, self.route.edge.argument, "")).strip()
+        return payload.model_dump_json()
 
 
 class HandoffCall(NamedTuple):
     """One handoff tool call, as it was reviewed while the calling agent ran.
 
     ``result`` is the tool result the agent received. ``blocked`` is the reason a refused call
-    was refused; ``escalation`` is the cap a call tripped.
+    was refused; ``escalation`` is the cap a call tripped; ``payload`` the validated payload and
+    ``arguments`` what the model sent, as JSON.
     """
 
     route: HandoffRoute
@@ -70,6 +98,8 @@ class HandoffCall(NamedTuple):
     result: str
     blocked: BlockReason | None = None
     escalation: EscalationReason | None = None
+    payload: BaseModel | None = None
+    arguments: str = ""
 
 
 @dataclass(frozen=True)
@@ -87,6 +117,8 @@ class AgentReply:
     messages: tuple[Message, ...]
     handoff_calls: tuple[HandoffCall, ...] = ()
     unfinished: bool = False
+    disabled: frozenset[str] = frozenset()
+    """The agent's handoff tools its edges did not offer in this run (``is_enabled``)."""
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from agent_framework import AgentResponse, Message
+from pydantic import BaseModel, PlainSerializer, SkipValidation
 from typing_extensions import override
 
 from ._routes import HandoffKind
@@ -41,7 +42,17 @@ HANDOFF_TURN_EVENT: str = "handoff_turn_completed"
 HANDOFF_INTERMEDIATE_EVENT: str = "handoff_intermediate"
 """``WorkflowEvent.type`` of a streamed update from an agent designated as intermediate output."""
 
-BlockReason = Literal["empty_goal", "empty_summary", "not_granted", "unknown_target", "ping_pong"]
+BlockReason = Literal[
+    "empty_goal",
+    "empty_summary",
+    "invalid_payload",
+    "not_granted",
+    "unknown_target",
+    "ping_pong",
+    "disabled",
+    "vetoed",
+    "declined",
+]
 EscalationReason = Literal["handoff_cap", "max_iterations", "rejected_handoffs"]
 TurnStatus = Literal[
     "completed", "autonomous_limit", "handoff_cap", "max_iterations", "rejected_handoffs"
@@ -51,11 +62,21 @@ TurnStatus = Literal[
 back to the user), or the cap that escalated it to a human (the :class:`EscalationEvent` reason)."""
 
 
+def _payload_json(payload: Any) -> Any:
+    return payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload
+
+
+PayloadField = Annotated[BaseModel | None, SkipValidation, PlainSerializer(_payload_json)]
+"""A payload: a model instance in memory, its JSON in persisted state (read back by the host)."""
+
+
 @dataclass(frozen=True)
 class HandoffEvent:
     """A performed handoff: ``source`` passed the conversation to ``target``.
 
-    ``goal`` is the handoff's goal, or, for a hand-back (``kind="hand_back"``), its summary.
+    ``goal`` is the handoff's goal, or, for a hand-back (``kind="hand_back"``), its summary; for
+    an edge with a typed payload, the payload as JSON. ``payload`` is that payload, an instance of
+    the edge's pydantic model (``None`` for an edge without one).
     """
 
     source: str
@@ -64,6 +85,7 @@ class HandoffEvent:
     tool_name: str
     call_id: str
     kind: HandoffKind = "handoff"
+    payload: PayloadField = None
 
 
 @dataclass(frozen=True)

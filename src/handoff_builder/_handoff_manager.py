@@ -10,7 +10,6 @@ replaced at each decision.
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -21,11 +20,13 @@ from typing_extensions import override
 from ._decision import (
     TRANSFERRED_RESULT,
     AgentReply,
+    CallOutcome,
     Decision,
     EndTurn,
     Escalate,
     Event,
     HandoffCall,
+    HandoffRequest,
     NextAgent,
     TurnStart,
 )
@@ -38,7 +39,7 @@ from ._events import (
     LimitReachedEvent,
 )
 from ._manager import GroupChatManager, ManagerSettings
-from ._routes import EDGE_KINDS, HandoffRoute
+from ._routes import EDGE_KINDS
 from ._state import HandoffState, decode_handoff_state, encode_handoff_state
 
 __all__ = [
@@ -53,6 +54,10 @@ logger = logging.getLogger("handoff_builder")
 DEFAULT_AUTONOMOUS_TURN_LIMIT = 50
 DEFAULT_AUTONOMOUS_PROMPT = "User did not respond. Continue assisting autonomously."
 
+INVALID_PAYLOAD_ERROR = (
+    "Error: the {noun} was not performed because its arguments are not valid: {problem}. Fix them "
+    "and call {tool} again."
+)
 PING_PONG_ERROR = (
     "Error: {target} just handed the conversation back to you, so it cannot be handed straight "
     "back before the user writes again. Hand the open part to another agent, or answer the user."
@@ -148,53 +153,46 @@ class HandoffManager(GroupChatManager):
 
     @override
     def review_handoff(
-        self, route: HandoffRoute, argument: str, call_id: str, earlier: Sequence[HandoffCall]
+        self, request: HandoffRequest, earlier: Sequence[HandoffCall]
     ) -> HandoffCall:
         """Accept the call, refuse it with a tool error, or stop the turn at a cap."""
         followed = next((c for c in earlier if c.outcome in ("transferred", "escalated")), None)
         if followed is not None:
             text = NOT_PERFORMED_RESULT.format(followed=followed.route.tool_name)
-            return HandoffCall(route, argument, call_id, "not_performed", text)
+            return _call(request, "not_performed", text)
         state = self._state
-        refusal = self._refusal(route, argument)
+        refusal = self._refusal(request)
         if refusal is not None:
             reason, text = refusal
             refused = state.rejected + sum(1 for call in earlier if call.outcome == "rejected")
             if refused >= self.settings.max_rejected_handoffs:
-                return self._cap_call(route, argument, call_id, "rejected_handoffs", reason)
-            return HandoffCall(route, argument, call_id, "rejected", text, blocked=reason)
+                return self._cap_call(request, "rejected_handoffs", reason)
+            return _call(request, "rejected", text, blocked=reason)
         if state.handoffs >= self.settings.max_handoffs_per_turn:
-            return self._cap_call(route, argument, call_id, "handoff_cap")
+            return self._cap_call(request, "handoff_cap")
         if state.invocations >= self.max_iterations:
-            return self._cap_call(route, argument, call_id, "max_iterations")
-        return HandoffCall(route, argument, call_id, "transferred", TRANSFERRED_RESULT)
+            return self._cap_call(request, "max_iterations")
+        return _call(request, "transferred", TRANSFERRED_RESULT)
 
-    def _refusal(self, route: HandoffRoute, argument: str) -> tuple[BlockReason, str] | None:
+    def _refusal(self, request: HandoffRequest) -> tuple[BlockReason, str] | None:
+        route = request.route
         edge = route.edge
-        if not argument:
+        if request.problem is not None:
+            text = INVALID_PAYLOAD_ERROR.format(
+                noun=edge.noun, problem=request.problem, tool=route.tool_name
+            )
+            return "invalid_payload", text
+        if route.payload is None and not request.argument:
             return edge.empty_reason, edge.empty_error.format(tool=route.tool_name)
         if not edge.returns and self._state.last_hand_back == (route.target, route.source):
             return "ping_pong", PING_PONG_ERROR.format(target=route.target)
         return None
 
     def _cap_call(
-        self,
-        route: HandoffRoute,
-        argument: str,
-        call_id: str,
-        cap: EscalationReason,
-        blocked: BlockReason | None = None,
+        self, request: HandoffRequest, cap: EscalationReason, blocked: BlockReason | None = None
     ) -> HandoffCall:
         text = CAP_RESULTS[cap].format(limit=self._limit(cap))
-        return HandoffCall(
-            route,
-            argument,
-            call_id,
-            "escalated",
-            text,
-            blocked=blocked,
-            escalation=cap,
-        )
+        return _call(request, "escalated", text, blocked=blocked, escalation=cap)
 
     def _limit(self, cap: EscalationReason) -> int:
         if cap == "handoff_cap":
@@ -243,7 +241,8 @@ class HandoffManager(GroupChatManager):
         for call in reply.handoff_calls:
             if call.blocked is not None:
                 tally.events.append(_blocked(call))
-                tally.rejected += 1
+                if call.blocked != "declined":  # a human said no; the model did nothing wrong
+                    tally.rejected += 1
             if call.outcome == "transferred":
                 tally.accepted = tally.accepted or call
             elif call.outcome == "escalated":
@@ -260,8 +259,15 @@ class HandoffManager(GroupChatManager):
 
     def _hand_over(self, call: HandoffCall, events: list[Event]) -> Decision:
         route = call.route
+        payload = call.payload if route.payload is not None else None
         handoff = HandoffEvent(
-            route.source, route.target, call.argument, route.tool_name, call.call_id, route.kind
+            route.source,
+            route.target,
+            call.argument,
+            route.tool_name,
+            call.call_id,
+            route.kind,
+            payload,
         )
         state = self._state
         turns = state.autonomous_turns
@@ -338,7 +344,7 @@ class HandoffManager(GroupChatManager):
         return previous
 
     def _stray_calls(self, reply: AgentReply) -> list[HandoffBlockedEvent]:
-        """Blocked events for handoff-looking calls the speaker has no tool for."""
+        """Blocked events for handoff-looking calls the speaker had no tool for in this run."""
         granted = self.routes.get(reply.agent, {})
         own = self.settings.agent_tools.get(reply.agent, frozenset[str]())
         strays: list[HandoffBlockedEvent] = []
@@ -346,19 +352,26 @@ class HandoffManager(GroupChatManager):
             if message.role != "assistant":
                 continue
             for content in message.contents:
-                name = content.name
-                if content.type == "function_call" and name not in granted and name not in own:
-                    event = self._stray(reply.agent, content)
+                if content.type != "function_call" or content.name in own:
+                    continue
+                if content.name not in granted or content.name in reply.disabled:
+                    event = self._stray(reply.agent, content, reply.disabled)
                     if event is not None:
                         strays.append(event)
         return strays
 
-    def _stray(self, speaker: str, call: Content) -> HandoffBlockedEvent | None:
+    def _stray(
+        self, speaker: str, call: Content, disabled: frozenset[str]
+    ) -> HandoffBlockedEvent | None:
         name = call.name or ""
         if name not in self._all_tools and not name.startswith(HANDOFF_LIKE_PREFIXES):
             return None
-        route = self._all_tools.get(name)
-        reason = "not_granted" if route is not None else "unknown_target"
+        route = self.routes.get(speaker, {}).get(name) or self._all_tools.get(name)
+        reason: BlockReason = "not_granted"
+        if name in disabled:
+            reason = "disabled"
+        elif route is None:
+            reason = "unknown_target"
         arguments = call.arguments if isinstance(call.arguments, str) else str(call.arguments or "")
         return HandoffBlockedEvent(
             speaker, name, reason, str(call.call_id), route.target if route else None, arguments
@@ -385,6 +398,27 @@ class _Tally:
     tripped: HandoffCall | None = None
 
 
+def _call(
+    request: HandoffRequest,
+    outcome: CallOutcome,
+    result: str,
+    *,
+    blocked: BlockReason | None = None,
+    escalation: EscalationReason | None = None,
+) -> HandoffCall:
+    return HandoffCall(
+        request.route,
+        request.argument,
+        request.call_id,
+        outcome,
+        result,
+        blocked,
+        escalation,
+        request.payload,
+        request.arguments,
+    )
+
+
 def _blocked(call: HandoffCall) -> HandoffBlockedEvent:
     route = call.route
     return HandoffBlockedEvent(
@@ -393,7 +427,7 @@ def _blocked(call: HandoffCall) -> HandoffBlockedEvent:
         call.blocked,  # pyright: ignore[reportArgumentType]
         call.call_id,
         route.target,
-        json.dumps({route.edge.argument: call.argument}, ensure_ascii=False),
+        call.arguments,
     )
 
 

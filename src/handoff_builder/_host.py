@@ -6,7 +6,7 @@ No ``from __future__ import annotations`` here: agent_framework reads handler an
 import copy
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, cast
 
 from agent_framework import (
@@ -36,11 +36,13 @@ from ._events import (
     HandoffTurnResult,
     TurnStatus,
 )
+from ._hooks import HandoffGate
 from ._logging import ArgumentLogging, log_event
 from ._manager import GroupChatManager
 from ._participant import Participant
-from ._requests import PendingRequests, requests_in, unanswered
+from ._requests import PendingRequests, dangling_calls, requests_in, settle, unanswered
 from ._state import Continuation, HostState, TurnState
+from ._telemetry import TurnTrace
 from ._views import AgentView, HandoffToolCallFiltering
 from ._workflow import MessageBatch
 
@@ -172,6 +174,7 @@ class GroupChatHost(Executor):
         output_agents: frozenset[str] | None = None,
         intermediate_agents: frozenset[str] = frozenset(),
         argument_logging: ArgumentLogging | None = None,
+        workflow_name: str = "handoff",
         id: str = HOST_ID,  # noqa: A002 - the Executor API's name
     ) -> None:
         super().__init__(id)
@@ -191,6 +194,16 @@ class GroupChatHost(Executor):
         self._logging = argument_logging or ArgumentLogging()
         self._next: str | None = None
         self.journal: TurnJournal | None = None
+        self._workflow_name = workflow_name
+        self._trace: TurnTrace | None = None
+        self.conversation_id: str | None = None
+        """The hosted conversation's id, given to handoff hooks (``ConversationHost`` sets it)."""
+        self._payload_models = {
+            name: route.payload
+            for participant in participants.values()
+            for name, route in participant.routes.items()
+            if route.payload is not None
+        }
         self.superstep_per_hop = True
         """Run each agent in its own superstep, so that a checkpoint is taken after every hop.
 
@@ -292,6 +305,7 @@ class GroupChatHost(Executor):
             )
         self._history.extend(messages[_known_prefix(self._history, messages) :])
         self._turn = TurnState(start=len(self._history))
+        self._trace = TurnTrace(self._workflow_name, self.conversation_id)
         start = TurnStart(self._speaker, return_to_previous)
         decision = await self._manager.start_turn(self._history, start)
         await self._carry_out(decision, ctx)
@@ -304,16 +318,27 @@ class GroupChatHost(Executor):
             return EndTurn(events=(warning,))
         self._speaker = name
         view = self._view(name).update(self._history)
-        response, calls = await participant.run(
-            view, self._update_sink(name, ctx), self._manager.review_handoff
-        )
+        gate = HandoffGate(participant.policies, self._history, self.conversation_id)
+        trace = self._turn_trace()
+        try:
+            with trace.active():
+                response, calls, disabled = await participant.run(
+                    view, self._update_sink(name, ctx), self._manager.review_handoff, gate
+                )
+        except BaseException as error:
+            trace.fail(error)
+            self._trace = None
+            raise
         delta = list(response.messages)
         for message in delta:
             if message.author_name is None:
                 message.author_name = name
         self._history.extend(delta)
+        dangling = dangling_calls(delta)
+        if dangling:
+            self._history.append(settle(dangling, name))
         requests = requests_in(delta)
-        reply = AgentReply(name, tuple(delta), calls, unfinished=bool(requests))
+        reply = AgentReply(name, tuple(delta), calls, unfinished=bool(requests), disabled=disabled)
         decision = await self._manager.decide(self._history, reply)
         if requests and isinstance(decision, NextAgent):
             await self._wait_for(name, requests, decision, ctx)
@@ -442,7 +467,10 @@ class GroupChatHost(Executor):
         name = str(self._pending.agent)
         then = self._pending.then or Continuation(name)
         participant = self._participants[name]
-        messages, calls = await self._pending.resolve(participant, self._manager.review_handoff)
+        gate = HandoffGate(participant.policies, self._history, self.conversation_id)
+        messages, calls = await self._pending.resolve(
+            participant, self._manager.review_handoff, gate
+        )
         self._history.extend(messages)
         carried = tuple(Message.from_dict(item) for item in then.input)
         decision: Decision = NextAgent(then.agent, input=carried)  # decided with the requests
@@ -457,9 +485,18 @@ class GroupChatHost(Executor):
         )
         await self._carry_out(decision, ctx, carrying_on=carrying_on)
 
+    def _turn_trace(self) -> TurnTrace:
+        """The open turn's trace (a turn restored from a checkpoint or a store starts a new one)."""
+        if self._trace is None:
+            self._trace = TurnTrace(self._workflow_name, self.conversation_id)
+        return self._trace
+
     async def _emit(self, events: Sequence[Event], ctx: HostContext) -> None:
+        trace = self._turn_trace() if events else None
         for event in events:
             log_event(event, self._logging)
+            if trace is not None:
+                trace.record(event)
             if isinstance(event, str):
                 await ctx.add_event(WorkflowEvent.warning(event))
                 continue
@@ -480,6 +517,8 @@ class GroupChatHost(Executor):
                         role="assistant", contents=list(apology.contents), author_name=self.id
                     )
                 )
+        self._turn_trace().end(status, len(turn.handoffs))
+        self._trace = None
         result = HandoffTurnResult(
             messages=self._history[turn.start :],
             active_agent=self._speaker or "",
@@ -537,7 +576,19 @@ class GroupChatHost(Executor):
         self._speaker = state.speaker
         self._next = state.next
         self._pending = PendingRequests.from_state(state.pending)
-        self._turn = state.turn
+        self._turn = self._with_payloads(state.turn)
+
+    def _with_payloads(self, turn: TurnState | None) -> TurnState | None:
+        """The turn with its handoffs' payloads read back into their models (stored as JSON)."""
+        if turn is None or not any(isinstance(h.payload, dict) for h in turn.handoffs):
+            return turn
+        handoffs = tuple(
+            replace(h, payload=self._payload_models[h.tool_name].model_validate(h.payload))
+            if isinstance(h.payload, dict) and h.tool_name in self._payload_models
+            else h
+            for h in turn.handoffs
+        )
+        return TurnState(turn.start, handoffs, turn.invocations)
 
     async def _record(self) -> None:
         """Let the journal (a hosted conversation's store) save what changed, if there is one."""

@@ -225,6 +225,7 @@ class ConversationHost:
         if record is not None:
             journal.last_activity = record.state.get("last_activity")
         host.journal = journal
+        host.conversation_id = conversation_id
         return workflow, host
 
     def _keep(self, conversation_id: str, workflow: Workflow, host: GroupChatHost) -> None:

@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 from agent_framework import Message
 
-from ._decision import TRANSFERRED_RESULT, AgentReply, Decision, HandoffCall, TurnStart
+from ._decision import (
+    TRANSFERRED_RESULT,
+    AgentReply,
+    Decision,
+    HandoffCall,
+    HandoffRequest,
+    TurnStart,
+)
 from ._routes import HandoffRoute
 
 if TYPE_CHECKING:
@@ -97,19 +104,31 @@ class GroupChatManager(ABC):
         """
 
     def review_handoff(
-        self, route: HandoffRoute, argument: str, call_id: str, earlier: Sequence[HandoffCall]
+        self, request: HandoffRequest, earlier: Sequence[HandoffCall]
     ) -> HandoffCall:
-        """Review one handoff tool call while its agent runs (default: the first one is followed).
+        """Review one handoff tool call while its agent runs (default: the first valid one goes).
 
         Args:
-            route: The route whose tool was called (``route.source`` is calling).
-            argument: The call's argument (the goal or summary), stripped.
-            call_id: The call's id.
+            request: The call: its route (``route.source`` is calling), id and validated payload
+                (``request.problem`` says what is wrong when its arguments are invalid).
             earlier: The calls the same agent made earlier in this run, in order.
         """
+        route, argument = request.route, request.argument
+        if request.problem is not None:
+            text = f"Error: the arguments are not valid: {request.problem}."
+            return HandoffCall(
+                route, argument, request.call_id, "rejected", text, "invalid_payload"
+            )
         if any(call.outcome in ("transferred", "escalated") for call in earlier):
-            return HandoffCall(route, argument, call_id, "not_performed", "Not performed.")
-        return HandoffCall(route, argument, call_id, "transferred", TRANSFERRED_RESULT)
+            return HandoffCall(route, argument, request.call_id, "not_performed", "Not performed.")
+        return HandoffCall(
+            route,
+            argument,
+            request.call_id,
+            "transferred",
+            TRANSFERRED_RESULT,
+            payload=request.payload,
+        )
 
     def save_state(self) -> dict[str, Any]:
         """JSON-serialisable state for checkpoints and hosted conversations (default: none)."""

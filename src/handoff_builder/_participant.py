@@ -12,12 +12,15 @@ from agent_framework import (
     AgentResponseUpdate,
     FunctionTool,
     Message,
+    MiddlewareFailure,
     MiddlewareTypes,
 )
 
 from ._decision import HandoffCall
+from ._hooks import EdgePolicy, HandoffGate
 from ._routes import HandoffRoute
 from ._tools import HandoffReviewer, HandoffToolMiddleware
+from .exceptions import HandoffHookError
 
 __all__ = ["Participant"]
 
@@ -28,7 +31,8 @@ class Participant:
 
     The agent object is never changed; ``tools``, ``options`` and ``middleware`` are passed to
     each ``agent.run`` call and merged there with the agent's own. ``routes`` are the agent's
-    handoff tools by name: each run reviews the calls to them (see :meth:`run`).
+    handoff tools by name: each run reviews the calls to them (see :meth:`run`); ``policies``
+    hold the code of the edges that have some (``is_enabled``, ``approval``, ``on_handoff``).
     """
 
     agent: Agent
@@ -36,6 +40,7 @@ class Participant:
     options: dict[str, Any] | None = None
     middleware: list[MiddlewareTypes] = field(default_factory=list[MiddlewareTypes])
     routes: Mapping[str, HandoffRoute] = field(default_factory=dict[str, HandoffRoute])
+    policies: dict[str, EdgePolicy] = field(default_factory=dict[str, EdgePolicy])
 
     @property
     def name(self) -> str:
@@ -47,25 +52,38 @@ class Participant:
         messages: Sequence[Message],
         on_update: Callable[[AgentResponseUpdate], Awaitable[None]] | None,
         review: HandoffReviewer,
-    ) -> tuple[AgentResponse, tuple[HandoffCall, ...]]:
-        """One agent invocation, and the handoff calls it made, each reviewed with ``review``.
+        gate: HandoffGate,
+    ) -> tuple[AgentResponse, tuple[HandoffCall, ...], frozenset[str]]:
+        """One agent invocation: its response, handoff calls and the handoffs it was not offered.
 
-        Streams each update to ``on_update`` when it is given.
+        Each handoff call is reviewed with ``review`` and admitted by ``gate``; a handoff whose
+        ``is_enabled`` says no is not offered in this run. Streams each update to ``on_update``
+        when it is given.
         """
         calls: list[HandoffCall] = []
         middleware = self.middleware
+        tools = self.tools
+        disabled = frozenset[str]()
         if self.routes:
-            middleware = [HandoffToolMiddleware(self.routes, review, calls), *middleware]
+            middleware = [HandoffToolMiddleware(self.routes, review, gate, calls), *middleware]
+            if self.policies:
+                disabled = await gate.disabled(list(self.routes.values()))
+                tools = [tool for tool in tools if tool.name not in disabled]
         kwargs: dict[str, Any] = {
-            "tools": self.tools or None,
+            "tools": tools or None,
             "options": self.options,
             "middleware": middleware or None,
         }
-        if on_update is None:
-            response = await self.agent.run(messages, **kwargs)
-        else:
-            stream = self.agent.run(messages, stream=True, **kwargs)
-            async for update in stream:
-                await on_update(update)
-            response = await stream.get_final_response()
-        return response, tuple(calls)
+        try:
+            if on_update is None:
+                response = await self.agent.run(messages, **kwargs)
+            else:
+                stream = self.agent.run(messages, stream=True, **kwargs)
+                async for update in stream:
+                    await on_update(update)
+                response = await stream.get_final_response()
+        except MiddlewareFailure as failure:
+            if isinstance(failure.__cause__, HandoffHookError):
+                raise failure.__cause__ from failure.__cause__.__cause__
+            raise
+        return response, tuple(calls), disabled

@@ -23,11 +23,21 @@ from typing import Any
 from agent_framework import Agent, Content, FunctionTool, Message
 
 from ._decision import TRANSFERRED_RESULT, HandoffCall
+from ._hooks import HandoffGate
 from ._participant import Participant
+from ._routes import HandoffRoute
 from ._state import Continuation, PendingState
-from ._tools import HandoffReviewer, call_result, parse_argument
+from ._telemetry import handoff_span, settle_handoff_span
+from ._tools import HandoffReviewer, call_result, handoff_request
 
 REJECTED_RESULT = "Error: the user did not approve this call, so it was not made."
+DECLINED_RESULT = (
+    "Not transferred: the handoff to {target} was declined by the person who reviewed it. "
+    "Carry on with the user yourself."
+)
+DECLINE_REASON_KEY = "reason"
+"""Key, in a declining answer's ``additional_properties``, of the reviewer's reason."""
+NOT_AVAILABLE_RESULT = "Error: {tool} is not available to you now, so it was not called."
 UNANSWERED_RESULT = "Error: not performed: the turn ended ({status}) before this call was answered."
 
 
@@ -40,6 +50,42 @@ def requests_in(messages: Sequence[Message]) -> list[Content]:
         if content.user_input_request
         and content.type in ("function_approval_request", "function_call")
     ]
+
+
+def dangling_calls(messages: Sequence[Message]) -> list[Content]:
+    """Function calls in ``messages`` that will never get a result.
+
+    A model can call a tool it was not given in that run (one its edge's ``is_enabled`` turned
+    off, say); with no tools at all, agent_framework returns the call unanswered. Calls that wait
+    for an answer (approvals, external calls) are not dangling.
+    """
+    answered: set[str] = set()
+    for message in messages:
+        for content in message.contents:
+            if content.type == "function_result":
+                answered.add(str(content.call_id))
+            elif content.type == "function_approval_request" and content.function_call:
+                answered.add(str(content.function_call.call_id))
+    return [
+        content
+        for message in messages
+        if message.role == "assistant"
+        for content in message.contents
+        if content.type == "function_call"
+        and not content.user_input_request
+        and str(content.call_id) not in answered
+    ]
+
+
+def settle(calls: Sequence[Content], agent: str) -> Message:
+    """A result for each call that was never made, so that no call is left without one."""
+    results = [
+        Content.from_function_result(
+            call_id=str(call.call_id), result=NOT_AVAILABLE_RESULT.format(tool=call.name)
+        )
+        for call in calls
+    ]
+    return Message(role="tool", contents=results, author_name=agent)
 
 
 def unanswered(requests: Sequence[Content], agent: str, status: str) -> list[Message]:
@@ -106,9 +152,13 @@ class PendingRequests:
         return len(self.answers) == len(self.requests)
 
     async def resolve(
-        self, participant: Participant, review: HandoffReviewer
+        self, participant: Participant, review: HandoffReviewer, gate: HandoffGate
     ) -> tuple[list[Message], tuple[HandoffCall, ...]]:
-        """Messages that settle every request, and the approved handoff calls, reviewed."""
+        """Messages that settle every request, and the answered handoff calls, reviewed.
+
+        An approved handoff call is reviewed (and its ``on_handoff`` asked) like one made just
+        now; a declined one gets a result that says so, with the reviewer's reason.
+        """
         approvals: list[Content] = []
         results: list[Content] = []
         calls: list[HandoffCall] = []
@@ -119,20 +169,28 @@ class PendingRequests:
                 results.append(_external_result(request, answer))
                 continue
             approvals.append(answer)
-            route = participant.routes.get(str((request.function_call or request).name))
-            if route is None or not answer.approved:
+            call = request.function_call or request
+            route = participant.routes.get(str(call.name))
+            if route is None:
                 results.append(await _approved_result(participant.agent, request, answer))
                 continue
-            call = request.function_call or request
-            argument = parse_argument(call.arguments, route.edge.argument)
-            reviewed = review(route, argument, str(call.call_id), (*earlier, *calls))
+            with handoff_span(route, str(call.call_id)) as span:
+                before = (*earlier, *calls)
+                reviewed = await _answered_handoff(route, call, answer, review, gate, before)
+                settle_handoff_span(span, reviewed)
             calls.append(reviewed)
             results.append(
                 Content.from_function_result(call_id=str(call.call_id), result=reviewed.result)
                 if reviewed.outcome == "rejected"
                 else call_result(reviewed)
             )
-        messages = [Message(role="user", contents=approvals)] if approvals else []
+        # The answers are the user's, about this agent's calls: other agents' views filter them
+        # with those calls.
+        messages = (
+            [Message(role="user", contents=approvals, author_name=participant.name)]
+            if approvals
+            else []
+        )
         messages.append(Message(role="tool", contents=results, author_name=participant.name))
         self.requests, self.answers, self.agent = {}, {}, None
         return messages, tuple(calls)
@@ -171,6 +229,46 @@ class PendingRequests:
             answers={k: Content.from_dict(v) for k, v in state.answers.items()},
             then=state.then or Continuation(state.agent),
         )
+
+
+async def _answered_handoff(
+    route: HandoffRoute,
+    call: Content,
+    answer: Content,
+    review: HandoffReviewer,
+    gate: HandoffGate,
+    earlier: Sequence[HandoffCall],
+) -> HandoffCall:
+    request = handoff_request(route, str(call.call_id), call.arguments)
+    if not answer.approved:
+        reason = (answer.additional_properties or {}).get(DECLINE_REASON_KEY)
+        text = DECLINED_RESULT.format(target=route.target)
+        if isinstance(reason, str) and reason.strip():
+            text = f"{text} The reviewer said: {reason.strip()}"
+        return HandoffCall(
+            route, request.argument, request.call_id, "rejected", text, "declined",
+            payload=request.payload,
+        )  # fmt: skip
+    reviewed = review(request, earlier)
+    if reviewed.outcome == "transferred":
+        reviewed = await gate.admit(reviewed, approved=True)
+    return reviewed
+
+
+def decline(request: Content, reason: str | None = None) -> Content:
+    """The answer that declines an approval request, with the reviewer's reason.
+
+    For a handoff, the calling agent is told that the handoff was declined, and why; it carries
+    on in the same turn. ``request.to_function_approval_response(approved=False)`` declines
+    without a reason.
+    """
+    answer = request.to_function_approval_response(approved=False)
+    if reason:
+        answer.additional_properties = {
+            **(answer.additional_properties or {}),
+            DECLINE_REASON_KEY: reason,
+        }
+    return answer
 
 
 def _check_answer(request: Content, answer: Content) -> None:

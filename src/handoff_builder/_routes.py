@@ -11,6 +11,10 @@ from __future__ import annotations
 import re
 from typing import Literal, NamedTuple
 
+from pydantic import BaseModel
+
+from ._payloads import HandBackSummary, HandoffGoal
+
 __all__ = [
     "EDGE_KINDS",
     "HANDOFF",
@@ -37,10 +41,10 @@ class EdgeKind(NamedTuple):
     name: HandoffKind
     tool_prefix: str
     """Default tool name: the prefix and the target's name, sanitised."""
+    model: type[BaseModel]
+    """What the tool takes when the edge declares no payload."""
     argument: str
-    """The tool's one required argument."""
-    argument_description: str
-    """What the model is told about the argument."""
+    """That model's one required text field."""
     noun: str
     """How the edge is named in a sentence."""
     verb: str
@@ -62,10 +66,8 @@ class EdgeKind(NamedTuple):
 HANDOFF = EdgeKind(
     name="handoff",
     tool_prefix="handoff_to_",
+    model=HandoffGoal,
     argument="goal",
-    argument_description=(
-        "The user's goal, stated in one sentence, so the next agent does not have to ask."
-    ),
     noun="handoff",
     verb="hand off",
     empty_reason="empty_goal",
@@ -82,8 +84,8 @@ HANDOFF = EdgeKind(
 HAND_BACK = EdgeKind(
     name="hand_back",
     tool_prefix="transfer_back_to_",
+    model=HandBackSummary,
     argument="summary",
-    argument_description="What you did, and what is still open for the agent you hand back to.",
     noun="hand-back",
     verb="hand back",
     empty_reason="empty_summary",
@@ -102,18 +104,27 @@ EDGE_KINDS: dict[str, EdgeKind] = {kind.name: kind for kind in (HANDOFF, HAND_BA
 
 
 class HandoffRoute(NamedTuple):
-    """A compiled edge: ``source`` calls ``tool_name`` to pass the conversation to ``target``."""
+    """A compiled edge: ``source`` calls ``tool_name`` to pass the conversation to ``target``.
+
+    ``payload`` is the edge's pydantic model (``None``: the kind's built-in goal or summary).
+    """
 
     source: str
     target: str
     tool_name: str
     description: str
     kind: HandoffKind = "handoff"
+    payload: type[BaseModel] | None = None
 
     @property
     def edge(self) -> EdgeKind:
         """The row of :data:`EDGE_KINDS` for this route's kind."""
         return EDGE_KINDS[self.kind]
+
+    @property
+    def model(self) -> type[BaseModel]:
+        """What the route's tool takes: the payload model, else the built-in one."""
+        return self.payload or EDGE_KINDS[self.kind].model
 
 
 def sanitize_tool_name(name: str) -> str:

@@ -19,11 +19,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from agent_framework import Content
 
 from ._events import HandoffEvent
+from ._payloads import payload_label
 from ._routes import EDGE_KINDS, HandoffKind
 from .exceptions import CorruptStateError, SchemaVersionError
 
@@ -39,6 +40,7 @@ __all__ = [
     "HandoffState",
     "HostState",
     "PendingState",
+    "RecordedHandoff",
     "TurnState",
     "decode_handoff_state",
     "decode_host_state",
@@ -229,23 +231,39 @@ def _upgrade_from_1(raw: Mapping[str, Any]) -> dict[str, Any]:
 # -- the record on a handoff call's result --------------------------------------------------------
 
 
+class RecordedHandoff(NamedTuple):
+    """A followed handoff, as its function result records it, and how its note labels it."""
+
+    handoff: HandoffEvent
+    label: str
+
+
 def handoff_record(call: HandoffCall) -> dict[str, Any]:
-    """The ``additional_properties`` of the function result of a reviewed handoff call."""
+    """The ``additional_properties`` of the function result of a reviewed handoff call.
+
+    For an edge with a payload it also holds the payload (as JSON) and its label.
+    """
     route = call.route
-    return {
-        HANDOFF_RECORD_KEY: {
-            "outcome": call.outcome,
-            "kind": route.kind,
-            "source": route.source,
-            "target": route.target,
-            "tool": route.tool_name,
-            "argument": call.argument,
-        }
+    record: dict[str, Any] = {
+        "outcome": call.outcome,
+        "kind": route.kind,
+        "source": route.source,
+        "target": route.target,
+        "tool": route.tool_name,
+        "argument": call.argument,
     }
+    if route.payload is not None and call.payload is not None:
+        record["payload"] = call.payload.model_dump(mode="json")
+        record["label"] = payload_label(route.payload)
+    return {HANDOFF_RECORD_KEY: record}
 
 
-def transferred_handoff(content: Content) -> HandoffEvent | None:
-    """The handoff a function result records, if it is one that was followed."""
+def transferred_handoff(content: Content) -> RecordedHandoff | None:
+    """The handoff a function result records, if it is one that was followed.
+
+    Its payload is the recorded JSON (the view only shows it); the host reads payloads back with
+    their models.
+    """
     record: Any = (content.additional_properties or {}).get(HANDOFF_RECORD_KEY)
     if not isinstance(record, Mapping):
         return None
@@ -253,11 +271,15 @@ def transferred_handoff(content: Content) -> HandoffEvent | None:
     if fields.get("outcome") != "transferred":
         return None
     kind = cast(HandoffKind, fields.get("kind") if fields.get("kind") in EDGE_KINDS else "handoff")
-    return HandoffEvent(
+    label = fields.get("label")
+    handoff = HandoffEvent(
         str(fields.get("source", "")),
         str(fields.get("target", "")),
         str(fields.get("argument", "")),
         str(fields.get("tool", "")),
         str(content.call_id),
         kind,
+    )
+    return RecordedHandoff(
+        handoff, label if isinstance(label, str) else EDGE_KINDS[kind].argument_label
     )

@@ -1,11 +1,13 @@
 """Handoff tools, and the function middleware that reviews each call to them as it is made.
 
-Each agent gets one :class:`agent_framework.FunctionTool` per granted target, added to its run (the
-agent object is never changed). The tools are never executed: :class:`HandoffToolMiddleware`, made
-for one run of one agent, intercepts every call to them, has the manager review it, records the
+Each agent gets one :class:`HandoffTool` per granted target, added to its run (the agent object is
+never changed). Its JSON schema is the edge's pydantic model. The tools are never executed:
+:class:`HandoffToolMiddleware`, made for one run of one agent, intercepts every call to them,
+validates the arguments, has the manager review the call and the edge's code admit it, records the
 reviewed call (:class:`~handoff_builder._decision.HandoffCall`) in the run's list, and
 
-* refuses it: a tool error goes back to the agent, which keeps the turn and may try again; or
+* refuses it: a tool error goes back to the agent, which keeps the turn and may try again;
+* asks for approval: the call becomes a function-approval request and the run waits; or
 * settles it (followed, not performed, or stopped at a cap): the function result carries the
   call's record (:func:`~handoff_builder._state.handoff_record`) and the agent's tool loop ends.
 """
@@ -22,47 +24,45 @@ from agent_framework import (
     FunctionInvocationContext,
     FunctionMiddleware,
     FunctionTool,
+    MiddlewareFailure,
     MiddlewareTermination,
 )
+from pydantic import BaseModel
 from typing_extensions import override
 
-from ._decision import HandoffCall
+from ._decision import HandoffCall, HandoffRequest
+from ._hooks import HandoffGate
+from ._payloads import is_strict_schema, validate_arguments
 from ._routes import HandoffRoute
 from ._state import handoff_record
+from ._telemetry import handoff_span, settle_handoff_span
+from .exceptions import HandoffHookError
+
+APPROVAL_ID_PREFIX = "handoff-approval-"
 
 
 class HandoffReviewer(Protocol):
     """Reviews one handoff call (the manager's :meth:`~GroupChatManager.review_handoff`)."""
 
-    def __call__(
-        self, route: HandoffRoute, argument: str, call_id: str, earlier: Sequence[HandoffCall]
-    ) -> HandoffCall:
+    def __call__(self, request: HandoffRequest, earlier: Sequence[HandoffCall]) -> HandoffCall:
         """Decide what becomes of the call."""
         ...
 
 
-def argument_schema(argument: str, description: str) -> Mapping[str, Any]:
-    """JSON schema of a handoff tool: one required string argument."""
-    return {
-        "type": "object",
-        "properties": {argument: {"type": "string", "description": description}},
-        "required": [argument],
-        "additionalProperties": False,
-    }
+def handoff_request(route: HandoffRoute, call_id: str, arguments: Any) -> HandoffRequest:
+    """The call's arguments, validated with the route's model."""
+    if isinstance(arguments, BaseModel):
+        arguments = arguments.model_dump()
+    raw = arguments if isinstance(arguments, str) else _json(arguments)
+    payload, problem = validate_arguments(route.model, arguments)
+    return HandoffRequest(route, call_id, payload, raw, problem)
 
 
-def parse_argument(arguments: Any, name: str) -> str:
-    """The stripped argument ``name`` of a handoff call ("" when missing or not a string)."""
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError:
-            return ""
-    if isinstance(arguments, Mapping):
-        value = arguments.get(name)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
-        if isinstance(value, str):
-            return value.strip()
-    return ""
+def _json(arguments: Any) -> str:
+    try:
+        return json.dumps(arguments, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):  # pragma: no cover - agent_framework passes JSON values
+        return str(arguments)
 
 
 def call_result(call: HandoffCall) -> Content:
@@ -72,24 +72,49 @@ def call_result(call: HandoffCall) -> Content:
     )
 
 
+def approval_request(call: HandoffCall, arguments: str) -> Content:
+    """The function-approval request a handoff call that needs a human's approval becomes."""
+    function_call = Content.from_function_call(
+        call_id=call.call_id, name=call.route.tool_name, arguments=arguments
+    )
+    return Content.from_function_approval_request(
+        id=APPROVAL_ID_PREFIX + call.call_id, function_call=function_call
+    )
+
+
 def _never_called(**_: Any) -> str:  # pragma: no cover - the middleware intercepts every call
     raise RuntimeError("handoff tools are intercepted by HandoffToolMiddleware and never executed")
 
 
+class HandoffTool(FunctionTool):
+    """A handoff tool: its schema is the edge's model, strict when the model allows it.
+
+    OpenAI's strict function calling (``"strict": true``) constrains the model to the schema; it
+    is declared when every object in the schema is closed and every property required (a model
+    with ``extra="forbid"`` and no defaults, as the built-in goal and summary are).
+    """
+
+    @override
+    def to_json_schema_spec(self) -> dict[str, Any]:
+        spec = super().to_json_schema_spec()
+        if is_strict_schema(self.parameters()):
+            spec["function"]["strict"] = True
+        return spec
+
+
 @functools.lru_cache(maxsize=1024)
-def make_handoff_tool(route: HandoffRoute) -> FunctionTool:
+def make_handoff_tool(route: HandoffRoute) -> HandoffTool:
     """The tool an agent calls to hand the conversation to ``route.target``.
 
     One tool per distinct route, shared by every workflow built with it: the tool holds no
     per-conversation state (it is never executed; :class:`HandoffToolMiddleware` intercepts every
     call), so a built conversation does not carry its own copy.
     """
-    edge = route.edge
-    return FunctionTool(
+    return HandoffTool(
         name=route.tool_name,
         description=route.description,
         func=_never_called,
-        input_model=argument_schema(edge.argument, edge.argument_description),
+        input_model=route.model,
         approval_mode="never_require",
     )
 
@@ -104,10 +129,12 @@ class HandoffToolMiddleware(FunctionMiddleware):
         self,
         routes: Mapping[str, HandoffRoute],
         review: HandoffReviewer,
+        gate: HandoffGate,
         calls: list[HandoffCall],
     ) -> None:
         self._routes = routes
         self._review = review
+        self._gate = gate
         self.calls = calls
 
     @override
@@ -116,16 +143,26 @@ class HandoffToolMiddleware(FunctionMiddleware):
         context: FunctionInvocationContext,
         call_next: Callable[[], Awaitable[None]],
     ) -> None:
-        """Review a handoff call: refuse it with a tool error, or settle it and end the loop."""
+        """Review a handoff call: refuse it, ask for approval, or settle it and end the loop."""
         route = self._routes.get(context.function.name)
         if route is None:
             await call_next()
             return
         call_id = str(context.metadata.get("call_id") or "")
-        argument = parse_argument(context.arguments, route.edge.argument)
-        call = self._review(route, argument, call_id, tuple(self.calls))
+        with handoff_span(route, call_id) as span:
+            request = handoff_request(route, call_id, context.arguments)
+            call = self._review(request, tuple(self.calls))
+            if call.outcome == "transferred":
+                try:
+                    call = await self._gate.admit(call)
+                except HandoffHookError as error:  # fail the run, not a tool error to the agent
+                    raise MiddlewareFailure(str(error)) from error
+            settle_handoff_span(span, call)
         self.calls.append(call)
         if call.outcome == "rejected":
             context.result = call.result
+            return
+        if call.outcome == "awaiting_approval":
+            context.result = approval_request(call, request.arguments)
             return
         raise MiddlewareTermination(call.result, result=call_result(call))

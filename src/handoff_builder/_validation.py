@@ -7,7 +7,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, cast
 
 from agent_framework import Agent
+from pydantic import BaseModel
 
+from ._hooks import PLAIN, EdgePolicy
 from ._routes import EDGE_KINDS, MAX_TOOL_NAME_LENGTH, EdgeKind, HandoffKind, is_valid_tool_name
 
 
@@ -19,6 +21,8 @@ class Edge(NamedTuple):
     reason: str | None = None
     tool_name: str | None = None
     kind: HandoffKind = "handoff"
+    payload: Any = None
+    policy: EdgePolicy = PLAIN
 
     @property
     def edge(self) -> EdgeKind:
@@ -107,12 +111,23 @@ def edge_problems(edges: Sequence[Edge]) -> list[str]:
                 f"Target agent {target} has no description, name or instructions, and the "
                 f"handoff from {source} gives no reason; pass reason= or describe the agent."
             )
+        problems += _payload_problems(edge)
         if edge.tool_name is not None and not is_valid_tool_name(edge.tool_name):
             problems.append(
                 f"Tool name {edge.tool_name!r} for the {edge.edge.noun} from {source} to {target} "
                 f"must use only [A-Za-z0-9_-] and be 1 to {MAX_TOOL_NAME_LENGTH} characters long."
             )
     return problems
+
+
+def _payload_problems(edge: Edge) -> list[str]:
+    payload = edge.payload
+    if payload is None or (isinstance(payload, type) and issubclass(payload, BaseModel)):
+        return []
+    return [
+        f"The payload of the {edge.edge.noun} from {label(edge.source)} to {label(edge.target)} "
+        f"is {payload!r}; pass a pydantic BaseModel subclass (the class, not an instance)."
+    ]
 
 
 def tool_name_problems(tool_names: Mapping[Any, Sequence[tuple[str, Any]]]) -> list[str]:

@@ -5,8 +5,8 @@ incrementally (only messages added since its last run are looked at), in which
 
 * the agent's own messages and the user's messages appear unchanged;
 * other agents' tool calls are filtered by the :class:`HandoffToolCallFiltering` mode (a call and
-  its result are matched by order, so providers that reuse call ids work); tool approvals are
-  never filtered;
+  its result are matched by order, so providers that reuse call ids work); an approval request
+  and its answer go with the call they are about;
 * other agents' reasoning is dropped (it belongs to their model, and a handoff turn's reasoning
   must not reach the next agent), except with ``NONE``;
 * other agents' text reaches the agent as ``user`` messages: copies, with ``author_name`` kept;
@@ -26,9 +26,8 @@ from enum import Enum
 
 from agent_framework import Content, Message
 
-from ._events import HandoffEvent
 from ._routes import EDGE_KINDS
-from ._state import transferred_handoff
+from ._state import RecordedHandoff, transferred_handoff
 
 __all__ = ["AgentView", "HandoffToolCallFiltering", "handoff_note"]
 
@@ -51,15 +50,17 @@ class HandoffToolCallFiltering(str, Enum):
     ALL = "all"
 
 
-def handoff_note(handoff: HandoffEvent, viewer: str) -> str:
-    """The note ``viewer`` reads where ``handoff`` happened.
+def handoff_note(recorded: RecordedHandoff, viewer: str) -> str:
+    """The note ``viewer`` reads where a handoff happened.
 
     The receiver reads "Handoff from triage to you (billing). Goal: ..."; any other agent reads
-    "Handoff from triage to billing. Goal: ...". The argument is quoted verbatim.
+    "Handoff from triage to billing. Goal: ...". The argument is quoted verbatim; a typed
+    payload is shown as JSON after its label ("RefundRequest: {...}").
     """
-    edge = EDGE_KINDS[handoff.kind]
+    handoff = recorded.handoff
     to = f"you ({viewer})" if handoff.target == viewer else handoff.target
-    return f"{edge.note_label} from {handoff.source} to {to}. {edge.argument_label}: {handoff.goal}"
+    note_label = EDGE_KINDS[handoff.kind].note_label
+    return f"{note_label} from {handoff.source} to {to}. {recorded.label}: {handoff.goal}"
 
 
 class AgentView:
@@ -116,9 +117,9 @@ class AgentView:
         for content in message.contents:
             if content.type != "function_result":
                 continue
-            handoff = transferred_handoff(content)
-            if handoff is not None and handoff.source != self.agent:
-                text = handoff_note(handoff, self.agent)
+            recorded = transferred_handoff(content)
+            if recorded is not None and recorded.handoff.source != self.agent:
+                text = handoff_note(recorded, self.agent)
                 note = Message(role="user", contents=[text], author_name=self._note_author)
                 if not self._held_notes:
                     self._open_calls = _unanswered_calls(self.messages)
@@ -138,7 +139,7 @@ class AgentView:
             self._held_notes.clear()
 
     def _see(self, message: Message) -> Message | None:
-        if message.role == "user" or message.author_name in (self.agent, None):
+        if message.author_name in (self.agent, None):
             return message
         contents = [content for content in message.contents if self._keeps(content)]
         if not contents:
@@ -151,8 +152,14 @@ class AgentView:
 
     def _keeps(self, content: Content) -> bool:
         kind = content.type
-        if kind in _APPROVAL_TYPES or self._mode is HandoffToolCallFiltering.NONE:
+        if self._mode is HandoffToolCallFiltering.NONE:
             return True
+        if kind in _APPROVAL_TYPES:  # kept with the call it asks about, dropped with it
+            call = content.function_call
+            name = call.name if call is not None else None
+            return (
+                self._mode is not HandoffToolCallFiltering.ALL and name not in self._handoff_tools
+            )
         if kind == "text_reasoning":
             return False
         if kind == "function_call":

@@ -12,6 +12,7 @@ so ``except ValueError`` keeps working for configuration mistakes::
     ├── ConversationConflictError(HandoffBuilderError, RuntimeError) it changed under this turn
     ├── StoreUnavailableError(HandoffBuilderError, ConnectionError)  the store cannot be reached
     ├── PendingRequestsError(HandoffBuilderError, RuntimeError)     a hosted turn waits for answers
+    ├── HandoffHookError(HandoffBuilderError, RuntimeError)         an edge's own code failed
     └── ScriptExhaustedError(HandoffBuilderError, RuntimeError)      a scripted model ran out
 
 Errors that happen inside an agent's run (an empty goal, a handoff to an agent that is not granted)
@@ -30,6 +31,7 @@ __all__ = [
     "CorruptStateError",
     "HandoffBuilderError",
     "HandoffConfigurationError",
+    "HandoffHookError",
     "PendingRequestsError",
     "SchemaVersionError",
     "ScriptExhaustedError",
@@ -143,6 +145,26 @@ class PendingRequestsError(HandoffBuilderError, RuntimeError):
         super().__init__(
             f"Conversation {conversation_id!r} waits for answers to {len(self.requests)} "
             f"request(s) ({ids}); answer them with ConversationHost.respond()."
+        )
+
+
+class HandoffHookError(HandoffBuilderError, RuntimeError):
+    """An edge's ``on_handoff``, ``is_enabled`` or ``approval`` raised; nothing was routed.
+
+    The exception it raised is the ``__cause__``. In a hosted conversation the store keeps the
+    state from before the agent that made the call ran.
+    """
+
+    def __init__(
+        self, source: str, target: str, tool_name: str, hook: str, error: BaseException
+    ) -> None:
+        self.source = source
+        self.target = target
+        self.tool_name = tool_name
+        self.hook = hook
+        super().__init__(
+            f"The {hook} of the handoff from {source!r} to {target!r} ({tool_name}) raised "
+            f"{type(error).__name__}: {error}. Nothing was routed."
         )
 
 

@@ -1,0 +1,159 @@
+"""Per-edge code around a handoff: ``is_enabled``, ``approval`` and ``on_handoff``.
+
+* ``is_enabled`` (a bool, or a sync or async predicate on a :class:`HandoffContext`) is asked
+  before each run of the source agent: a disabled handoff's tool is not offered in that run.
+* ``approval`` (a bool or a predicate) is asked when a call to the tool was accepted: the call
+  then waits for a human's answer, as a function-approval request, before anything routes.
+* ``on_handoff`` (a sync or async function) runs last, before the target runs: ``None`` lets the
+  handoff go, a string vetoes it (the string is the calling agent's tool error).
+
+An exception in any of them is a :class:`~handoff_builder.HandoffHookError` that names the edge;
+nothing routes.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple, TypeVar, cast
+
+from agent_framework import Message
+from pydantic import BaseModel
+
+from ._decision import HandoffCall
+from ._routes import HandoffRoute
+from .exceptions import HandoffHookError
+
+__all__ = [
+    "EdgePolicy",
+    "HandoffContext",
+    "HandoffGate",
+    "HandoffHook",
+    "HandoffPredicate",
+]
+
+
+@dataclass(frozen=True)
+class HandoffContext:
+    """What a handoff's hooks and predicates are given.
+
+    ``goal`` is the call's goal or summary, or its payload as JSON, and ``payload`` the validated
+    payload (``None`` for an edge without one); both are empty for ``is_enabled``, which is asked
+    before the agent runs. ``conversation`` is the shared conversation so far (read-only) and
+    ``conversation_id`` the hosted conversation's id (``None`` outside ``ConversationHost``).
+    """
+
+    source: str
+    target: str
+    tool_name: str
+    goal: str
+    payload: BaseModel | None
+    conversation: Sequence[Message]
+    conversation_id: str | None
+
+
+HandoffHook = Callable[[HandoffContext], "str | Awaitable[str | None] | None"]
+"""``on_handoff``: ``None`` lets the handoff go; a string vetoes it."""
+
+HandoffPredicate = Callable[[HandoffContext], "bool | Awaitable[bool]"]
+"""``is_enabled`` / ``approval`` as a function of the handoff."""
+
+
+class EdgePolicy(NamedTuple):
+    """The code one edge runs around its handoffs."""
+
+    on_handoff: HandoffHook | None = None
+    is_enabled: bool | HandoffPredicate = True
+    approval: bool | HandoffPredicate = False
+
+    @property
+    def is_plain(self) -> bool:
+        """True when the edge runs no code of its own (the common case: nothing to ask)."""
+        return self.on_handoff is None and self.is_enabled is True and self.approval is False
+
+
+PLAIN = EdgePolicy()
+
+_T = TypeVar("_T")
+
+
+class HandoffGate:
+    """Asks one run's edges what they allow; made by the host for each agent run."""
+
+    __slots__ = ("_conversation", "_conversation_id", "_policies")
+
+    def __init__(
+        self,
+        policies: dict[str, EdgePolicy],
+        conversation: Sequence[Message],
+        conversation_id: str | None,
+    ) -> None:
+        self._policies = policies
+        self._conversation = conversation
+        self._conversation_id = conversation_id
+
+    def _policy(self, route: HandoffRoute) -> EdgePolicy:
+        return self._policies.get(route.tool_name, PLAIN)
+
+    def context(self, route: HandoffRoute, call: HandoffCall | None = None) -> HandoffContext:
+        """The context a hook of ``route`` is given (for a call, or before the agent runs)."""
+        payload = call.payload if call is not None and route.payload is not None else None
+        return HandoffContext(
+            route.source,
+            route.target,
+            route.tool_name,
+            call.argument if call is not None else "",
+            payload,
+            tuple(self._conversation),
+            self._conversation_id,
+        )
+
+    async def disabled(self, routes: Sequence[HandoffRoute]) -> frozenset[str]:
+        """The tool names of ``routes`` whose ``is_enabled`` says no for this run."""
+        off: set[str] = set()
+        for route in routes:
+            enabled = self._policy(route).is_enabled
+            if enabled is True:
+                continue
+            if enabled is False or not await self._ask(route, "is_enabled", enabled, None):
+                off.add(route.tool_name)
+        return frozenset(off)
+
+    async def admit(self, call: HandoffCall, *, approved: bool = False) -> HandoffCall:
+        """What becomes of an accepted call: it waits for approval, is vetoed, or goes.
+
+        ``approved``: a human already approved it (its ``approval`` is not asked again).
+        """
+        policy = self._policy(call.route)
+        if policy.is_plain:
+            return call
+        approval = policy.approval
+        if not approved and (
+            approval is True
+            or (callable(approval) and await self._ask(call.route, "approval", approval, call))
+        ):
+            text = f"Waiting for a human to approve the handoff to {call.route.target}."
+            return call._replace(outcome="awaiting_approval", result=text)
+        if policy.on_handoff is not None:
+            veto = await self._ask(call.route, "on_handoff", policy.on_handoff, call)
+            if veto is not None:
+                return call._replace(outcome="rejected", result=str(veto), blocked="vetoed")
+        return call
+
+    async def _ask(
+        self,
+        route: HandoffRoute,
+        hook: str,
+        function: Callable[[HandoffContext], _T | Awaitable[_T]],
+        call: HandoffCall | None,
+    ) -> _T:
+        try:
+            answer = function(self.context(route, call))
+            if inspect.isawaitable(answer):
+                answer = await answer
+        except Exception as error:
+            raise HandoffHookError(
+                route.source, route.target, route.tool_name, hook, error
+            ) from error
+        return cast(_T, answer)

@@ -1,0 +1,118 @@
+"""What a handoff tool takes: a pydantic model per edge, validated when the model calls the tool.
+
+Without ``payload=`` a handoff tool takes :class:`HandoffGoal` (a required one-sentence ``goal``)
+and a hand-back tool :class:`HandBackSummary` (a required ``summary``). With ``payload=Model`` the
+tool's JSON schema is ``Model``'s (title, field descriptions, required fields, enums, nested
+models), and the call's arguments are validated with it: an invalid call is a tool error that names
+each bad field, and nothing routes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, cast
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+__all__ = [
+    "HandBackSummary",
+    "HandoffGoal",
+    "describe_errors",
+    "is_strict_schema",
+    "payload_label",
+    "validate_arguments",
+]
+
+
+class HandoffGoal(BaseModel):
+    """What a handoff tool takes without a payload: the user's goal."""
+
+    model_config = ConfigDict(extra="forbid", title="handoff")
+
+    goal: str = Field(
+        description=(
+            "The user's goal, stated in one sentence, so the next agent does not have to ask."
+        )
+    )
+
+
+class HandBackSummary(BaseModel):
+    """What a hand-back tool takes without a payload: what was done and what is open."""
+
+    model_config = ConfigDict(extra="forbid", title="hand-back")
+
+    summary: str = Field(
+        description="What you did, and what is still open for the agent you hand back to."
+    )
+
+
+def validate_arguments(
+    model: type[BaseModel], arguments: Any
+) -> tuple[BaseModel | None, str | None]:
+    """``arguments`` (a JSON string, a mapping or a model) validated by ``model``.
+
+    Returns the payload, or ``None`` and a sentence that names each bad field.
+    """
+    if isinstance(arguments, BaseModel):
+        arguments = arguments.model_dump()
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError as error:
+            return None, f"the arguments are not JSON ({error.msg})"
+    if not isinstance(arguments, Mapping):
+        return None, f"the arguments are a {type(arguments).__name__}, not an object"
+    try:
+        return model.model_validate(cast(Mapping[str, Any], arguments)), None
+    except ValidationError as error:
+        return None, describe_errors(error)
+
+
+def describe_errors(error: ValidationError) -> str:
+    """One ``field: what was wrong`` per problem, joined with ``; ``."""
+    parts: list[str] = []
+    for problem in error.errors(include_url=False):
+        where = ".".join(str(part) for part in problem["loc"]) or "the arguments"
+        parts.append(f"{where}: {problem['msg']}")
+    return "; ".join(parts)
+
+
+def payload_label(model: type[BaseModel]) -> str:
+    """How a payload of ``model`` is labelled in a note: its title, else its class name."""
+    title = model.model_config.get("title")
+    return title if isinstance(title, str) and title else model.__name__
+
+
+def is_strict_schema(schema: Mapping[str, Any]) -> bool:
+    """True when OpenAI's strict function calling accepts ``schema`` as it is.
+
+    Strict mode needs every object closed (``additionalProperties: false``) and every property
+    required, in nested models too; a model declares that with ``extra="forbid"`` and no
+    defaults. Nothing is rewritten to make a schema qualify.
+    """
+
+    def strict(node: Any) -> bool:
+        if not isinstance(node, Mapping):
+            return True
+        fields = cast(Mapping[str, Any], node)
+        if "default" in fields:
+            return False
+        if fields.get("type") == "object" or "properties" in fields:
+            properties = cast(Mapping[str, Any], fields.get("properties") or {})
+            required = set(cast(list[str], fields.get("required") or []))
+            if fields.get("additionalProperties") is not False or required != set(properties):
+                return False
+        for key in ("properties", "$defs"):
+            if not all(
+                strict(sub) for sub in cast(Mapping[str, Any], fields.get(key) or {}).values()
+            ):
+                return False
+        for key in ("items", "anyOf", "oneOf", "allOf"):
+            sub = fields.get(key)
+            subs = cast(list[Any], sub) if isinstance(sub, list) else [sub]
+            if not all(strict(item) for item in subs):
+                return False
+        return True
+
+    return strict(schema)

@@ -1,0 +1,199 @@
+"""Traces and metrics, after the OpenTelemetry GenAI semantic conventions (development status).
+
+Through opentelemetry-api only: with no SDK configured every call here is a no-op. What is
+emitted:
+
+* one ``invoke_workflow {workflow name}`` span per user turn (``gen_ai.operation.name``,
+  ``gen_ai.workflow.name``, ``gen_ai.conversation.id`` when hosted). Every agent run of the turn
+  runs inside it, so agent_framework's ``invoke_agent`` and ``chat`` spans are its children;
+* one ``execute_tool {tool name}`` span per handoff call (``gen_ai.tool.*``, ``gen_ai.agent.name``
+  for the source, ``gen_ai.transfer.mode`` = ``pass_control``, ``gen_ai.transfer.target.*``);
+  the goal or payload only when agent_framework's sensitive-data setting is on;
+* span events for refused handoffs, vetoes, declined approvals and every cap, with their reason,
+  and an error status on a turn that fails;
+* metrics: handoffs (by source and target), blocked handoffs (by reason), escalations (by reason),
+  hops per turn, and ``gen_ai.workflow.duration``.
+
+The attribute names are constants here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Generator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from opentelemetry import metrics, trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from ._decision import Event
+from ._events import EscalationEvent, HandoffBlockedEvent, HandoffEvent, LimitReachedEvent
+
+if TYPE_CHECKING:
+    from ._decision import HandoffCall
+    from ._routes import HandoffRoute
+
+__all__ = ["TurnTrace", "handoff_span", "settle_handoff_span"]
+
+# -- names (GenAI semantic conventions; gen_ai.transfer.* are not in the Python package yet) -------
+OPERATION_NAME = "gen_ai.operation.name"
+WORKFLOW_NAME = "gen_ai.workflow.name"
+CONVERSATION_ID = "gen_ai.conversation.id"
+AGENT_NAME = "gen_ai.agent.name"
+TOOL_NAME = "gen_ai.tool.name"
+TOOL_CALL_ID = "gen_ai.tool.call.id"
+TOOL_TYPE = "gen_ai.tool.type"
+TOOL_DESCRIPTION = "gen_ai.tool.description"
+TOOL_CALL_ARGUMENTS = "gen_ai.tool.call.arguments"
+TRANSFER_MODE = "gen_ai.transfer.mode"
+TRANSFER_TARGET_TYPE = "gen_ai.transfer.target.type"
+TRANSFER_TARGET_NAME = "gen_ai.transfer.target.name"
+ERROR_TYPE = "error.type"
+
+INVOKE_WORKFLOW = "invoke_workflow"
+EXECUTE_TOOL = "execute_tool"
+PASS_CONTROL = "pass_control"  # noqa: S105 - a transfer mode, not a password
+RETURN_TO_CALLER = "return_to_caller"
+TARGET_AGENT = "agent"
+
+# -- ours ------------------------------------------------------------------------------------------
+HANDOFF_OUTCOME = "handoff_builder.handoff.outcome"
+HANDOFF_KIND = "handoff_builder.handoff.kind"
+REASON = "handoff_builder.reason"
+SOURCE = "handoff_builder.source"
+TARGET = "handoff_builder.target"
+LIMIT = "handoff_builder.limit"
+TURN_STATUS = "handoff_builder.turn.status"
+BLOCKED_EVENT = "handoff_builder.handoff.blocked"
+ESCALATED_EVENT = "handoff_builder.escalated"
+LIMIT_EVENT = "handoff_builder.limit_reached"
+
+_NO_CALL_SPAN = frozenset({"not_granted", "unknown_target", "disabled"})
+
+_tracer = trace.get_tracer("handoff_builder")
+_meter = metrics.get_meter("handoff_builder")
+_handoffs = _meter.create_counter(
+    "handoff_builder.handoffs", unit="{handoff}", description="Handoffs and hand-backs followed."
+)
+_blocked = _meter.create_counter(
+    "handoff_builder.handoffs.blocked",
+    unit="{handoff}",
+    description="Handoff calls refused, vetoed or declined.",
+)
+_escalations = _meter.create_counter(
+    "handoff_builder.escalations", unit="{turn}", description="Turns escalated to a human."
+)
+_hops = _meter.create_histogram(
+    "handoff_builder.turn.hops", unit="{handoff}", description="Handoffs per user turn."
+)
+_duration = _meter.create_histogram(
+    "gen_ai.workflow.duration", unit="s", description="Duration of a user turn of the workflow."
+)
+
+
+def _sensitive() -> bool:
+    """agent_framework's sensitive-data setting (goals and payloads are sensitive)."""
+    from agent_framework.observability import OBSERVABILITY_SETTINGS
+
+    return bool(OBSERVABILITY_SETTINGS.SENSITIVE_DATA_ENABLED)
+
+
+class TurnTrace:
+    """The span and clock of one user turn."""
+
+    __slots__ = ("_started", "span", "workflow")
+
+    def __init__(self, workflow: str, conversation_id: str | None) -> None:
+        self.workflow = workflow
+        self._started = time.perf_counter()
+        attributes = {OPERATION_NAME: INVOKE_WORKFLOW, WORKFLOW_NAME: workflow}
+        if conversation_id is not None:
+            attributes[CONVERSATION_ID] = conversation_id
+        self.span: Span = _tracer.start_span(
+            f"{INVOKE_WORKFLOW} {workflow}", kind=SpanKind.INTERNAL, attributes=attributes
+        )
+
+    @contextmanager
+    def active(self) -> Generator[None, None, None]:
+        """Run an agent inside the turn's span (its own spans become the turn's children)."""
+        with trace.use_span(self.span, end_on_exit=False):
+            yield
+
+    def record(self, event: Event) -> None:
+        """The metric, and the span event, of one audit event."""
+        if isinstance(event, HandoffEvent):
+            _handoffs.add(1, {SOURCE: event.source, TARGET: event.target, HANDOFF_KIND: event.kind})
+        elif isinstance(event, HandoffBlockedEvent):
+            _blocked.add(1, {REASON: event.reason})
+            # A reviewed call has its own span, with the event; calls to tools the agent did not
+            # have have none, so the turn's span tells of them.
+            if event.reason in _NO_CALL_SPAN and self.span.is_recording():
+                self.span.add_event(
+                    BLOCKED_EVENT,
+                    {REASON: event.reason, SOURCE: event.source, TOOL_NAME: event.tool_name},
+                )
+        elif isinstance(event, EscalationEvent):
+            _escalations.add(1, {REASON: event.reason})
+            if self.span.is_recording():
+                self.span.add_event(
+                    ESCALATED_EVENT,
+                    {REASON: event.reason, AGENT_NAME: event.agent, LIMIT: event.limit},
+                )
+        elif isinstance(event, LimitReachedEvent) and self.span.is_recording():
+            self.span.add_event(
+                LIMIT_EVENT, {REASON: event.kind, AGENT_NAME: event.agent, LIMIT: event.limit}
+            )
+
+    def end(self, status: str, hops: int) -> None:
+        """End the turn: its status, and the hop and duration metrics."""
+        _hops.record(hops, {WORKFLOW_NAME: self.workflow})
+        _duration.record(
+            time.perf_counter() - self._started,
+            {OPERATION_NAME: INVOKE_WORKFLOW, WORKFLOW_NAME: self.workflow},
+        )
+        if self.span.is_recording():
+            self.span.set_attribute(TURN_STATUS, status)
+        self.span.end()
+
+    def fail(self, error: BaseException) -> None:
+        """End the turn with an error status."""
+        self.span.set_status(Status(StatusCode.ERROR, str(error)))
+        self.span.set_attribute(ERROR_TYPE, type(error).__qualname__)
+        self.span.record_exception(error)
+        self.span.end()
+
+
+@contextmanager
+def handoff_span(route: HandoffRoute, call_id: str) -> Generator[Span, None, None]:
+    """The ``execute_tool`` span of one handoff call (a transfer that passes control)."""
+    with _tracer.start_as_current_span(
+        f"{EXECUTE_TOOL} {route.tool_name}",
+        kind=SpanKind.INTERNAL,
+        attributes={
+            OPERATION_NAME: EXECUTE_TOOL,
+            TOOL_NAME: route.tool_name,
+            TOOL_CALL_ID: call_id,
+            TOOL_TYPE: "function",
+            TOOL_DESCRIPTION: route.description,
+            AGENT_NAME: route.source,
+            TRANSFER_MODE: PASS_CONTROL,
+            TRANSFER_TARGET_TYPE: TARGET_AGENT,
+            TRANSFER_TARGET_NAME: route.target,
+            HANDOFF_KIND: route.kind,
+        },
+    ) as span:
+        yield span
+
+
+def settle_handoff_span(span: Span, call: HandoffCall) -> None:
+    """What became of the call, on its span: the outcome, and why when it was refused."""
+    if not span.is_recording():
+        return
+    span.set_attribute(HANDOFF_OUTCOME, call.outcome)
+    if _sensitive():
+        span.set_attribute(TOOL_CALL_ARGUMENTS, call.arguments or call.argument)
+    if call.blocked is not None:
+        span.add_event(BLOCKED_EVENT, {REASON: call.blocked})
+    if call.escalation is not None:
+        span.add_event(ESCALATED_EVENT, {REASON: call.escalation})

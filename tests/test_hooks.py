@@ -1,0 +1,260 @@
+"""Per-edge code: on_handoff (go or veto), is_enabled (offer the tool or not), and their errors."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from pydantic import BaseModel, ConfigDict
+
+from handoff_builder import (
+    ConversationHost,
+    HandoffContext,
+    HandoffHookError,
+    HandoffWorkflowBuilder,
+)
+from handoff_builder.stores import ConversationStore
+from handoff_builder.testing import (
+    call_tool,
+    client_of,
+    handoff_to,
+    received,
+    reply,
+    scripted_agent,
+)
+from tests.helpers import run_turn
+
+pytestmark = pytest.mark.parametrize("stream", [False, True], ids=["run", "stream"])
+
+
+class Refund(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    amount: float
+
+
+async def test_on_handoff_sees_the_handoff_and_lets_it_go(stream: bool) -> None:
+    seen: list[HandoffContext] = []
+
+    async def audit(context: HandoffContext) -> None:
+        await asyncio.sleep(0)
+        seen.append(context)
+
+    triage = scripted_agent("triage", handoff_to("billing", goal="Refund the double charge."))
+    billing = scripted_agent("billing", reply("Refunded."))
+    workflow = (
+        HandoffWorkflowBuilder(triage).with_handoff(triage, billing, on_handoff=audit).build()
+    )
+
+    turn = await run_turn(workflow, "I was charged twice", stream=stream)
+
+    assert turn.result.text == "Refunded."
+    [context] = seen
+    assert (context.source, context.target, context.tool_name) == (
+        "triage",
+        "billing",
+        "handoff_to_billing",
+    )
+    assert (context.goal, context.payload, context.conversation_id) == (
+        "Refund the double charge.",
+        None,
+        None,
+    )
+    assert [m.text for m in context.conversation] == ["I was charged twice"]
+    assert isinstance(context.conversation, tuple)  # a snapshot, not the live history
+
+
+async def test_a_veto_is_the_callers_tool_error_and_a_blocked_event(stream: bool) -> None:
+    def only_small_refunds(context: HandoffContext) -> str | None:
+        assert isinstance(context.payload, Refund)
+        if context.payload.amount > 100:
+            return "Refunds over 100 EUR need a supervisor; tell the user one will call."
+        return None
+
+    billing = scripted_agent(
+        "billing",
+        call_tool("handoff_to_refunds", amount=500),
+        reply("A supervisor will call you about the refund."),
+    )
+    refunds = scripted_agent("refunds")
+    workflow = (
+        HandoffWorkflowBuilder(billing)
+        .with_handoff(billing, refunds, payload=Refund, on_handoff=only_small_refunds)
+        .build()
+    )
+
+    turn = await run_turn(workflow, "refund 500", stream=stream)
+
+    assert client_of(refunds).calls == []
+    assert turn.result.text == "A supervisor will call you about the refund."
+    assert turn.result.status == "completed"
+    [blocked] = turn.blocked
+    assert (blocked.reason, blocked.target) == ("vetoed", "refunds")
+    assert (
+        received(billing)
+        .rendered.splitlines()[-1]
+        .endswith(": Refunds over 100 EUR need a supervisor; tell the user one will call.")
+    )
+
+
+async def test_an_exception_in_a_hook_names_the_edge(stream: bool) -> None:
+    def broken(context: HandoffContext) -> str | None:
+        raise KeyError("customer")
+
+    triage = scripted_agent("triage", handoff_to("billing", goal="Refund."))
+    billing = scripted_agent("billing")
+    workflow = (
+        HandoffWorkflowBuilder(triage).with_handoff(triage, billing, on_handoff=broken).build()
+    )
+
+    with pytest.raises(HandoffHookError) as failure:
+        await run_turn(workflow, "refund", stream=stream)
+
+    error = failure.value
+    assert (error.source, error.target, error.tool_name, error.hook) == (
+        "triage",
+        "billing",
+        "handoff_to_billing",
+        "on_handoff",
+    )
+    assert str(error) == (
+        "The on_handoff of the handoff from 'triage' to 'billing' (handoff_to_billing) raised "
+        "KeyError: 'customer'. Nothing was routed."
+    )
+    assert isinstance(error.__cause__, KeyError)
+    assert client_of(billing).calls == []
+
+
+async def test_a_hook_error_leaves_the_stored_conversation_as_it_was(
+    stream: bool, store: ConversationStore
+) -> None:
+    def broken(context: HandoffContext) -> str | None:
+        raise RuntimeError("the audit service is down")
+
+    triage = scripted_agent("triage", reply("Hello."), handoff_to("billing", goal="Refund."))
+    billing = scripted_agent("billing")
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing, on_handoff=broken)
+    host = ConversationHost(builder, store)
+    await host.send("c", "hi")
+    before = await store.load("c")
+
+    async def send() -> None:
+        if stream:
+            async for _ in host.stream("c", "refund"):
+                pass
+        else:
+            await host.send("c", "refund")
+
+    with pytest.raises(HandoffHookError):
+        await send()
+
+    after = await store.load("c")
+    assert before is not None
+    assert after is not None
+    # The user's message and the state before triage ran were stored; nothing after.
+    assert [m["contents"][0].get("text") for m in after.messages] == ["hi", "Hello.", "refund"]
+    assert after.state["host"]["next"] == "triage"
+    assert after.messages[: len(before.messages)] == before.messages
+
+
+async def test_a_disabled_handoff_is_not_offered_and_a_call_to_it_is_blocked(
+    stream: bool,
+) -> None:
+    open_hours = {"refunds": False}
+
+    async def staffed(context: HandoffContext) -> bool:
+        return open_hours[context.target]
+
+    billing = scripted_agent(
+        "billing",
+        handoff_to("refunds", goal="Refund it."),  # the model calls it anyway
+        reply("Refunds are closed now; I have noted your request."),
+        handoff_to("refunds", goal="Refund it."),
+    )
+    refunds = scripted_agent("refunds", reply("Refunded."))
+    vouchers = scripted_agent("vouchers")
+    workflow = (
+        HandoffWorkflowBuilder(billing)
+        .with_handoff(billing, refunds, is_enabled=staffed)
+        .with_handoff(billing, vouchers)
+        .build()
+    )
+
+    closed = await run_turn(workflow, "refund please", stream=stream)
+
+    assert received(billing, 0).tool_names == ("handoff_to_vouchers",)
+    assert client_of(refunds).calls == []
+    assert [(b.reason, b.target) for b in closed.blocked] == [("disabled", "refunds")]
+    assert closed.result.text == "Refunds are closed now; I have noted your request."
+
+    open_hours["refunds"] = True
+    opened = await run_turn(workflow, "refund please", stream=stream)
+
+    assert received(billing).tool_names == ("handoff_to_refunds", "handoff_to_vouchers")
+    assert opened.result.text == "Refunded."
+
+
+async def test_a_call_to_a_tool_the_agent_was_not_offered_is_answered(stream: bool) -> None:
+    """With no tool offered at all, the call comes back unanswered; the host answers it."""
+    billing = scripted_agent("billing", handoff_to("refunds", goal="Refund it."), reply("Sure."))
+    refunds = scripted_agent("refunds")
+    workflow = (
+        HandoffWorkflowBuilder(billing).with_handoff(billing, refunds, is_enabled=False).build()
+    )
+
+    first = await run_turn(workflow, "refund", stream=stream)
+    await run_turn(workflow, "hello?", stream=stream)
+
+    assert [b.reason for b in first.blocked] == ["disabled"]
+    contents = [c for m in received(billing).messages for c in m.contents]
+    calls = [c.call_id for c in contents if c.type == "function_call"]
+    results = [c for c in contents if c.type == "function_result"]
+    assert calls == [r.call_id for r in results]
+    assert results[0].result == (
+        "Error: handoff_to_refunds is not available to you now, so it was not called."
+    )
+
+
+async def test_is_enabled_false_removes_the_tool(stream: bool) -> None:
+    triage = scripted_agent("triage", reply("I'll help you myself."))
+    billing = scripted_agent("billing")
+    tech = scripted_agent("tech")
+    workflow = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, billing, is_enabled=False)
+        .with_handoff(triage, tech)
+        .build()
+    )
+    await run_turn(workflow, "hi", stream=stream)
+    assert received(triage).tool_names == ("handoff_to_tech",)
+
+
+async def test_the_hooks_get_the_hosted_conversation_id(
+    stream: bool, store: ConversationStore
+) -> None:
+    ids: list[str | None] = []
+    triage = scripted_agent("triage", handoff_to("billing", goal="Refund."))
+    billing = scripted_agent("billing", reply("Refunded."))
+
+    def note(context: HandoffContext) -> None:
+        ids.append(context.conversation_id)
+
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing, on_handoff=note)
+    host = ConversationHost(builder, store)
+    if stream:
+        async for _ in host.stream("conv-42", "refund"):
+            pass
+    else:
+        await host.send("conv-42", "refund")
+    assert ids == ["conv-42"]
+
+
+def test_hook_arguments_are_checked_at_the_call(stream: bool) -> None:
+    del stream
+    a, b = scripted_agent("a"), scripted_agent("b")
+    builder = HandoffWorkflowBuilder(a)
+    with pytest.raises(TypeError, match=r"^on_handoff must be callable, not str\.$"):
+        builder.with_handoff(a, b, on_handoff="audit")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^is_enabled must be a bool or a callable, not str\.$"):
+        builder.with_handoff(a, b, is_enabled="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^approval must be a bool or a callable, not int\.$"):
+        builder.with_handoff(a, b, approval=1)  # type: ignore[arg-type]

@@ -1,0 +1,264 @@
+"""Typed handoff payloads: the schema from a pydantic model, validation, and where it arrives."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+import pytest
+from agent_framework import InMemoryCheckpointStorage
+from pydantic import BaseModel, ConfigDict, Field
+
+from handoff_builder import (
+    ConversationHost,
+    HandoffConfigurationError,
+    HandoffWorkflowBuilder,
+)
+from handoff_builder.stores import ConversationStore
+from handoff_builder.testing import (
+    assert_received,
+    call_tool,
+    client_of,
+    handoff_to,
+    received,
+    reply,
+    scripted_agent,
+)
+from tests.helpers import run_turn
+
+
+class Reason(str, Enum):
+    DUPLICATE = "duplicate"
+    DAMAGED = "damaged"
+
+
+class Customer(BaseModel):
+    """Who is refunded."""
+
+    model_config = ConfigDict(extra="forbid")
+    email: str = Field(description="Where the confirmation goes.")
+
+
+class RefundRequest(BaseModel):
+    """A refund the refunds team will pay."""
+
+    model_config = ConfigDict(extra="forbid")
+    order_id: str = Field(description="The order to refund, e.g. A-1.")
+    amount: float = Field(gt=0, description="In EUR.")
+    reason: Reason = Field(description="Why the customer is refunded.")
+    customer: Customer
+
+
+GOOD: dict[str, Any] = {
+    "order_id": "A-1",
+    "amount": 24.9,
+    "reason": "duplicate",
+    "customer": {"email": "jane@example.com"},
+}
+
+
+def refund_desk(*billing_steps: Any) -> tuple[HandoffWorkflowBuilder, Any, Any]:
+    billing = scripted_agent("billing", *billing_steps)
+    refunds = scripted_agent("refunds", reply("Refunded."), reply("Refunded again."))
+    builder = HandoffWorkflowBuilder(billing).with_handoff(
+        billing, refunds, "refunds", tool_name="send_to_refunds", payload=RefundRequest
+    )
+    return builder, billing, refunds
+
+
+async def test_the_tool_schema_is_the_models() -> None:
+    builder, billing, _ = refund_desk(call_tool("send_to_refunds", **GOOD))
+    await run_turn(builder.build(), "refund A-1")
+
+    [tool] = received(billing).options["tools"]
+    schema = tool.parameters()
+    assert schema["title"] == "RefundRequest"
+    assert schema["description"] == "A refund the refunds team will pay."
+    assert schema["required"] == ["order_id", "amount", "reason", "customer"]
+    assert schema["properties"]["amount"] == {
+        "description": "In EUR.",
+        "exclusiveMinimum": 0,
+        "title": "Amount",
+        "type": "number",
+    }
+    assert schema["$defs"]["Reason"]["enum"] == ["duplicate", "damaged"]
+    assert schema["$defs"]["Customer"]["properties"]["email"]["description"] == (
+        "Where the confirmation goes."
+    )
+    # A closed model with every field required is declared strict for OpenAI.
+    assert tool.to_json_schema_spec()["function"]["strict"] is True
+
+
+def test_a_model_with_optional_fields_is_not_declared_strict() -> None:
+    class Loose(BaseModel):
+        order_id: str
+        note: str = ""
+
+    billing, refunds = scripted_agent("billing"), scripted_agent("refunds")
+    workflow = HandoffWorkflowBuilder(billing).with_handoff(billing, refunds, payload=Loose).build()
+    host = workflow.get_start_executor()
+    [tool] = host._participants["billing"].tools  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType, reportUnknownVariableType]
+    assert "strict" not in tool.to_json_schema_spec()["function"]  # pyright: ignore[reportUnknownMemberType]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["run", "stream"])
+async def test_an_invalid_payload_is_a_tool_error_that_names_each_field(stream: bool) -> None:
+    bad = {"order_id": "A-1", "amount": -5, "reason": "whim"}
+    builder, billing, refunds = refund_desk(
+        call_tool("send_to_refunds", **bad), reply("Let me check the amount.")
+    )
+
+    turn = await run_turn(builder.build(), "refund A-1", stream=stream)
+
+    assert client_of(refunds).calls == []
+    assert turn.result.text == "Let me check the amount."
+    [blocked] = turn.blocked
+    assert (blocked.reason, blocked.target) == ("invalid_payload", "refunds")
+    assert '"amount": -5' in blocked.arguments
+    error = received(billing).rendered.splitlines()[-1]
+    assert error.endswith(
+        "Error: the handoff was not performed because its arguments are not valid: "
+        "amount: Input should be greater than 0; reason: Input should be 'duplicate' or "
+        "'damaged'; customer: Field required. Fix them and call send_to_refunds again."
+    )
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["run", "stream"])
+async def test_the_payload_reaches_the_receiver_the_event_and_the_turn_result(
+    stream: bool,
+) -> None:
+    builder, _, refunds = refund_desk(call_tool("send_to_refunds", **GOOD))
+
+    turn = await run_turn(builder.build(), "refund A-1", stream=stream)
+
+    [handoff] = turn.handoffs
+    assert isinstance(handoff.payload, RefundRequest)
+    assert handoff.payload.customer.email == "jane@example.com"
+    assert handoff.payload.reason is Reason.DUPLICATE
+    assert turn.result.handoffs == (handoff,)
+    assert handoff.goal == RefundRequest.model_validate(GOOD).model_dump_json()
+    assert received(refunds).texts[-1] == (
+        "Handoff from billing to you (refunds). RefundRequest: "
+        '{"order_id":"A-1","amount":24.9,"reason":"duplicate","customer":'
+        '{"email":"jane@example.com"}}'
+    )
+
+
+async def test_the_payload_is_stored_as_json_and_read_back_as_the_model(
+    store: ConversationStore,
+) -> None:
+    builder, _, _ = refund_desk(
+        call_tool("send_to_refunds", **GOOD), call_tool("send_to_refunds", **GOOD)
+    )
+    host = ConversationHost(builder, store, live_conversations=0)
+    first = await host.send("c", "refund A-1")
+    assert isinstance(first.handoffs[0].payload, RefundRequest)
+    record = await store.load("c")
+    assert record is not None
+    # The turn's handoffs live in the state while the turn is open; the note's record always.
+    [result] = [
+        c
+        for m in record.messages
+        for c in m["contents"]
+        if c["type"] == "function_result" and "handoff_builder" in c["additional_properties"]
+    ]
+    assert result["additional_properties"]["handoff_builder"]["payload"] == GOOD
+
+
+async def test_the_payload_comes_back_as_its_model_after_a_checkpoint_restore() -> None:
+    storage = InMemoryCheckpointStorage()
+    builder, _, _ = refund_desk(call_tool("send_to_refunds", **GOOD))
+    workflow = builder.with_name("refunds-desk").build()
+    await run_turn(workflow, "refund A-1", checkpoint_storage=storage)
+    [after_billing] = [
+        c
+        for c in await storage.list_checkpoints(workflow_name="refunds-desk")
+        if c.iteration_count == 1
+    ]
+    stored = after_billing.state["_executor_state"]["handoff_host"]["turn"]["handoffs"]
+    assert stored[0]["payload"] == GOOD
+
+    restored, billing2, refunds2 = refund_desk()
+    turn = await run_turn(
+        restored.with_name("refunds-desk").build(),
+        None,  # type: ignore[arg-type]
+        checkpoint_id=after_billing.checkpoint_id,
+        checkpoint_storage=storage,
+    )
+
+    [handoff] = turn.result.handoffs
+    assert isinstance(handoff.payload, RefundRequest)
+    assert handoff.payload == RefundRequest.model_validate(GOOD)
+    assert_received(refunds2, 'RefundRequest: {"order_id":"A-1"')
+    assert client_of(billing2).calls == []  # billing had handed off before the checkpoint
+
+
+async def test_a_hand_back_payload_replaces_the_summary() -> None:
+    class Done(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        refunded: bool
+        still_open: list[str]
+
+    triage = scripted_agent(
+        "triage", handoff_to("billing", goal="Refund it."), reply("Anything else?")
+    )
+    billing = scripted_agent(
+        "billing", call_tool("transfer_back_to_triage", refunded=True, still_open=["app crash"])
+    )
+    workflow = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, billing)
+        .with_hand_back(triage, payload=Done)
+        .build()
+    )
+
+    turn = await run_turn(workflow, "refund, and the app crashes")
+
+    assert received(billing).options["tools"][0].parameters()["required"] == [
+        "refunded",
+        "still_open",
+    ]
+    back = turn.result.handoffs[1]
+    assert (back.kind, back.payload) == ("hand_back", Done(refunded=True, still_open=["app crash"]))
+    assert received(triage).texts[-1] == (
+        'Hand-back from billing to you (triage). Done: {"refunded":true,"still_open":["app crash"]}'
+    )
+
+
+async def test_with_handoffs_gives_every_edge_the_payload() -> None:
+    billing = scripted_agent("billing", call_tool("handoff_to_refunds", **GOOD))
+    refunds = scripted_agent("refunds", reply("ok"))
+    vouchers = scripted_agent("vouchers")
+    workflow = (
+        HandoffWorkflowBuilder(billing)
+        .with_handoffs(billing, [refunds, vouchers], payload=RefundRequest)
+        .build()
+    )
+    turn = await run_turn(workflow, "refund")
+    assert [t.parameters()["title"] for t in received(billing).options["tools"]] == [
+        "RefundRequest",
+        "RefundRequest",
+    ]
+    assert isinstance(turn.handoffs[0].payload, RefundRequest)
+
+
+def test_a_payload_that_is_not_a_pydantic_model_is_a_build_error() -> None:
+    a, b = scripted_agent("a"), scripted_agent("b")
+    builder = HandoffWorkflowBuilder(a).with_handoff(a, b, payload=dict)  # type: ignore[arg-type]
+    with pytest.raises(HandoffConfigurationError) as failure:
+        builder.build()
+    assert failure.value.problems == (
+        "The payload of the handoff from 'a' to 'b' is <class 'dict'>; pass a pydantic "
+        "BaseModel subclass (the class, not an instance).",
+    )
+
+
+def test_without_a_payload_the_tool_takes_the_built_in_goal() -> None:
+    a, b = scripted_agent("a"), scripted_agent("b")
+    workflow = HandoffWorkflowBuilder(a).with_handoff(a, b).build()
+    host = workflow.get_start_executor()
+    [tool] = host._participants["a"].tools  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType, reportUnknownVariableType]
+    spec = tool.to_json_schema_spec()  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+    assert spec["function"]["parameters"]["required"] == ["goal"]
+    assert spec["function"]["parameters"]["additionalProperties"] is False
+    assert spec["function"]["strict"] is True
