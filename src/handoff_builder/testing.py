@@ -1,8 +1,9 @@
 """A strict scripted chat client for tests and offline demos.
 
-:class:`ScriptedChatClient` is built on agent_framework's chat-client base classes
-(``FunctionInvocationLayer``, ``ChatMiddlewareLayer``, ``BaseChatClient``), so tool calls it
-scripts go through the real function-invocation path: middleware, tool execution, results fed back.
+:class:`ScriptedChatClient` is built on agent_framework's chat-client layers, as its own clients are
+(``FunctionInvocationLayer``, ``ChatMiddlewareLayer``, ``ChatTelemetryLayer``, ``BaseChatClient``),
+so tool calls it scripts go through the real function-invocation path (middleware, tool execution,
+results fed back) and each model call is traced as a ``chat`` span.
 
 Each model call takes the next step of the script; a step is one model response::
 
@@ -43,6 +44,7 @@ from agent_framework import (
     FunctionInvocationLayer,
     Message,
 )
+from agent_framework.observability import ChatTelemetryLayer
 from typing_extensions import override
 
 from ._routes import handoff_tool_name
@@ -180,7 +182,10 @@ def respond(*parts: Step | str | Content) -> Step:
 
 
 class ScriptedChatClient(
-    FunctionInvocationLayer[Any], ChatMiddlewareLayer[Any], BaseChatClient[Any]
+    FunctionInvocationLayer[Any],
+    ChatMiddlewareLayer[Any],
+    ChatTelemetryLayer[Any],
+    BaseChatClient[Any],
 ):
     """A chat client that answers from a script, one step per model call, and records each call."""
 

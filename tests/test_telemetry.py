@@ -1,0 +1,273 @@
+"""OpenTelemetry: spans after the GenAI conventions, span events, metrics, through the SDK's
+in-memory exporter and reader (set once for the test session: OpenTelemetry's providers are global).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from agent_framework.observability import OBSERVABILITY_SETTINGS
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import Counter, Histogram, MeterProvider
+from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from handoff_builder import (
+    ConversationHost,
+    HandoffContext,
+    HandoffHookError,
+    HandoffWorkflowBuilder,
+)
+from handoff_builder.stores import InMemoryConversationStore
+from handoff_builder.testing import call_tool, handoff_to, reply, scripted_agent
+
+EXPORTER = InMemorySpanExporter()
+READER = InMemoryMetricReader(
+    preferred_temporality={
+        Counter: AggregationTemporality.DELTA,
+        Histogram: AggregationTemporality.DELTA,
+    }
+)
+
+
+def _install() -> None:
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
+        trace.set_tracer_provider(provider)
+        metrics.set_meter_provider(MeterProvider(metric_readers=[READER]))
+
+
+_install()
+
+
+@pytest.fixture
+def spans() -> InMemorySpanExporter:
+    EXPORTER.clear()
+    READER.collect()  # start the metric deltas from here
+    return EXPORTER
+
+
+def named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
+    return [span for span in exporter.get_finished_spans() if span.name == name]
+
+
+def parent_of(exporter: InMemorySpanExporter, span: ReadableSpan) -> ReadableSpan | None:
+    if span.parent is None:
+        return None
+    by_id = {s.context.span_id: s for s in exporter.get_finished_spans() if s.context}
+    return by_id.get(span.parent.span_id)
+
+
+def measured() -> dict[str, list[tuple[dict[str, Any], float]]]:
+    """Each of our metrics since the last call: (attributes, value or count) per data point."""
+    data: Any = READER.get_metrics_data()
+    resources: list[Any] = list(data.resource_metrics) if data is not None else []
+    out: dict[str, list[tuple[dict[str, Any], float]]] = {}
+    for resource in resources:
+        scopes: list[Any] = list(resource.scope_metrics)
+        for scope in scopes:
+            if scope.scope.name != "handoff_builder":
+                continue
+            for metric in list[Any](scope.metrics):
+                for point in list[Any](metric.data.data_points):
+                    value: float = getattr(point, "count", None) or point.value
+                    out.setdefault(str(metric.name), []).append((dict(point.attributes), value))
+    return out
+
+
+def desk() -> Any:
+    triage = scripted_agent(
+        "triage", handoff_to("billing", goal=""), handoff_to("billing", goal="Refund it.")
+    )
+    billing = scripted_agent("billing", reply("Refunded."))
+    return HandoffWorkflowBuilder(triage).with_handoff(triage, billing).with_name("desk")
+
+
+async def test_a_turn_is_one_invoke_workflow_span_around_the_agents(
+    spans: InMemorySpanExporter,
+) -> None:
+    await desk().build().run("I was charged twice")
+
+    [turn] = named(spans, "invoke_workflow desk")
+    assert turn.attributes is not None
+    assert dict(turn.attributes) == {
+        "gen_ai.operation.name": "invoke_workflow",
+        "gen_ai.workflow.name": "desk",
+        "handoff_builder.turn.status": "completed",
+    }
+    agents = [s for s in spans.get_finished_spans() if s.name.startswith("invoke_agent ")]
+    assert sorted(s.name for s in agents) == ["invoke_agent billing", "invoke_agent triage"]
+    assert all(parent_of(spans, s) is turn for s in agents)
+    chats = [s for s in spans.get_finished_spans() if s.name.startswith("chat")]
+    assert len(chats) == 3
+    assert all(parent_of(spans, s) in agents for s in chats)
+
+
+async def test_each_handoff_call_is_an_execute_tool_transfer_span(
+    spans: InMemorySpanExporter,
+) -> None:
+    await desk().build().run("I was charged twice")
+
+    refused, followed = named(spans, "execute_tool handoff_to_billing")
+    for span in (refused, followed):
+        parent = parent_of(spans, span)
+        assert parent is not None
+        assert parent.name == "invoke_agent triage"
+        attributes = dict(span.attributes or {})
+        assert {k: attributes[k] for k in (
+            "gen_ai.operation.name", "gen_ai.tool.name", "gen_ai.agent.name",
+            "gen_ai.transfer.mode", "gen_ai.transfer.target.type", "gen_ai.transfer.target.name",
+        )} == {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": "handoff_to_billing",
+            "gen_ai.agent.name": "triage",
+            "gen_ai.transfer.mode": "pass_control",
+            "gen_ai.transfer.target.type": "agent",
+            "gen_ai.transfer.target.name": "billing",
+        }  # fmt: skip
+        assert str(attributes["gen_ai.tool.call.id"]).startswith("call_")
+        assert "gen_ai.tool.call.arguments" not in attributes  # sensitive data is off
+    assert dict(refused.attributes or {})["handoff_builder.handoff.outcome"] == "rejected"
+    assert [(e.name, dict(e.attributes or {})) for e in refused.events] == [
+        ("handoff_builder.handoff.blocked", {"handoff_builder.reason": "empty_goal"})
+    ]
+    assert dict(followed.attributes or {})["handoff_builder.handoff.outcome"] == "transferred"
+    assert followed.events == ()
+
+
+async def test_the_goal_is_on_the_span_only_with_sensitive_data(
+    spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(OBSERVABILITY_SETTINGS, "enable_sensitive_data", True)
+    monkeypatch.setattr(OBSERVABILITY_SETTINGS, "enable_instrumentation", True)
+
+    await desk().build().run("I was charged twice")
+
+    _, followed = named(spans, "execute_tool handoff_to_billing")
+    assert dict(followed.attributes or {})["gen_ai.tool.call.arguments"] == (
+        '{"goal": "Refund it."}'
+    )
+
+
+async def test_a_hosted_turn_carries_the_conversation_id(spans: InMemorySpanExporter) -> None:
+    host = ConversationHost(desk(), InMemoryConversationStore())
+    await host.send("conv-7", "I was charged twice")
+    [turn] = named(spans, "invoke_workflow desk")
+    assert dict(turn.attributes or {})["gen_ai.conversation.id"] == "conv-7"
+
+
+async def test_a_cap_is_an_event_on_the_turns_span(spans: InMemorySpanExporter) -> None:
+    a = scripted_agent("a", handoff_to("b", goal="One."))
+    b = scripted_agent("b", handoff_to("a", goal="Two."))
+    workflow = (
+        HandoffWorkflowBuilder(a)
+        .with_handoff(a, b)
+        .with_handoff(b, a)
+        .with_max_handoffs_per_turn(1)
+        .with_name("caps")
+        .build()
+    )
+
+    await workflow.run("go")
+
+    [turn] = named(spans, "invoke_workflow caps")
+    assert dict(turn.attributes or {})["handoff_builder.turn.status"] == "handoff_cap"
+    assert [(e.name, dict(e.attributes or {})) for e in turn.events] == [
+        (
+            "handoff_builder.escalated",
+            {
+                "handoff_builder.reason": "handoff_cap",
+                "gen_ai.agent.name": "b",
+                "handoff_builder.limit": 1,
+            },
+        )
+    ]
+    [capped] = named(spans, "execute_tool handoff_to_a")  # b's call, which tripped the cap
+    assert dict(capped.attributes or {})["handoff_builder.handoff.outcome"] == "escalated"
+    assert [e.name for e in capped.events] == ["handoff_builder.escalated"]
+    assert measured()["handoff_builder.escalations"] == [
+        ({"handoff_builder.reason": "handoff_cap"}, 1)
+    ]
+
+
+async def test_a_veto_is_an_event_on_its_call_span(spans: InMemorySpanExporter) -> None:
+    a = scripted_agent("a", handoff_to("c", goal="Please."), reply("Fine."))
+    c = scripted_agent("c")
+    workflow = (
+        HandoffWorkflowBuilder(a)
+        .with_handoff(a, c, on_handoff=lambda context: "Closed today.")
+        .build()
+    )
+    await workflow.run("go")
+    [span] = named(spans, "execute_tool handoff_to_c")
+    assert [(e.name, dict(e.attributes or {})) for e in span.events] == [
+        ("handoff_builder.handoff.blocked", {"handoff_builder.reason": "vetoed"})
+    ]
+    assert measured()["handoff_builder.handoffs.blocked"] == [
+        ({"handoff_builder.reason": "vetoed"}, 1)
+    ]
+
+
+async def test_a_declined_approval_is_an_event_on_its_call_span(
+    spans: InMemorySpanExporter,
+) -> None:
+    from handoff_builder import decline
+
+    a = scripted_agent("a", call_tool("handoff_to_b", goal="Refund."), reply("Declined, ok."))
+    b = scripted_agent("b")
+    workflow = HandoffWorkflowBuilder(a).with_handoff(a, b, approval=True).build()
+    [request] = (await workflow.run("go")).get_request_info_events()
+    await workflow.run(responses={request.request_id: decline(request.data, "No.")})
+
+    asked, declined = named(spans, "execute_tool handoff_to_b")
+    assert dict(asked.attributes or {})["handoff_builder.handoff.outcome"] == "awaiting_approval"
+    assert [(e.name, dict(e.attributes or {})) for e in declined.events] == [
+        ("handoff_builder.handoff.blocked", {"handoff_builder.reason": "declined"})
+    ]
+
+
+async def test_a_failing_turn_ends_its_span_with_an_error(spans: InMemorySpanExporter) -> None:
+    def broken(context: HandoffContext) -> None:
+        raise ValueError("audit down")
+
+    a = scripted_agent("a", handoff_to("b", goal="Go."))
+    b = scripted_agent("b")
+    workflow = (
+        HandoffWorkflowBuilder(a).with_handoff(a, b, on_handoff=broken).with_name("w").build()
+    )
+    with pytest.raises(HandoffHookError):
+        await workflow.run("go")
+
+    [turn] = named(spans, "invoke_workflow w")
+    assert turn.status.status_code is StatusCode.ERROR
+    assert dict(turn.attributes or {})["error.type"] == "HandoffHookError"
+
+
+async def test_metrics_count_handoffs_blocks_and_hops(spans: InMemorySpanExporter) -> None:
+    await desk().build().run("I was charged twice")
+
+    now = measured()
+    assert now["handoff_builder.handoffs"] == [
+        (
+            {
+                "handoff_builder.source": "triage",
+                "handoff_builder.target": "billing",
+                "handoff_builder.handoff.kind": "handoff",
+            },
+            1,
+        )
+    ]
+    assert now["handoff_builder.handoffs.blocked"] == [
+        ({"handoff_builder.reason": "empty_goal"}, 1)
+    ]
+    assert now["handoff_builder.turn.hops"] == [({"gen_ai.workflow.name": "desk"}, 1)]
+    [(attributes, count)] = now["gen_ai.workflow.duration"]
+    assert (attributes, count) == (
+        {"gen_ai.operation.name": "invoke_workflow", "gen_ai.workflow.name": "desk"},
+        1,
+    )
