@@ -150,7 +150,7 @@ async def test_the_goal_is_on_the_span_only_with_sensitive_data(
 
     _, followed = named(spans, "execute_tool handoff_to_billing")
     assert dict(followed.attributes or {})["gen_ai.tool.call.arguments"] == (
-        '{"goal": "Refund it."}'
+        '{"goal":"Refund it."}'
     )
 
 

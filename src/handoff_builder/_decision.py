@@ -16,8 +16,9 @@ never reads routing from message contents.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from agent_framework import Message
 from pydantic import BaseModel
@@ -63,14 +64,25 @@ class HandoffRequest(NamedTuple):
 
     ``payload`` is the validated model (the built-in goal or summary, or the edge's payload);
     ``None`` when the arguments are invalid, and ``problem`` then names each bad field.
-    ``arguments`` is what the model sent, as JSON.
+    ``raw`` is what the model sent (``arguments`` has it as JSON).
     """
 
     route: HandoffRoute
     call_id: str
     payload: BaseModel | None
-    arguments: str = ""
+    raw: Any = None
     problem: str | None = None
+
+    @property
+    def arguments(self) -> str:
+        """What the model sent, as JSON."""
+        raw = self.raw
+        if isinstance(raw, str):
+            return raw
+        try:
+            return json.dumps(raw, ensure_ascii=False, default=str)
+        except (TypeError, ValueError):  # pragma: no cover - agent_framework passes JSON values
+            return str(raw)
 
     @property
     def argument(self) -> str:

@@ -415,7 +415,7 @@ def _call(
         blocked,
         escalation,
         request.payload,
-        request.arguments,
+        request.arguments if blocked is not None or escalation is not None else "",
     )
 
 

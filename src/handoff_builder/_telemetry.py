@@ -14,18 +14,26 @@ emitted:
 * metrics: handoffs (by source and target), blocked handoffs (by reason), escalations (by reason),
   hops per turn, and ``gen_ai.workflow.duration``.
 
-The attribute names are constants here and nowhere else.
+The attribute names are constants here and nowhere else. Until an SDK's tracer provider is set,
+no span is started at all (not even a no-op one), so tracing costs nothing then.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Generator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING
 
 from opentelemetry import metrics, trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import (
+    INVALID_SPAN,
+    ProxyTracerProvider,
+    Span,
+    SpanKind,
+    Status,
+    StatusCode,
+)
 
 from ._decision import Event
 from ._events import EscalationEvent, HandoffBlockedEvent, HandoffEvent, LimitReachedEvent
@@ -92,6 +100,14 @@ _duration = _meter.create_histogram(
 )
 
 
+def _tracing() -> bool:
+    """True once a tracer provider is set (opentelemetry-api's default is a no-op proxy)."""
+    return not isinstance(trace.get_tracer_provider(), ProxyTracerProvider)
+
+
+_NOT_TRACED: AbstractContextManager[None] = nullcontext()
+
+
 def _sensitive() -> bool:
     """agent_framework's sensitive-data setting (goals and payloads are sensitive)."""
     from agent_framework.observability import OBSERVABILITY_SETTINGS
@@ -107,18 +123,20 @@ class TurnTrace:
     def __init__(self, workflow: str, conversation_id: str | None) -> None:
         self.workflow = workflow
         self._started = time.perf_counter()
-        attributes = {OPERATION_NAME: INVOKE_WORKFLOW, WORKFLOW_NAME: workflow}
-        if conversation_id is not None:
-            attributes[CONVERSATION_ID] = conversation_id
-        self.span: Span = _tracer.start_span(
-            f"{INVOKE_WORKFLOW} {workflow}", kind=SpanKind.INTERNAL, attributes=attributes
-        )
+        self.span: Span = INVALID_SPAN
+        if _tracing():
+            attributes = {OPERATION_NAME: INVOKE_WORKFLOW, WORKFLOW_NAME: workflow}
+            if conversation_id is not None:
+                attributes[CONVERSATION_ID] = conversation_id
+            self.span = _tracer.start_span(
+                f"{INVOKE_WORKFLOW} {workflow}", kind=SpanKind.INTERNAL, attributes=attributes
+            )
 
-    @contextmanager
-    def active(self) -> Generator[None, None, None]:
+    def active(self) -> AbstractContextManager[object]:
         """Run an agent inside the turn's span (its own spans become the turn's children)."""
-        with trace.use_span(self.span, end_on_exit=False):
-            yield
+        if self.span is INVALID_SPAN:
+            return _NOT_TRACED
+        return trace.use_span(self.span, end_on_exit=False)
 
     def record(self, event: Event) -> None:
         """The metric, and the span event, of one audit event."""
@@ -164,9 +182,15 @@ class TurnTrace:
         self.span.end()
 
 
-@contextmanager
-def handoff_span(route: HandoffRoute, call_id: str) -> Generator[Span, None, None]:
+def handoff_span(route: HandoffRoute, call_id: str) -> AbstractContextManager[Span]:
     """The ``execute_tool`` span of one handoff call (a transfer that passes control)."""
+    if not _tracing():
+        return nullcontext(INVALID_SPAN)
+    return _handoff_span(route, call_id)
+
+
+@contextmanager
+def _handoff_span(route: HandoffRoute, call_id: str) -> Generator[Span, None, None]:
     with _tracer.start_as_current_span(
         f"{EXECUTE_TOOL} {route.tool_name}",
         kind=SpanKind.INTERNAL,
@@ -192,7 +216,8 @@ def settle_handoff_span(span: Span, call: HandoffCall) -> None:
         return
     span.set_attribute(HANDOFF_OUTCOME, call.outcome)
     if _sensitive():
-        span.set_attribute(TOOL_CALL_ARGUMENTS, call.arguments or call.argument)
+        payload = call.payload.model_dump_json() if call.payload is not None else call.argument
+        span.set_attribute(TOOL_CALL_ARGUMENTS, call.arguments or payload)
     if call.blocked is not None:
         span.add_event(BLOCKED_EVENT, {REASON: call.blocked})
     if call.escalation is not None:

@@ -15,7 +15,6 @@ reviewed call (:class:`~handoff_builder._decision.HandoffCall`) in the run's lis
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -53,16 +52,8 @@ def handoff_request(route: HandoffRoute, call_id: str, arguments: Any) -> Handof
     """The call's arguments, validated with the route's model."""
     if isinstance(arguments, BaseModel):
         arguments = arguments.model_dump()
-    raw = arguments if isinstance(arguments, str) else _json(arguments)
     payload, problem = validate_arguments(route.model, arguments)
-    return HandoffRequest(route, call_id, payload, raw, problem)
-
-
-def _json(arguments: Any) -> str:
-    try:
-        return json.dumps(arguments, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):  # pragma: no cover - agent_framework passes JSON values
-        return str(arguments)
+    return HandoffRequest(route, call_id, payload, arguments, problem)
 
 
 def call_result(call: HandoffCall) -> Content:
