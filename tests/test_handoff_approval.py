@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -18,7 +19,14 @@ from handoff_builder import (
     decline,
 )
 from handoff_builder.stores import ConversationStore
-from handoff_builder.testing import call_tool, client_of, received, reply, scripted_agent
+from handoff_builder.testing import (
+    call_tool,
+    client_of,
+    received,
+    reply,
+    respond,
+    scripted_agent,
+)
 
 
 class Refund(BaseModel):
@@ -108,6 +116,7 @@ async def test_a_declined_handoff_is_a_tool_result_and_the_caller_carries_on() -
     assert result.handoffs == ()
     [blocked] = [e.data for e in second if e.type == "handoff_blocked"]
     assert (blocked.reason, blocked.target) == ("declined", "refunds")
+    assert json.loads(blocked.arguments) == BIG  # what was declined, as the model sent it
     assert (
         received(billing)
         .rendered.splitlines()[-1]
@@ -117,6 +126,35 @@ async def test_a_declined_handoff_is_a_tool_result_and_the_caller_carries_on() -
             "receipt."
         )
     )
+
+
+async def test_one_approval_for_duplicate_handoff_calls_in_one_response() -> None:
+    builder, _, refunds = desk(
+        respond(call_tool("send_to_refunds", **BIG), call_tool("send_to_refunds", **SMALL))
+    )
+    workflow = builder.build()
+    first = list(await workflow.run("refund my order"))
+    [request] = requests(first)  # the first call stands; the second is not asked about
+    assert json.loads(request.data.function_call.arguments) == BIG
+    [warning] = [e.data for e in first if e.type == "warning"]
+    assert "following the first, send_to_refunds" in str(warning)
+
+    approve = request.data.to_function_approval_response(approved=True)
+    result = result_of(list(await workflow.run(responses={request.request_id: approve})))
+
+    assert (result.active_agent, [h.payload for h in result.handoffs]) == (
+        "refunds",
+        [Refund(order_id="A-1", amount=240.0)],
+    )
+    results = [
+        c.result for m in result.conversation for c in m.contents if c.type == "function_result"
+    ]
+    assert results == [
+        "Not performed: only one handoff per response is followed (send_to_refunds waits for a "
+        "person's approval).",
+        "Transferred.",
+    ]
+    assert len(client_of(refunds).calls) == 1
 
 
 async def test_an_approval_predicate_asks_only_when_it_says_so() -> None:

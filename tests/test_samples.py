@@ -99,3 +99,24 @@ async def test_real_providers_need_configuration(monkeypatch: pytest.MonkeyPatch
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with pytest.raises(ProviderConfigurationError, match=r"^Set OPENAI_API_KEY to use the openai"):
         await main("openai")
+
+
+@pytest.mark.parametrize("approve", [True, False], ids=["approved", "declined"])
+async def test_refund_approval(approve: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    from samples.refund_approval import Reason, RefundRequest, main
+
+    turn = await main(approve=approve)
+    out = capsys.readouterr().out
+    assert 'approval needed: send_to_refunds({"order_id": "A-1", "amount": 240.0' in out
+    if approve:
+        [handoff] = turn.handoffs
+        assert handoff.payload == RefundRequest(order_id="A-1", amount=240, reason=Reason.DUPLICATE)
+        assert turn.active_agent == "refunds"
+    else:
+        assert (turn.handoffs, turn.active_agent) == ((), "billing")
+    # The trace: the run that waits, and the run that answers, with the handoff spans.
+    assert "invoke_workflow refund-desk  [awaiting_input]" in out
+    assert "invoke_workflow refund-desk  [completed]  (linked to the run it resumes)" in out
+    assert "execute_tool send_to_refunds  [pass_control -> refunds: rejected]" in out
+    second = "transferred" if approve else "rejected"
+    assert f"execute_tool send_to_refunds  [pass_control -> refunds: {second}]" in out

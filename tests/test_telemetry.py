@@ -231,6 +231,38 @@ async def test_a_declined_approval_is_an_event_on_its_call_span(
     ]
 
 
+async def test_a_turn_that_waits_for_approval_is_one_span_per_run_linked(
+    spans: InMemorySpanExporter,
+) -> None:
+    a = scripted_agent("a", call_tool("handoff_to_b", goal="Refund."))
+    b = scripted_agent("b", reply("Refunded."))
+    workflow = HandoffWorkflowBuilder(a).with_handoff(a, b, approval=True).with_name("w").build()
+    [request] = (await workflow.run("go")).get_request_info_events()
+    waiting = named(spans, "invoke_workflow w")
+    assert [dict(s.attributes or {})["handoff_builder.turn.status"] for s in waiting] == [
+        "awaiting_input"  # ended: no span is held open while a person decides
+    ]
+    first = measured()
+    assert "handoff_builder.turn.hops" not in first  # the turn is not over
+
+    approve = request.data.to_function_approval_response(approved=True)
+    await workflow.run(responses={request.request_id: approve})
+
+    paused, resumed = named(spans, "invoke_workflow w")
+    assert dict(resumed.attributes or {})["handoff_builder.turn.status"] == "completed"
+    assert paused.context is not None
+    assert [link.context.span_id for link in resumed.links] == [paused.context.span_id]
+    asked, approved = named(spans, "execute_tool handoff_to_b")
+    agent_a = parent_of(spans, asked)
+    assert agent_a is not None
+    assert (agent_a.name, parent_of(spans, agent_a)) == ("invoke_agent a", paused)
+    assert dict(approved.attributes or {})["handoff_builder.handoff.outcome"] == "transferred"
+    assert parent_of(spans, approved) is resumed
+    [agent_b] = named(spans, "invoke_agent b")
+    assert parent_of(spans, agent_b) is resumed
+    assert measured()["handoff_builder.turn.hops"] == [({"gen_ai.workflow.name": "w"}, 1)]
+
+
 async def test_a_failing_turn_ends_its_span_with_an_error(spans: InMemorySpanExporter) -> None:
     def broken(context: HandoffContext) -> None:
         raise ValueError("audit down")

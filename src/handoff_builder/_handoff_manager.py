@@ -65,6 +65,11 @@ PING_PONG_ERROR = (
 NOT_PERFORMED_RESULT = (
     "Not performed: only one handoff per response is followed ({followed} was followed)."
 )
+AWAITING_NOT_PERFORMED_RESULT = (
+    "Not performed: only one handoff per response is followed ({followed} waits for a person's "
+    "approval)."
+)
+_FOLLOWED = frozenset({"transferred", "escalated", "awaiting_approval"})
 CAP_RESULTS: dict[EscalationReason, str] = {
     "handoff_cap": (
         "Not transferred: the limit of {limit} handoffs for this user message was reached. "
@@ -156,10 +161,14 @@ class HandoffManager(GroupChatManager):
         self, request: HandoffRequest, earlier: Sequence[HandoffCall]
     ) -> HandoffCall:
         """Accept the call, refuse it with a tool error, or stop the turn at a cap."""
-        followed = next((c for c in earlier if c.outcome in ("transferred", "escalated")), None)
-        if followed is not None:
-            text = NOT_PERFORMED_RESULT.format(followed=followed.route.tool_name)
-            return _call(request, "not_performed", text)
+        followed = next((c for c in earlier if c.outcome in _FOLLOWED), None)
+        if followed is not None:  # the first accepted call stands, even while it waits for a yes
+            text = (
+                AWAITING_NOT_PERFORMED_RESULT
+                if followed.outcome == "awaiting_approval"
+                else NOT_PERFORMED_RESULT
+            )
+            return _call(request, "not_performed", text.format(followed=followed.route.tool_name))
         state = self._state
         refusal = self._refusal(request)
         if refusal is not None:
@@ -249,10 +258,12 @@ class HandoffManager(GroupChatManager):
                 tally.tripped = tally.tripped or call
             elif call.outcome == "not_performed":
                 skipped.append(call)
+            elif call.outcome == "awaiting_approval":
+                tally.awaiting = tally.awaiting or call
         for stray in self._stray_calls(reply):
             tally.events.append(stray)
             tally.rejected += 1
-        followed = tally.accepted or tally.tripped
+        followed = tally.accepted or tally.tripped or tally.awaiting
         if skipped and followed is not None:
             tally.events.append(_duplicates_warning(reply.agent, followed, skipped))
         return tally
@@ -396,6 +407,7 @@ class _Tally:
     rejected: int
     accepted: HandoffCall | None = None
     tripped: HandoffCall | None = None
+    awaiting: HandoffCall | None = None
 
 
 def _call(

@@ -7,7 +7,7 @@ import copy
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from agent_framework import (
     AgentResponseUpdate,
@@ -21,6 +21,9 @@ from agent_framework import (
     response_handler,
 )
 from typing_extensions import Self, override
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import SpanContext
 
 from ._decision import AgentReply, Decision, EndTurn, Escalate, Event, NextAgent, TurnStart
 from ._events import (
@@ -196,6 +199,7 @@ class GroupChatHost(Executor):
         self.journal: TurnJournal | None = None
         self._workflow_name = workflow_name
         self._trace: TurnTrace | None = None
+        self._paused: SpanContext | None = None  # the span of the run that waits for answers
         self.conversation_id: str | None = None
         """The hosted conversation's id, given to handoff hooks (``ConversationHost`` sets it)."""
         self._payload_models = {
@@ -439,6 +443,8 @@ class GroupChatHost(Executor):
         self._next = None
         await self._record()
         await self._emit(then.events, ctx)
+        self._paused = self._turn_trace().pause()
+        self._trace = None
         for request in requests:
             await ctx.request_info(request, Content, request_id=str(request.id))
 
@@ -468,9 +474,10 @@ class GroupChatHost(Executor):
         then = self._pending.then or Continuation(name)
         participant = self._participants[name]
         gate = HandoffGate(participant.policies, self._history, self.conversation_id)
-        messages, calls = await self._pending.resolve(
-            participant, self._manager.review_handoff, gate
-        )
+        with self._turn_trace().active():  # approved handoffs' spans are the turn's
+            messages, calls = await self._pending.resolve(
+                participant, self._manager.review_handoff, gate
+            )
         self._history.extend(messages)
         carried = tuple(Message.from_dict(item) for item in then.input)
         decision: Decision = NextAgent(then.agent, input=carried)  # decided with the requests
@@ -488,7 +495,8 @@ class GroupChatHost(Executor):
     def _turn_trace(self) -> TurnTrace:
         """The open turn's trace (a turn restored from a checkpoint or a store starts a new one)."""
         if self._trace is None:
-            self._trace = TurnTrace(self._workflow_name, self.conversation_id)
+            self._trace = TurnTrace(self._workflow_name, self.conversation_id, self._paused)
+            self._paused = None
         return self._trace
 
     async def _emit(self, events: Sequence[Event], ctx: HostContext) -> None:

@@ -247,7 +247,7 @@ async def _answered_handoff(
             text = f"{text} The reviewer said: {reason.strip()}"
         return HandoffCall(
             route, request.argument, request.call_id, "rejected", text, "declined",
-            payload=request.payload,
+            payload=request.payload, arguments=request.arguments,
         )  # fmt: skip
     reviewed = review(request, earlier)
     if reviewed.outcome == "transferred":

@@ -5,7 +5,9 @@ emitted:
 
 * one ``invoke_workflow {workflow name}`` span per user turn (``gen_ai.operation.name``,
   ``gen_ai.workflow.name``, ``gen_ai.conversation.id`` when hosted). Every agent run of the turn
-  runs inside it, so agent_framework's ``invoke_agent`` and ``chat`` spans are its children;
+  runs inside it, so agent_framework's ``invoke_agent`` and ``chat`` spans are its children. A
+  turn that waits for answers (approvals, external calls) ends its span there, with the status
+  ``awaiting_input``; the run that gets the answers opens the next one, linked to it;
 * one ``execute_tool {tool name}`` span per handoff call (``gen_ai.tool.*``, ``gen_ai.agent.name``
   for the source, ``gen_ai.transfer.mode`` = ``pass_control``, ``gen_ai.transfer.target.*``);
   the goal or payload only when agent_framework's sensitive-data setting is on;
@@ -28,8 +30,10 @@ from typing import TYPE_CHECKING
 from opentelemetry import metrics, trace
 from opentelemetry.trace import (
     INVALID_SPAN,
+    Link,
     ProxyTracerProvider,
     Span,
+    SpanContext,
     SpanKind,
     Status,
     StatusCode,
@@ -73,6 +77,7 @@ SOURCE = "handoff_builder.source"
 TARGET = "handoff_builder.target"
 LIMIT = "handoff_builder.limit"
 TURN_STATUS = "handoff_builder.turn.status"
+AWAITING_INPUT = "awaiting_input"  # the turn status of a run that ends waiting for answers
 BLOCKED_EVENT = "handoff_builder.handoff.blocked"
 ESCALATED_EVENT = "handoff_builder.escalated"
 LIMIT_EVENT = "handoff_builder.limit_reached"
@@ -120,7 +125,9 @@ class TurnTrace:
 
     __slots__ = ("_started", "span", "workflow")
 
-    def __init__(self, workflow: str, conversation_id: str | None) -> None:
+    def __init__(
+        self, workflow: str, conversation_id: str | None, resumes: SpanContext | None = None
+    ) -> None:
         self.workflow = workflow
         self._started = time.perf_counter()
         self.span: Span = INVALID_SPAN
@@ -128,8 +135,12 @@ class TurnTrace:
             attributes = {OPERATION_NAME: INVOKE_WORKFLOW, WORKFLOW_NAME: workflow}
             if conversation_id is not None:
                 attributes[CONVERSATION_ID] = conversation_id
+            links = [Link(resumes)] if resumes is not None and resumes.is_valid else None
             self.span = _tracer.start_span(
-                f"{INVOKE_WORKFLOW} {workflow}", kind=SpanKind.INTERNAL, attributes=attributes
+                f"{INVOKE_WORKFLOW} {workflow}",
+                kind=SpanKind.INTERNAL,
+                attributes=attributes,
+                links=links,
             )
 
     def active(self) -> AbstractContextManager[object]:
@@ -166,6 +177,19 @@ class TurnTrace:
     def end(self, status: str, hops: int) -> None:
         """End the turn: its status, and the hop and duration metrics."""
         _hops.record(hops, {WORKFLOW_NAME: self.workflow})
+        self._close(status)
+
+    def pause(self) -> SpanContext:
+        """End this run's part of a turn that waits for answers; the answers' run links to it.
+
+        A span is not held open while a person decides (that may take days, and the answers may
+        reach another process): the turn is one span per run, and its hops are counted once, at
+        the end.
+        """
+        self._close(AWAITING_INPUT)
+        return self.span.get_span_context()
+
+    def _close(self, status: str) -> None:
         _duration.record(
             time.perf_counter() - self._started,
             {OPERATION_NAME: INVOKE_WORKFLOW, WORKFLOW_NAME: self.workflow},

@@ -207,6 +207,7 @@ class ScriptedChatClient(
         """
         super().__init__()
         self.name = name
+        self.model = "scripted"  # the model traces name (``chat scripted``)
         self._respond_with = respond_with
         self._steps: list[ScriptStep] = list(steps)
         self._position = 0
