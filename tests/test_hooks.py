@@ -182,6 +182,9 @@ async def test_a_disabled_handoff_is_not_offered_and_a_call_to_it_is_blocked(
     closed = await run_turn(workflow, "refund please", stream=stream)
 
     assert received(billing, 0).tool_names == ("handoff_to_vouchers",)
+    instructions = str(received(billing, 0).options["instructions"])
+    assert "`handoff_to_vouchers`" in instructions  # only what the model is offered is named
+    assert "handoff_to_refunds" not in instructions
     assert client_of(refunds).calls == []
     assert [(b.reason, b.target) for b in closed.blocked] == [("disabled", "refunds")]
     assert closed.result.text == "Refunds are closed now; I have noted your request."
@@ -190,6 +193,9 @@ async def test_a_disabled_handoff_is_not_offered_and_a_call_to_it_is_blocked(
     opened = await run_turn(workflow, "refund please", stream=stream)
 
     assert received(billing).tool_names == ("handoff_to_refunds", "handoff_to_vouchers")
+    assert "`handoff_to_refunds`, `handoff_to_vouchers`" in str(
+        received(billing).options["instructions"]
+    )
     assert opened.result.text == "Refunded."
 
 
@@ -205,6 +211,7 @@ async def test_a_call_to_a_tool_the_agent_was_not_offered_is_answered(stream: bo
     await run_turn(workflow, "hello?", stream=stream)
 
     assert [b.reason for b in first.blocked] == ["disabled"]
+    assert "instructions" not in received(billing).options  # no handoff offered, none described
     contents = [c for m in received(billing).messages for c in m.contents]
     calls = [c.call_id for c in contents if c.type == "function_call"]
     results = [c for c in contents if c.type == "function_result"]

@@ -224,6 +224,7 @@ def _participant(
         options=options,
         routes=routes,
         policies=policies,
+        instructions=instructions,
     )
 
 

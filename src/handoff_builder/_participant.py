@@ -18,6 +18,7 @@ from agent_framework import (
 
 from ._decision import HandoffCall
 from ._hooks import EdgePolicy, HandoffGate
+from ._instructions import render_instructions
 from ._routes import HandoffRoute
 from ._tools import HandoffReviewer, HandoffToolMiddleware
 from .exceptions import HandoffHookError
@@ -41,6 +42,9 @@ class Participant:
     middleware: list[MiddlewareTypes] = field(default_factory=list[MiddlewareTypes])
     routes: Mapping[str, HandoffRoute] = field(default_factory=dict[str, HandoffRoute])
     policies: dict[str, EdgePolicy] = field(default_factory=dict[str, EdgePolicy])
+    instructions: str = ""
+    """The handoff instructions' template: a run that does not offer every tool names only those
+    it offers."""
 
     @property
     def name(self) -> str:
@@ -63,15 +67,18 @@ class Participant:
         calls: list[HandoffCall] = []
         middleware = self.middleware
         tools = self.tools
+        options = self.options
         disabled = frozenset[str]()
         if self.routes:
             middleware = [HandoffToolMiddleware(self.routes, review, gate, calls), *middleware]
             if self.policies:
                 disabled = await gate.disabled(list(self.routes.values()))
+            if disabled:
                 tools = [tool for tool in tools if tool.name not in disabled]
+                options = self._options_offering([tool.name for tool in tools])
         kwargs: dict[str, Any] = {
             "tools": tools or None,
-            "options": self.options,
+            "options": options,
             "middleware": middleware or None,
         }
         try:
@@ -87,3 +94,14 @@ class Participant:
                 raise failure.__cause__ from failure.__cause__.__cause__
             raise
         return response, tuple(calls), disabled
+
+    def _options_offering(self, tool_names: Sequence[str]) -> dict[str, Any]:
+        """The run's options when only ``tool_names`` are offered.
+
+        The instructions name just those; an agent offered none gets no handoff instructions.
+        """
+        options = {k: v for k, v in (self.options or {}).items() if k != "instructions"}
+        text = render_instructions(self.instructions, tool_names) if tool_names else ""
+        if text.strip():
+            options["instructions"] = text
+        return options

@@ -66,7 +66,6 @@ ERROR_TYPE = "error.type"
 INVOKE_WORKFLOW = "invoke_workflow"
 EXECUTE_TOOL = "execute_tool"
 PASS_CONTROL = "pass_control"  # noqa: S105 - a transfer mode, not a password
-RETURN_TO_CALLER = "return_to_caller"
 TARGET_AGENT = "agent"
 
 # -- ours ------------------------------------------------------------------------------------------
