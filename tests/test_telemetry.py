@@ -48,7 +48,7 @@ _install()
 @pytest.fixture
 def spans() -> InMemorySpanExporter:
     EXPORTER.clear()
-    READER.collect()  # start the metric deltas from here
+    READER.get_metrics_data()  # start the metric deltas from here (and drop what was read)
     return EXPORTER
 
 
@@ -152,6 +152,16 @@ async def test_the_goal_is_on_the_span_only_with_sensitive_data(
     assert dict(followed.attributes or {})["gen_ai.tool.call.arguments"] == (
         '{"goal":"Refund it."}'
     )
+
+
+async def test_agent_frameworks_switch_turns_our_telemetry_off_with_its_own(
+    spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(OBSERVABILITY_SETTINGS, "enable_instrumentation", False)
+    await desk().build().run("I was charged twice")
+
+    assert spans.get_finished_spans() == ()
+    assert measured() == {}
 
 
 async def test_a_hosted_turn_carries_the_conversation_id(spans: InMemorySpanExporter) -> None:

@@ -10,14 +10,16 @@ emitted:
   ``awaiting_input``; the run that gets the answers opens the next one, linked to it;
 * one ``execute_tool {tool name}`` span per handoff call (``gen_ai.tool.*``, ``gen_ai.agent.name``
   for the source, ``gen_ai.transfer.mode`` = ``pass_control``, ``gen_ai.transfer.target.*``);
-  the goal or payload only when agent_framework's sensitive-data setting is on;
+  the call's arguments (goal or payload) only where agent_framework puts a tool call's arguments
+  on its spans (its sensitive-data setting is on);
 * span events for refused handoffs, vetoes, declined approvals and every cap, with their reason,
   and an error status on a turn that fails;
 * metrics: handoffs (by source and target), blocked handoffs (by reason), escalations (by reason),
   hops per turn, and ``gen_ai.workflow.duration``.
 
 The attribute names are constants here and nowhere else. Until an SDK's tracer provider is set,
-no span is started at all (not even a no-op one), so tracing costs nothing then.
+no span is started at all (not even a no-op one), so tracing costs nothing then. agent_framework's
+instrumentation switch (``ENABLE_INSTRUMENTATION``) turns ours off with its own.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from collections.abc import Generator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING
 
+from agent_framework.observability import OBSERVABILITY_SETTINGS
 from opentelemetry import metrics, trace
 from opentelemetry.trace import (
     INVALID_SPAN,
@@ -104,19 +107,32 @@ _duration = _meter.create_histogram(
 )
 
 
+def _instrumented() -> bool:
+    """agent_framework's instrumentation switch: one switch for its telemetry and ours.
+
+    On by default; ``ENABLE_INSTRUMENTATION=false`` or ``disable_instrumentation()`` turn it off.
+    """
+    return OBSERVABILITY_SETTINGS.ENABLED
+
+
 def _tracing() -> bool:
-    """True once a tracer provider is set (opentelemetry-api's default is a no-op proxy)."""
-    return not isinstance(trace.get_tracer_provider(), ProxyTracerProvider)
+    """True once a tracer provider is set and instrumentation is on.
+
+    opentelemetry-api's default provider is a no-op proxy: with it nothing is started at all.
+    """
+    return _instrumented() and not isinstance(trace.get_tracer_provider(), ProxyTracerProvider)
 
 
 _NOT_TRACED: AbstractContextManager[None] = nullcontext()
 
 
-def _sensitive() -> bool:
-    """agent_framework's sensitive-data setting (goals and payloads are sensitive)."""
-    from agent_framework.observability import OBSERVABILITY_SETTINGS
+def _tool_arguments() -> bool:
+    """Whether a handoff span carries the call's arguments (``gen_ai.tool.call.arguments``).
 
-    return bool(OBSERVABILITY_SETTINGS.SENSITIVE_DATA_ENABLED)
+    agent_framework's rule for its own tool spans: sensitive data on, and the newer GenAI
+    conventions (its default).
+    """
+    return OBSERVABILITY_SETTINGS.emit_tool_call_attributes
 
 
 class TurnTrace:
@@ -150,6 +166,8 @@ class TurnTrace:
 
     def record(self, event: Event) -> None:
         """The metric, and the span event, of one audit event."""
+        if not _instrumented():
+            return
         if isinstance(event, HandoffEvent):
             _handoffs.add(1, {SOURCE: event.source, TARGET: event.target, HANDOFF_KIND: event.kind})
         elif isinstance(event, HandoffBlockedEvent):
@@ -175,7 +193,8 @@ class TurnTrace:
 
     def end(self, status: str, hops: int) -> None:
         """End the turn: its status, and the hop and duration metrics."""
-        _hops.record(hops, {WORKFLOW_NAME: self.workflow})
+        if _instrumented():
+            _hops.record(hops, {WORKFLOW_NAME: self.workflow})
         self._close(status)
 
     def pause(self) -> SpanContext:
@@ -189,10 +208,11 @@ class TurnTrace:
         return self.span.get_span_context()
 
     def _close(self, status: str) -> None:
-        _duration.record(
-            time.perf_counter() - self._started,
-            {OPERATION_NAME: INVOKE_WORKFLOW, WORKFLOW_NAME: self.workflow},
-        )
+        if _instrumented():
+            _duration.record(
+                time.perf_counter() - self._started,
+                {OPERATION_NAME: INVOKE_WORKFLOW, WORKFLOW_NAME: self.workflow},
+            )
         if self.span.is_recording():
             self.span.set_attribute(TURN_STATUS, status)
         self.span.end()
@@ -238,7 +258,7 @@ def settle_handoff_span(span: Span, call: HandoffCall) -> None:
     if not span.is_recording():
         return
     span.set_attribute(HANDOFF_OUTCOME, call.outcome)
-    if _sensitive():
+    if _tool_arguments():
         payload = call.payload.model_dump_json() if call.payload is not None else call.argument
         span.set_attribute(TOOL_CALL_ARGUMENTS, call.arguments or payload)
     if call.blocked is not None:
