@@ -13,9 +13,11 @@ from handoff_builder import (
     HANDOFF_TURN_EVENT,
     ConversationHost,
     HandoffContext,
+    HandoffHookError,
     HandoffTurnResult,
     HandoffWorkflowBuilder,
     PendingRequestsError,
+    ReissueRequests,
     decline,
 )
 from handoff_builder.stores import ConversationStore
@@ -205,7 +207,10 @@ async def test_on_handoff_runs_after_the_approval_and_can_still_veto() -> None:
     assert client_of(refunds).calls == []
 
 
-async def test_the_approval_survives_a_checkpoint_restore_into_a_fresh_workflow() -> None:
+@pytest.mark.parametrize("approved", [True, False], ids=["approved", "declined"])
+async def test_the_approval_survives_a_checkpoint_restore_into_a_fresh_workflow(
+    approved: bool,
+) -> None:
     storage = InMemoryCheckpointStorage()
     builder, _, _ = desk(call_tool("send_to_refunds", **BIG))
     first = list(
@@ -215,22 +220,85 @@ async def test_the_approval_survives_a_checkpoint_restore_into_a_fresh_workflow(
     latest = await storage.get_latest(workflow_name="gate")
     assert latest is not None
 
-    fresh, billing2, refunds2 = desk()
+    fresh, billing2, refunds2 = desk(reply("A voucher, then."))
     workflow = fresh.with_name("gate").build()
     reissued = list(
         await workflow.run(checkpoint_id=latest.checkpoint_id, checkpoint_storage=storage)
     )
     [again] = requests(reissued)
     assert again.request_id == request.request_id
-    answer = again.data.to_function_approval_response(approved=True)
+    answer = (
+        again.data.to_function_approval_response(approved=True)
+        if approved
+        else decline(again.data, "Not today.")
+    )
     result = result_of(
         list(await workflow.run(responses={again.request_id: answer}, checkpoint_storage=storage))
     )
 
+    if approved:
+        assert (result.active_agent, result.text) == ("refunds", "Refund paid.")
+        assert isinstance(result.handoffs[0].payload, Refund)
+        assert client_of(billing2).calls == []
+        assert len(client_of(refunds2).calls) == 1
+    else:
+        assert (result.active_agent, result.text) == ("billing", "A voucher, then.")
+        assert received(billing2).rendered.endswith("The reviewer said: Not today.")
+        assert client_of(refunds2).calls == []
+
+
+async def test_a_hook_failing_after_the_approval_leaves_the_request_to_answer_again() -> None:
+    failures = ["audit down"]
+
+    def audit(context: HandoffContext) -> None:
+        if failures:
+            raise ConnectionError(failures.pop())
+
+    builder, _, refunds = desk(call_tool("send_to_refunds", **BIG), on_handoff=audit)
+    workflow = builder.build()
+    [request] = requests(list(await workflow.run("refund my order")))
+    answer = request.data.to_function_approval_response(approved=True)
+
+    with pytest.raises(HandoffHookError, match="audit down"):
+        await workflow.run(responses={request.request_id: answer})
+    assert client_of(refunds).calls == []
+
+    [again] = requests(list(await workflow.run(ReissueRequests())))  # the same request, waiting
+    assert again.request_id == request.request_id
+    result = result_of(list(await workflow.run(responses={again.request_id: answer})))
     assert (result.active_agent, result.text) == ("refunds", "Refund paid.")
-    assert isinstance(result.handoffs[0].payload, Refund)
-    assert client_of(billing2).calls == []
-    assert len(client_of(refunds2).calls) == 1
+    approvals = [
+        c for m in result.conversation for c in m.contents if c.type == "function_approval_response"
+    ]
+    assert len(approvals) == 1  # the answer is in the conversation once
+
+
+async def test_a_hosted_hook_failing_after_the_approval_keeps_the_stored_request(
+    store: ConversationStore,
+) -> None:
+    failures = ["audit down"]
+
+    def audit(context: HandoffContext) -> None:
+        if failures:
+            raise ConnectionError(failures.pop())
+
+    builder, _, _ = desk(call_tool("send_to_refunds", **BIG), on_handoff=audit)
+    host = ConversationHost(builder, store)
+    with pytest.raises(PendingRequestsError) as waiting:
+        await host.send("c", "refund my order")
+    [request] = waiting.value.requests
+    before = await store.load("c")
+    answer = request.to_function_approval_response(approved=True)
+
+    with pytest.raises(HandoffHookError, match="audit down"):
+        await host.respond("c", {str(request.id): answer})
+    after = await store.load("c")
+    assert before is not None
+    assert after is not None
+    assert (after.version, after.state) == (before.version, before.state)
+
+    result = await host.respond("c", {str(request.id): answer})  # the hook works again
+    assert (result.active_agent, result.text) == ("refunds", "Refund paid.")
 
 
 @pytest.mark.parametrize("approved", [True, False], ids=["approved", "declined"])

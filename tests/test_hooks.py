@@ -20,6 +20,7 @@ from handoff_builder.testing import (
     handoff_to,
     received,
     reply,
+    respond,
     scripted_agent,
 )
 from tests.helpers import run_turn
@@ -156,6 +157,57 @@ async def test_a_hook_error_leaves_the_stored_conversation_as_it_was(
     assert after.messages[: len(before.messages)] == before.messages
 
 
+async def test_calls_in_one_response_wait_for_an_async_hook_of_an_earlier_call(
+    stream: bool,
+) -> None:
+    """agent_framework runs a response's calls concurrently: the second must see the first."""
+    asked: list[str] = []
+
+    async def slow_audit(context: HandoffContext) -> None:
+        asked.append(context.target)
+        await asyncio.sleep(0.01)  # a database call, say
+
+    triage = scripted_agent(
+        "triage",
+        respond(
+            call_tool("handoff_to_billing", goal="Refund it."),
+            call_tool("handoff_to_tech", goal="Fix the app."),
+        ),
+    )
+    billing = scripted_agent("billing", reply("Refunded."))
+    tech = scripted_agent("tech")
+    workflow = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoffs(triage, [billing, tech], on_handoff=slow_audit)
+        .build()
+    )
+
+    turn = await run_turn(workflow, "refund, and the app crashes", stream=stream)
+
+    assert asked == ["billing"]  # the second call was not performed, so not asked about
+    assert [(h.source, h.target) for h in turn.result.handoffs] == [("triage", "billing")]
+    results = [
+        c.result for m in turn.result.messages for c in m.contents if c.type == "function_result"
+    ]
+    assert results == [
+        "Transferred.",
+        "Not performed: only one handoff per response is followed (handoff_to_billing was "
+        "followed).",
+    ]
+    assert client_of(tech).calls == []
+
+
+async def test_a_veto_keeps_the_arguments_it_refused(stream: bool) -> None:
+    a = scripted_agent("a", handoff_to("c", goal="Please."), reply("Fine."))
+    c = scripted_agent("c")
+    workflow = (
+        HandoffWorkflowBuilder(a).with_handoff(a, c, on_handoff=lambda context: "Closed.").build()
+    )
+    turn = await run_turn(workflow, "go", stream=stream)
+    [blocked] = turn.blocked
+    assert (blocked.reason, blocked.arguments) == ("vetoed", '{"goal": "Please."}')
+
+
 async def test_a_disabled_handoff_is_not_offered_and_a_call_to_it_is_blocked(
     stream: bool,
 ) -> None:
@@ -187,6 +239,11 @@ async def test_a_disabled_handoff_is_not_offered_and_a_call_to_it_is_blocked(
     assert "handoff_to_refunds" not in instructions
     assert client_of(refunds).calls == []
     assert [(b.reason, b.target) for b in closed.blocked] == [("disabled", "refunds")]
+    assert (
+        received(billing, 1)
+        .rendered.splitlines()[-1]
+        .endswith(': Error: Requested function "handoff_to_refunds" not found.')
+    )
     assert closed.result.text == "Refunds are closed now; I have noted your request."
 
     open_hours["refunds"] = True

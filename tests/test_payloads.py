@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from datetime import date
 from enum import Enum
 from typing import Any
 
 import pytest
-from agent_framework import InMemoryCheckpointStorage
+from agent_framework import InMemoryCheckpointStorage, tool
 from pydantic import BaseModel, ConfigDict, Field
 
 from handoff_builder import (
     ConversationHost,
+    CorruptConversationError,
     HandoffConfigurationError,
     HandoffWorkflowBuilder,
+    PendingRequestsError,
 )
 from handoff_builder.stores import ConversationStore
 from handoff_builder.testing import (
@@ -144,7 +147,7 @@ async def test_the_payload_reaches_the_receiver_the_event_and_the_turn_result(
     )
 
 
-async def test_the_payload_is_stored_as_json_and_read_back_as_the_model(
+async def test_the_payload_is_stored_as_json_in_the_handoffs_record(
     store: ConversationStore,
 ) -> None:
     builder, _, _ = refund_desk(
@@ -163,6 +166,132 @@ async def test_the_payload_is_stored_as_json_and_read_back_as_the_model(
         if c["type"] == "function_result" and "handoff_builder" in c["additional_properties"]
     ]
     assert result["additional_properties"]["handoff_builder"]["payload"] == GOOD
+
+
+async def test_an_open_turns_payload_comes_back_as_the_model_on_another_worker(
+    store: ConversationStore,
+) -> None:
+    """The turn waits (refunds asks for a tool approval) after the typed handoff; another host,
+    with nothing in memory, answers and ends the turn: its handoff carries the model again."""
+
+    def desk(*refunds_steps: Any) -> HandoffWorkflowBuilder:
+        billing = scripted_agent("billing", call_tool("send_to_refunds", **GOOD))
+        refunds = scripted_agent("refunds", *refunds_steps, tools=[pay])
+        return HandoffWorkflowBuilder(billing).with_handoff(
+            billing, refunds, tool_name="send_to_refunds", payload=RefundRequest
+        )
+
+    first_worker = ConversationHost(desk(call_tool("pay", amount=24.9)), store)
+    with pytest.raises(PendingRequestsError) as waiting:
+        await first_worker.send("c", "refund A-1")
+    [approval] = waiting.value.requests
+
+    other_worker = ConversationHost(desk(reply("Refunded.")), store)  # a new process
+    answer = approval.to_function_approval_response(approved=True)
+    done = await other_worker.respond("c", {str(approval.id): answer})
+
+    assert done.text == "Refunded."
+    [handoff] = done.handoffs
+    assert handoff.payload == RefundRequest.model_validate(GOOD)
+    assert isinstance(handoff.payload, RefundRequest)
+
+
+@tool(name="pay", description="Pay a refund.", approval_mode="always_require")
+def pay(amount: float) -> str:
+    return f"Paid {amount} EUR."
+
+
+class Quote(BaseModel):
+    """A quote to refund instead of an order."""
+
+    model_config = ConfigDict(extra="forbid")
+    quote_id: str
+
+
+async def test_two_sources_alike_named_tools_keep_their_own_models_across_workers(
+    store: ConversationStore,
+) -> None:
+    """billing and sales both get ``handoff_to_refunds``, with different payloads."""
+
+    def desk(*refunds_steps: Any) -> HandoffWorkflowBuilder:
+        billing = scripted_agent("billing", call_tool("handoff_to_refunds", **GOOD))
+        sales = scripted_agent("sales")
+        refunds = scripted_agent("refunds", *refunds_steps, tools=[pay])
+        return (
+            HandoffWorkflowBuilder(billing)
+            .with_handoff(billing, sales)
+            .with_handoff(billing, refunds, payload=RefundRequest)
+            .with_handoff(sales, refunds, payload=Quote)
+        )
+
+    first_worker = ConversationHost(desk(call_tool("pay", amount=5)), store)
+    with pytest.raises(PendingRequestsError) as waiting:
+        await first_worker.send("c", "refund A-1")
+    [approval] = waiting.value.requests
+
+    other_worker = ConversationHost(desk(reply("Refunded.")), store)
+    answer = approval.to_function_approval_response(approved=True)
+    done = await other_worker.respond("c", {str(approval.id): answer})
+
+    [handoff] = done.handoffs  # billing's, read back with billing's model, not sales'
+    assert (handoff.source, handoff.tool_name) == ("billing", "handoff_to_refunds")
+    assert handoff.payload == RefundRequest.model_validate(GOOD)
+
+
+async def test_a_stored_payload_that_no_longer_fits_its_model_is_a_corrupt_conversation(
+    store: ConversationStore,
+) -> None:
+    class RefundV2(BaseModel):  # the model changed between deployments: a new required field
+        model_config = ConfigDict(extra="forbid")
+        order_id: str
+        amount: float
+        reason: Reason
+        customer: Customer
+        currency: str
+
+    def desk(model: type[BaseModel], *refunds_steps: Any) -> HandoffWorkflowBuilder:
+        billing = scripted_agent("billing", call_tool("send_to_refunds", **GOOD))
+        refunds = scripted_agent("refunds", *refunds_steps, tools=[pay])
+        return HandoffWorkflowBuilder(billing).with_handoff(
+            billing, refunds, tool_name="send_to_refunds", payload=model
+        )
+
+    with pytest.raises(PendingRequestsError) as waiting:
+        await ConversationHost(desk(RefundRequest, call_tool("pay", amount=5)), store).send(
+            "c", "refund A-1"
+        )
+    [approval] = waiting.value.requests
+    before = await store.load("c")
+
+    upgraded = ConversationHost(desk(RefundV2, reply("Refunded.")), store)
+    answer = approval.to_function_approval_response(approved=True)
+    with pytest.raises(CorruptConversationError) as corrupt:
+        await upgraded.respond("c", {str(approval.id): answer})
+
+    assert corrupt.value.conversation_id == "c"
+    assert "does not fit RefundV2: currency: Field required" in str(corrupt.value)
+    after = await store.load("c")
+    assert after is not None
+    assert before is not None
+    assert (after.version, after.messages) == (before.version, before.messages)  # untouched
+
+
+async def test_a_strict_model_takes_enum_values_and_dates_as_the_model_writes_them() -> None:
+    class Dated(BaseModel):
+        model_config = ConfigDict(extra="forbid", strict=True)
+        reason: Reason
+        when: date
+
+    billing = scripted_agent(
+        "billing", call_tool("handoff_to_refunds", reason="damaged", when="2026-12-01")
+    )
+    refunds = scripted_agent("refunds", reply("Refunded."))
+    workflow = HandoffWorkflowBuilder(billing).with_handoff(billing, refunds, payload=Dated).build()
+
+    turn = await run_turn(workflow, "refund")
+
+    [handoff] = turn.result.handoffs
+    assert handoff.payload == Dated(reason=Reason.DAMAGED, when=date(2026, 12, 1))
 
 
 async def test_the_payload_comes_back_as_its_model_after_a_checkpoint_restore() -> None:

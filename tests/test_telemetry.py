@@ -15,11 +15,13 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
+from typing_extensions import override
 
 from handoff_builder import (
     ConversationHost,
     HandoffContext,
     HandoffHookError,
+    HandoffManager,
     HandoffWorkflowBuilder,
 )
 from handoff_builder.stores import InMemoryConversationStore
@@ -63,11 +65,12 @@ def parent_of(exporter: InMemorySpanExporter, span: ReadableSpan) -> ReadableSpa
     return by_id.get(span.parent.span_id)
 
 
-def measured() -> dict[str, list[tuple[dict[str, Any], float]]]:
-    """Each of our metrics since the last call: (attributes, value or count) per data point."""
+def measured() -> dict[str, list[tuple[dict[str, Any], Any]]]:
+    """Each of our metrics since the last call, per data point: (attributes, a counter's value)
+    or (attributes, (a histogram's count, its sum))."""
     data: Any = READER.get_metrics_data()
     resources: list[Any] = list(data.resource_metrics) if data is not None else []
-    out: dict[str, list[tuple[dict[str, Any], float]]] = {}
+    out: dict[str, list[tuple[dict[str, Any], Any]]] = {}
     for resource in resources:
         scopes: list[Any] = list(resource.scope_metrics)
         for scope in scopes:
@@ -75,7 +78,7 @@ def measured() -> dict[str, list[tuple[dict[str, Any], float]]]:
                 continue
             for metric in list[Any](scope.metrics):
                 for point in list[Any](metric.data.data_points):
-                    value: float = getattr(point, "count", None) or point.value
+                    value = (point.count, point.sum) if hasattr(point, "count") else point.value
                     out.setdefault(str(metric.name), []).append((dict(point.attributes), value))
     return out
 
@@ -138,6 +141,33 @@ async def test_each_handoff_call_is_an_execute_tool_transfer_span(
     ]
     assert dict(followed.attributes or {})["handoff_builder.handoff.outcome"] == "transferred"
     assert followed.events == ()
+
+
+async def test_a_hand_back_passes_control_too(spans: InMemorySpanExporter) -> None:
+    triage = scripted_agent("triage", handoff_to("billing", goal="Refund it."), reply("Else?"))
+    billing = scripted_agent("billing", call_tool("transfer_back_to_triage", summary="Refunded."))
+    workflow = (
+        HandoffWorkflowBuilder(triage).with_handoff(triage, billing).with_hand_back(triage).build()
+    )
+    await workflow.run("I was charged twice")
+
+    [span] = named(spans, "execute_tool transfer_back_to_triage")
+    attributes = dict(span.attributes or {})
+    assert {
+        k: attributes[k] for k in attributes if k.startswith(("gen_ai.", "handoff_builder."))
+    } == {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "transfer_back_to_triage",
+        "gen_ai.tool.call.id": attributes["gen_ai.tool.call.id"],
+        "gen_ai.tool.type": "function",
+        "gen_ai.tool.description": attributes["gen_ai.tool.description"],
+        "gen_ai.agent.name": "billing",
+        "gen_ai.transfer.mode": "pass_control",
+        "gen_ai.transfer.target.type": "agent",
+        "gen_ai.transfer.target.name": "triage",
+        "handoff_builder.handoff.kind": "hand_back",
+        "handoff_builder.handoff.outcome": "transferred",
+    }
 
 
 async def test_the_goal_is_on_the_span_only_with_sensitive_data(
@@ -270,7 +300,7 @@ async def test_a_turn_that_waits_for_approval_is_one_span_per_run_linked(
     assert parent_of(spans, approved) is resumed
     [agent_b] = named(spans, "invoke_agent b")
     assert parent_of(spans, agent_b) is resumed
-    assert measured()["handoff_builder.turn.hops"] == [({"gen_ai.workflow.name": "w"}, 1)]
+    assert measured()["handoff_builder.turn.hops"] == [({"gen_ai.workflow.name": "w"}, (1, 1))]
 
 
 async def test_a_failing_turn_ends_its_span_with_an_error(spans: InMemorySpanExporter) -> None:
@@ -290,6 +320,49 @@ async def test_a_failing_turn_ends_its_span_with_an_error(spans: InMemorySpanExp
     assert dict(turn.attributes or {})["error.type"] == "HandoffHookError"
 
 
+async def test_a_hook_failing_after_an_approval_ends_the_answering_runs_span(
+    spans: InMemorySpanExporter,
+) -> None:
+    def broken(context: HandoffContext) -> None:
+        raise ValueError("audit down")
+
+    a = scripted_agent("a", call_tool("handoff_to_b", goal="Go."))
+    b = scripted_agent("b")
+    workflow = (
+        HandoffWorkflowBuilder(a)
+        .with_handoff(a, b, approval=True, on_handoff=broken)
+        .with_name("w")
+        .build()
+    )
+    [request] = (await workflow.run("go")).get_request_info_events()
+    approve = request.data.to_function_approval_response(approved=True)
+    with pytest.raises(HandoffHookError):
+        await workflow.run(responses={request.request_id: approve})
+
+    paused, failed = named(spans, "invoke_workflow w")
+    assert paused.status.status_code is StatusCode.UNSET
+    assert failed.status.status_code is StatusCode.ERROR
+    assert [e.name for e in failed.events] == ["exception"]  # recorded once
+
+
+async def test_a_manager_failing_at_the_start_of_a_turn_ends_its_span(
+    spans: InMemorySpanExporter,
+) -> None:
+    class Broken(HandoffManager):
+        @override
+        async def start_turn(self, history: Any, start: Any) -> Any:
+            raise RuntimeError("no speaker")
+
+    a = scripted_agent("a")
+    workflow = HandoffWorkflowBuilder(a).with_name("w").with_manager(Broken).build()
+    with pytest.raises(RuntimeError, match="no speaker"):
+        await workflow.run("go")
+
+    [turn] = named(spans, "invoke_workflow w")
+    assert turn.status.status_code is StatusCode.ERROR
+    assert dict(turn.attributes or {})["error.type"] == "RuntimeError"
+
+
 async def test_metrics_count_handoffs_blocks_and_hops(spans: InMemorySpanExporter) -> None:
     await desk().build().run("I was charged twice")
 
@@ -307,9 +380,10 @@ async def test_metrics_count_handoffs_blocks_and_hops(spans: InMemorySpanExporte
     assert now["handoff_builder.handoffs.blocked"] == [
         ({"handoff_builder.reason": "empty_goal"}, 1)
     ]
-    assert now["handoff_builder.turn.hops"] == [({"gen_ai.workflow.name": "desk"}, 1)]
-    [(attributes, count)] = now["gen_ai.workflow.duration"]
+    assert now["handoff_builder.turn.hops"] == [({"gen_ai.workflow.name": "desk"}, (1, 1))]
+    [(attributes, (count, seconds))] = now["gen_ai.workflow.duration"]
     assert (attributes, count) == (
         {"gen_ai.operation.name": "invoke_workflow", "gen_ai.workflow.name": "desk"},
         1,
     )
+    assert 0 < seconds < 60

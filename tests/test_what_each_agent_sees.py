@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from agent_framework import Content, tool
+from pydantic import BaseModel, ConfigDict
 
 from handoff_builder import HandoffToolCallFiltering, HandoffWorkflowBuilder
 from handoff_builder.testing import (
@@ -88,6 +89,32 @@ async def approval(mode: HandoffToolCallFiltering) -> str:
     return received(billing).rendered
 
 
+class RefundRequest(BaseModel):
+    """A refund to pay."""
+
+    model_config = ConfigDict(extra="forbid")
+    bill: str
+    amount: float
+
+
+async def typed_handoff(mode: HandoffToolCallFiltering) -> str:
+    """Triage hands off with a payload, behind an approval; the user approves."""
+    triage = scripted_agent("triage", call_tool("handoff_to_billing", bill="March", amount=24.9))
+    billing = scripted_agent("billing", reply("Refunded."))
+    workflow = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, billing, payload=RefundRequest, approval=True)
+        .with_tool_call_filtering(mode)
+        .build()
+    )
+    first = await workflow.run(USER)
+    [request] = first.get_request_info_events()
+    assert isinstance(request.data, Content)
+    answer = request.data.to_function_approval_response(approved=True)
+    await workflow.run(responses={request.request_id: answer})
+    return received(billing).rendered
+
+
 async def autonomous(mode: HandoffToolCallFiltering) -> str:
     triage = scripted_agent("triage", handoff_to("billing", goal="Refund the duplicate charge."))
     billing = scripted_agent("billing", reply("Looking at your March bill."), reply("Refunded."))
@@ -106,6 +133,7 @@ SCENARIOS: dict[str, Callable[[HandoffToolCallFiltering], Awaitable[str]]] = {
     "handoff": handoff,
     "hand-back": hand_back,
     "approval": approval,
+    "typed-handoff": typed_handoff,
     "autonomous": autonomous,
 }
 

@@ -58,6 +58,9 @@ CallOutcome = Literal["transferred", "rejected", "escalated", "not_performed", "
 on); it tripped a cap (the turn escalates); it was not performed (an earlier call of the same
 response was followed); or it waits for a human's approval."""
 
+FOLLOWED_OUTCOMES: frozenset[str] = frozenset({"transferred", "escalated", "awaiting_approval"})
+"""Outcomes of a call that stands: a later handoff call in the same run is not performed."""
+
 
 class HandoffRequest(NamedTuple):
     """One handoff tool call as the model made it, its arguments validated, before review.

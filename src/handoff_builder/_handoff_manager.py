@@ -18,6 +18,7 @@ from agent_framework import Content, Message
 from typing_extensions import override
 
 from ._decision import (
+    FOLLOWED_OUTCOMES,
     TRANSFERRED_RESULT,
     AgentReply,
     CallOutcome,
@@ -69,7 +70,6 @@ AWAITING_NOT_PERFORMED_RESULT = (
     "Not performed: only one handoff per response is followed ({followed} waits for a person's "
     "approval)."
 )
-_FOLLOWED = frozenset({"transferred", "escalated", "awaiting_approval"})
 CAP_RESULTS: dict[EscalationReason, str] = {
     "handoff_cap": (
         "Not transferred: the limit of {limit} handoffs for this user message was reached. "
@@ -161,7 +161,7 @@ class HandoffManager(GroupChatManager):
         self, request: HandoffRequest, earlier: Sequence[HandoffCall]
     ) -> HandoffCall:
         """Accept the call, refuse it with a tool error, or stop the turn at a cap."""
-        followed = next((c for c in earlier if c.outcome in _FOLLOWED), None)
+        followed = next((c for c in earlier if c.outcome in FOLLOWED_OUTCOMES), None)
         if followed is not None:  # the first accepted call stands, even while it waits for a yes
             text = (
                 AWAITING_NOT_PERFORMED_RESULT

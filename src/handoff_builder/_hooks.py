@@ -93,6 +93,11 @@ class HandoffGate:
         self._conversation = conversation
         self._conversation_id = conversation_id
 
+    @property
+    def runs_code(self) -> bool:
+        """True when some edge of this run has code of its own (which may wait)."""
+        return bool(self._policies)
+
     def _policy(self, route: HandoffRoute) -> EdgePolicy:
         return self._policies.get(route.tool_name, PLAIN)
 

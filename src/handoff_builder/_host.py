@@ -5,7 +5,8 @@ No ``from __future__ import annotations`` here: agent_framework reads handler an
 
 import copy
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -43,11 +44,13 @@ from ._hooks import HandoffGate
 from ._logging import ArgumentLogging, log_event
 from ._manager import GroupChatManager
 from ._participant import Participant
+from ._payloads import validate_arguments
 from ._requests import PendingRequests, dangling_calls, requests_in, settle, unanswered
 from ._state import Continuation, HostState, TurnState
 from ._telemetry import TurnTrace
 from ._views import AgentView, HandoffToolCallFiltering
 from ._workflow import MessageBatch
+from .exceptions import CorruptStateError
 
 __all__ = [
     "DEFAULT_ESCALATION_MESSAGE",
@@ -203,11 +206,11 @@ class GroupChatHost(Executor):
         self.conversation_id: str | None = None
         """The hosted conversation's id, given to handoff hooks (``ConversationHost`` sets it)."""
         self._payload_models = {
-            name: route.payload
+            (route.source, name): route.payload
             for participant in participants.values()
             for name, route in participant.routes.items()
             if route.payload is not None
-        }
+        }  # by source and tool: two sources may name their tools to one target alike
         self.superstep_per_hop = True
         """Run each agent in its own superstep, so that a checkpoint is taken after every hop.
 
@@ -271,14 +274,16 @@ class GroupChatHost(Executor):
     @handler
     async def handle_hop(self, hop: _Hop, ctx: HostContext) -> None:
         """Run the next speaker of the current turn."""
-        await self._carry_out(await self._run_agent(hop.agent, ctx), ctx, ran_agent=True)
+        with self._failing_turn():
+            await self._carry_out(await self._run_agent(hop.agent, ctx), ctx, ran_agent=True)
 
     @handler
     async def handle_resume(self, message: ResumeTurn, ctx: HostContext) -> None:
         """Run the agent the open turn was about to call, if there is one."""
         del message
         if self._turn is not None and self._next is not None and not self._pending.requests:
-            await self._carry_out(await self._run_agent(self._next, ctx), ctx, ran_agent=True)
+            with self._failing_turn():
+                await self._carry_out(await self._run_agent(self._next, ctx), ctx, ran_agent=True)
 
     @handler
     async def handle_reissue(self, message: ReissueRequests, ctx: HostContext) -> None:
@@ -310,9 +315,21 @@ class GroupChatHost(Executor):
         self._history.extend(messages[_known_prefix(self._history, messages) :])
         self._turn = TurnState(start=len(self._history))
         self._trace = TurnTrace(self._workflow_name, self.conversation_id)
-        start = TurnStart(self._speaker, return_to_previous)
-        decision = await self._manager.start_turn(self._history, start)
-        await self._carry_out(decision, ctx)
+        with self._failing_turn():
+            start = TurnStart(self._speaker, return_to_previous)
+            decision = await self._manager.start_turn(self._history, start)
+            await self._carry_out(decision, ctx)
+
+    @contextmanager
+    def _failing_turn(self) -> Generator[None, None, None]:
+        """End the turn's span with the error that escapes a step of the turn."""
+        try:
+            yield
+        except BaseException as error:
+            if self._trace is not None:
+                self._trace.fail(error)
+                self._trace = None
+            raise
 
     async def _run_agent(self, name: str, ctx: HostContext) -> Decision | None:
         """Run one agent and return the manager's decision (``None``: the turn waits)."""
@@ -323,16 +340,10 @@ class GroupChatHost(Executor):
         self._speaker = name
         view = self._view(name).update(self._history)
         gate = HandoffGate(participant.policies, self._history, self.conversation_id)
-        trace = self._turn_trace()
-        try:
-            with trace.active():
-                response, calls, disabled = await participant.run(
-                    view, self._update_sink(name, ctx), self._manager.review_handoff, gate
-                )
-        except BaseException as error:
-            trace.fail(error)
-            self._trace = None
-            raise
+        with self._turn_trace().active():
+            response, calls, disabled = await participant.run(
+                view, self._update_sink(name, ctx), self._manager.review_handoff, gate
+            )
         delta = list(response.messages)
         for message in delta:
             if message.author_name is None:
@@ -467,17 +478,23 @@ class GroupChatHost(Executor):
                 await ctx.request_info(original_request, Content, request_id=request_id)
             return
         if complete:
-            await self._resume_after_answers(ctx)
+            with self._failing_turn():
+                await self._resume_after_answers(ctx)
 
     async def _resume_after_answers(self, ctx: HostContext) -> None:
         name = str(self._pending.agent)
         then = self._pending.then or Continuation(name)
         participant = self._participants[name]
         gate = HandoffGate(participant.policies, self._history, self.conversation_id)
-        with self._turn_trace().active():  # approved handoffs' spans are the turn's
-            messages, calls = await self._pending.resolve(
-                participant, self._manager.review_handoff, gate
-            )
+        try:
+            with self._turn_trace().active():  # approved handoffs' spans are the turn's
+                messages, calls = await self._pending.resolve(
+                    participant, self._manager.review_handoff, gate
+                )
+        except BaseException:
+            # Not applied (a hook raised): the requests wait again, to be reissued and answered.
+            self._pending.answers = {}
+            raise
         self._history.extend(messages)
         carried = tuple(Message.from_dict(item) for item in then.input)
         decision: Decision = NextAgent(then.agent, input=carried)  # decided with the requests
@@ -577,6 +594,7 @@ class GroupChatHost(Executor):
 
     def load(self, history: Sequence[Message], state: HostState) -> None:
         """Replace the host's conversation and state with saved ones (see :meth:`state`)."""
+        turn = self._with_payloads(state.turn)  # before anything changes: it may be refused
         self._history = list(history)
         self._saved = []
         self._views.clear()  # rebuilt from the restored history on each agent's next run
@@ -584,19 +602,30 @@ class GroupChatHost(Executor):
         self._speaker = state.speaker
         self._next = state.next
         self._pending = PendingRequests.from_state(state.pending)
-        self._turn = self._with_payloads(state.turn)
+        self._turn = turn
 
     def _with_payloads(self, turn: TurnState | None) -> TurnState | None:
-        """The turn with its handoffs' payloads read back into their models (stored as JSON)."""
+        """The turn with its handoffs' payloads read back into their models (stored as JSON).
+
+        Raises:
+            CorruptStateError: a stored payload does not fit its edge's model (it changed since).
+        """
         if turn is None or not any(isinstance(h.payload, dict) for h in turn.handoffs):
             return turn
-        handoffs = tuple(
-            replace(h, payload=self._payload_models[h.tool_name].model_validate(h.payload))
-            if isinstance(h.payload, dict) and h.tool_name in self._payload_models
-            else h
-            for h in turn.handoffs
-        )
-        return TurnState(turn.start, handoffs, turn.invocations)
+        handoffs: list[HandoffEvent] = []
+        for handoff in turn.handoffs:
+            model = self._payload_models.get((handoff.source, handoff.tool_name))
+            if isinstance(handoff.payload, dict) and model is not None:
+                payload, problem = validate_arguments(model, handoff.payload)
+                if problem is not None:
+                    raise CorruptStateError(
+                        f"The open turn saved by executor {self.id!r}",
+                        f"the payload of the handoff from {handoff.source} to {handoff.target} "
+                        f"({handoff.tool_name}) does not fit {model.__name__}: {problem}",
+                    )
+                handoff = replace(handoff, payload=payload)
+            handoffs.append(handoff)
+        return TurnState(turn.start, tuple(handoffs), turn.invocations)
 
     async def _record(self) -> None:
         """Let the journal (a hosted conversation's store) save what changed, if there is one."""

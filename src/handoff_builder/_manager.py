@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from agent_framework import Message
 
 from ._decision import (
+    FOLLOWED_OUTCOMES,
     TRANSFERRED_RESULT,
     AgentReply,
     Decision,
@@ -30,6 +31,7 @@ __all__ = [
     "ManagerSettings",
     "TerminationCondition",
 ]
+
 
 DEFAULT_MAX_ITERATIONS = 40
 DEFAULT_MAX_HANDOFFS_PER_TURN = 3
@@ -117,9 +119,12 @@ class GroupChatManager(ABC):
         if request.problem is not None:
             text = f"Error: the arguments are not valid: {request.problem}."
             return HandoffCall(
-                route, argument, request.call_id, "rejected", text, "invalid_payload"
-            )
-        if any(call.outcome in ("transferred", "escalated") for call in earlier):
+                route, argument, request.call_id, "rejected", text, "invalid_payload",
+                arguments=request.arguments,
+            )  # fmt: skip
+        if any(
+            call.outcome in FOLLOWED_OUTCOMES for call in earlier
+        ):  # it stands while it waits, too
             return HandoffCall(route, argument, request.call_id, "not_performed", "Not performed.")
         return HandoffCall(
             route,

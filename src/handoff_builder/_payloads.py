@@ -26,7 +26,9 @@ __all__ = [
 
 
 class HandoffGoal(BaseModel):
-    """What a handoff tool takes without a payload: the user's goal."""
+    """The handoff: the user's goal, for the agent that takes over."""
+
+    # A handoff tool's arguments without ``payload=``; the docstring is the schema's description.
 
     model_config = ConfigDict(extra="forbid", title="handoff")
 
@@ -38,7 +40,9 @@ class HandoffGoal(BaseModel):
 
 
 class HandBackSummary(BaseModel):
-    """What a hand-back tool takes without a payload: what was done and what is open."""
+    """The hand-back: what was done, and what is still open."""
+
+    # A hand-back tool's arguments without ``payload=``; the docstring is the schema's description.
 
     model_config = ConfigDict(extra="forbid", title="hand-back")
 
@@ -50,12 +54,14 @@ class HandBackSummary(BaseModel):
 def validate_arguments(
     model: type[BaseModel], arguments: Any
 ) -> tuple[BaseModel | None, str | None]:
-    """``arguments`` (a JSON string, a mapping or a model) validated by ``model``.
+    """``arguments`` (a JSON string, a mapping or a model) validated by ``model``, as JSON.
 
+    A model's arguments are JSON, so they are validated in pydantic's JSON mode: a strict model
+    (``strict=True``) takes an enum's value or an ISO date as the model wrote them.
     Returns the payload, or ``None`` and a sentence that names each bad field.
     """
     if isinstance(arguments, BaseModel):
-        arguments = arguments.model_dump()
+        arguments = arguments.model_dump(mode="json")
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
@@ -64,7 +70,11 @@ def validate_arguments(
     if not isinstance(arguments, Mapping):
         return None, f"the arguments are a {type(arguments).__name__}, not an object"
     try:
-        return model.model_validate(cast(Mapping[str, Any], arguments)), None
+        text = json.dumps(cast(Mapping[str, Any], arguments), ensure_ascii=False)
+    except (TypeError, ValueError) as error:  # not JSON values: not something a model sent
+        return None, f"the arguments are not JSON values ({error})"
+    try:
+        return model.model_validate_json(text), None
     except ValidationError as error:
         return None, describe_errors(error)
 

@@ -162,7 +162,9 @@ class TurnTrace:
         """Run an agent inside the turn's span (its own spans become the turn's children)."""
         if self.span is INVALID_SPAN:
             return _NOT_TRACED
-        return trace.use_span(self.span, end_on_exit=False)
+        return trace.use_span(
+            self.span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+        )  # a failing turn is recorded once, by fail()
 
     def record(self, event: Event) -> None:
         """The metric, and the span event, of one audit event."""

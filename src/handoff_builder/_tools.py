@@ -14,6 +14,7 @@ reviewed call (:class:`~handoff_builder._decision.HandoffCall`) in the run's lis
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -127,6 +128,9 @@ class HandoffToolMiddleware(FunctionMiddleware):
         self._review = review
         self._gate = gate
         self.calls = calls
+        # agent_framework runs one response's tool calls concurrently: while an edge's async hook
+        # waits, a later call must not be reviewed as if the earlier one had not been made.
+        self._one_at_a_time = asyncio.Lock() if gate.runs_code else None
 
     @override
     async def process(
@@ -140,16 +144,11 @@ class HandoffToolMiddleware(FunctionMiddleware):
             await call_next()
             return
         call_id = str(context.metadata.get("call_id") or "")
-        with handoff_span(route, call_id) as span:
-            request = handoff_request(route, call_id, context.arguments)
-            call = self._review(request, tuple(self.calls))
-            if call.outcome == "transferred":
-                try:
-                    call = await self._gate.admit(call)
-                except HandoffHookError as error:  # fail the run, not a tool error to the agent
-                    raise MiddlewareFailure(str(error)) from error
-            settle_handoff_span(span, call)
-        self.calls.append(call)
+        if self._one_at_a_time is None:
+            call, request = await self._decide(route, call_id, context.arguments)
+        else:
+            async with self._one_at_a_time:
+                call, request = await self._decide(route, call_id, context.arguments)
         if call.outcome == "rejected":
             context.result = call.result
             return
@@ -157,3 +156,21 @@ class HandoffToolMiddleware(FunctionMiddleware):
             context.result = approval_request(call, request.arguments)
             return
         raise MiddlewareTermination(call.result, result=call_result(call))
+
+    async def _decide(
+        self, route: HandoffRoute, call_id: str, arguments: Any
+    ) -> tuple[HandoffCall, HandoffRequest]:
+        """Review the call, let the edge's gate admit it, and record it as made."""
+        with handoff_span(route, call_id) as span:
+            request = handoff_request(route, call_id, arguments)
+            call = self._review(request, tuple(self.calls))
+            if call.outcome == "transferred":
+                try:
+                    call = await self._gate.admit(call)
+                except HandoffHookError as error:  # fail the run, not a tool error to the agent
+                    raise MiddlewareFailure(str(error)) from error
+                if call.blocked is not None:  # vetoed: the event shows what was refused
+                    call = call._replace(arguments=request.arguments)
+            settle_handoff_span(span, call)
+        self.calls.append(call)
+        return call, request
