@@ -4,18 +4,19 @@
 # one after the other: never run two at once on a small shared machine.
 #
 #   bash benchmarks/run.sh                       # bench_turn only (default budget 360 s, ~7 min)
-#   bash benchmarks/run.sh all                   # bench_turn, bench_checkpoint, bench_memory, bench_import (~20 min)
-#   bash benchmarks/run.sh checkpoint --budget 60   # one benchmark: turn | checkpoint | memory | import
+#   bash benchmarks/run.sh all                   # bench_turn, bench_checkpoint, bench_memory, bench_import, bench_tracing (~21 min)
+#   bash benchmarks/run.sh checkpoint --budget 60   # one benchmark: turn | checkpoint | memory | import | tracing
 #   BUDGET=120 SIZES=0,10,100,1000 bash benchmarks/run.sh --json /tmp/turn.json
 #   PYTHON=python3.12 VENV=/tmp/venv bash benchmarks/run.sh
 #
 # Without a benchmark name, or with `turn`, extra arguments go to bench_turn.py; after
-# `checkpoint`, `memory` or `import` they go to that script. `all` takes no extra arguments; its
+# `checkpoint`, `memory`, `import` or `tracing` they go to that script. `all` takes no extra arguments; its
 # settings come from the environment:
 #   BUDGET, SIZES, ADAPTERS               bench_turn       (360, 0,100,1000, ours + floor + peers)
 #   CKPT_BUDGET, CKPT_SIZES, CKPT_ROUNDS  bench_checkpoint (150, 0,100,1000, 3 rounds at least)
 #   MEM_ADAPTERS                          bench_memory     (same adapters as bench_turn)
 #   IMPORT_ROUNDS                         bench_import     (9)
+#   TRACE_ROUNDS                          bench_tracing    (7)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -28,13 +29,14 @@ CKPT_SIZES=${CKPT_SIZES:-0,100,1000}
 CKPT_ROUNDS=${CKPT_ROUNDS:-3}
 MEM_ADAPTERS=${MEM_ADAPTERS:-$ADAPTERS}
 IMPORT_ROUNDS=${IMPORT_ROUNDS:-9}
+TRACE_ROUNDS=${TRACE_ROUNDS:-7}
 STAMP="$VENV/.bench-installed"
 
 if [[ ! -f "$STAMP" || pyproject.toml -nt "$STAMP" ]]; then
   test -x "$VENV/bin/python" || "$PYTHON" -m venv "$VENV"
   "$VENV/bin/python" -m pip install --quiet \
     agent-framework-core==1.23.0 agent-framework-orchestrations openai-agents \
-    langgraph langgraph-swarm langchain langchain-core langgraph-checkpoint-sqlite >&2
+    langgraph langgraph-swarm langchain langchain-core langgraph-checkpoint-sqlite opentelemetry-sdk >&2
   "$VENV/bin/python" -m pip install --quiet -e . >&2
   touch "$STAMP"
 fi
@@ -48,6 +50,7 @@ run_checkpoint() {
 # shellcheck disable=SC2086
 run_memory() { "$PY" benchmarks/bench_memory.py --adapters $MEM_ADAPTERS "$@"; }
 run_import() { "$PY" benchmarks/bench_import.py --rounds "$IMPORT_ROUNDS" "$@"; }
+run_tracing() { "$PY" benchmarks/bench_tracing.py --rounds "$TRACE_ROUNDS" "$@"; }
 
 case "${1:-}" in
   all)
@@ -56,7 +59,7 @@ case "${1:-}" in
       echo "run.sh all takes no extra arguments (use the environment variables above)" >&2
       exit 2
     fi
-    for bench in turn checkpoint memory import; do
+    for bench in turn checkpoint memory import tracing; do
       echo "== bench_$bench ($(date +%H:%M:%S))" >&2
       echo "## bench_$bench"
       echo
@@ -64,7 +67,7 @@ case "${1:-}" in
       echo
     done
     ;;
-  turn | checkpoint | memory | import)
+  turn | checkpoint | memory | import | tracing)
     bench=$1
     shift
     "run_$bench" "$@"
