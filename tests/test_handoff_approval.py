@@ -200,10 +200,13 @@ async def test_on_handoff_runs_after_the_approval_and_can_still_veto() -> None:
     assert asked == []  # not before the approval
 
     answer = request.data.to_function_approval_response(approved=True)
-    result = result_of(list(await workflow.run(responses={request.request_id: answer})))
+    second = list(await workflow.run(responses={request.request_id: answer}))
+    result = result_of(second)
 
     assert asked == ["refunds"]
     assert result.text == "Refunds reopen tomorrow."
+    [vetoed] = [e.data for e in second if e.type == "handoff_blocked"]
+    assert (vetoed.reason, json.loads(vetoed.arguments)) == ("vetoed", BIG)
     assert client_of(refunds).calls == []
 
 

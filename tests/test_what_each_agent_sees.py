@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from agent_framework import Content, tool
+from agent_framework import Content, Workflow, tool
 from pydantic import BaseModel, ConfigDict
 
 from handoff_builder import HandoffToolCallFiltering, HandoffWorkflowBuilder
@@ -31,6 +31,15 @@ USER = "I was charged twice for my March bill, and the app crashes."
 @tool(name="refund", description="Refund an amount.", approval_mode="always_require")
 def refund(amount: float) -> str:
     return f"Refunded {amount} EUR."
+
+
+async def run_and_approve(workflow: Workflow) -> None:
+    """Run the user's message; the user approves the one request it makes."""
+    first = await workflow.run(USER)
+    [request] = first.get_request_info_events()
+    assert isinstance(request.data, Content)
+    answer = request.data.to_function_approval_response(approved=True)
+    await workflow.run(responses={request.request_id: answer})
 
 
 async def handoff(mode: HandoffToolCallFiltering) -> str:
@@ -81,11 +90,7 @@ async def approval(mode: HandoffToolCallFiltering) -> str:
         .with_tool_call_filtering(mode)
         .build()
     )
-    first = await workflow.run(USER)
-    [request] = first.get_request_info_events()
-    assert isinstance(request.data, Content)
-    answer = request.data.to_function_approval_response(approved=True)
-    await workflow.run(responses={request.request_id: answer})
+    await run_and_approve(workflow)
     return received(billing).rendered
 
 
@@ -107,11 +112,7 @@ async def typed_handoff(mode: HandoffToolCallFiltering) -> str:
         .with_tool_call_filtering(mode)
         .build()
     )
-    first = await workflow.run(USER)
-    [request] = first.get_request_info_events()
-    assert isinstance(request.data, Content)
-    answer = request.data.to_function_approval_response(approved=True)
-    await workflow.run(responses={request.request_id: answer})
+    await run_and_approve(workflow)
     return received(billing).rendered
 
 

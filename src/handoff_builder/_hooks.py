@@ -21,7 +21,7 @@ from typing import NamedTuple, TypeVar, cast
 from agent_framework import Message
 from pydantic import BaseModel
 
-from ._decision import HandoffCall
+from ._decision import HandoffCall, HandoffRequest
 from ._routes import HandoffRoute
 from .exceptions import HandoffHookError
 
@@ -124,6 +124,26 @@ class HandoffGate:
             if enabled is False or not await self._ask(route, "is_enabled", enabled, None):
                 off.add(route.tool_name)
         return frozenset(off)
+
+    async def review(
+        self,
+        request: HandoffRequest,
+        earlier: Sequence[HandoffCall],
+        reviewer: Callable[[HandoffRequest, Sequence[HandoffCall]], HandoffCall],
+        *,
+        approved: bool = False,
+    ) -> HandoffCall:
+        """The manager's review of the call (``reviewer``), then, if it goes, the edge's say.
+
+        A call the edge refuses keeps the arguments it was made with, for its blocked event.
+        """
+        call = reviewer(request, earlier)
+        if call.outcome != "transferred":
+            return call
+        call = await self.admit(call, approved=approved)
+        if call.blocked is not None:
+            call = call._replace(arguments=request.arguments)
+        return call
 
     async def admit(self, call: HandoffCall, *, approved: bool = False) -> HandoffCall:
         """What becomes of an accepted call: it waits for approval, is vetoed, or goes.

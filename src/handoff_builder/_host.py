@@ -339,7 +339,7 @@ class GroupChatHost(Executor):
             return EndTurn(events=(warning,))
         self._speaker = name
         view = self._view(name).update(self._history)
-        gate = HandoffGate(participant.policies, self._history, self.conversation_id)
+        gate = self._gate_for(participant)
         with self._turn_trace().active():
             response, calls, disabled = await participant.run(
                 view, self._update_sink(name, ctx), self._manager.review_handoff, gate
@@ -485,7 +485,7 @@ class GroupChatHost(Executor):
         name = str(self._pending.agent)
         then = self._pending.then or Continuation(name)
         participant = self._participants[name]
-        gate = HandoffGate(participant.policies, self._history, self.conversation_id)
+        gate = self._gate_for(participant)
         try:
             with self._turn_trace().active():  # approved handoffs' spans are the turn's
                 messages, calls = await self._pending.resolve(
@@ -508,6 +508,10 @@ class GroupChatHost(Executor):
             and then.handoff is None
         )
         await self._carry_out(decision, ctx, carrying_on=carrying_on)
+
+    def _gate_for(self, participant: Participant) -> HandoffGate:
+        """What the participant's edges allow in this run, asked with the conversation so far."""
+        return HandoffGate(participant.policies, self._history, self.conversation_id)
 
     def _turn_trace(self) -> TurnTrace:
         """The open turn's trace (a turn restored from a checkpoint or a store starts a new one)."""

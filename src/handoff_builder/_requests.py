@@ -249,10 +249,7 @@ async def _answered_handoff(
             route, request.argument, request.call_id, "rejected", text, "declined",
             payload=request.payload, arguments=request.arguments,
         )  # fmt: skip
-    reviewed = review(request, earlier)
-    if reviewed.outcome == "transferred":
-        reviewed = await gate.admit(reviewed, approved=True)
-    return reviewed
+    return await gate.review(request, earlier, review, approved=True)
 
 
 def decline(request: Content, reason: str | None = None) -> Content:

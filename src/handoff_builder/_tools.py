@@ -52,7 +52,7 @@ class HandoffReviewer(Protocol):
 def handoff_request(route: HandoffRoute, call_id: str, arguments: Any) -> HandoffRequest:
     """The call's arguments, validated with the route's model."""
     if isinstance(arguments, BaseModel):
-        arguments = arguments.model_dump()
+        arguments = arguments.model_dump(mode="json")
     payload, problem = validate_arguments(route.model, arguments)
     return HandoffRequest(route, call_id, payload, arguments, problem)
 
@@ -163,14 +163,10 @@ class HandoffToolMiddleware(FunctionMiddleware):
         """Review the call, let the edge's gate admit it, and record it as made."""
         with handoff_span(route, call_id) as span:
             request = handoff_request(route, call_id, arguments)
-            call = self._review(request, tuple(self.calls))
-            if call.outcome == "transferred":
-                try:
-                    call = await self._gate.admit(call)
-                except HandoffHookError as error:  # fail the run, not a tool error to the agent
-                    raise MiddlewareFailure(str(error)) from error
-                if call.blocked is not None:  # vetoed: the event shows what was refused
-                    call = call._replace(arguments=request.arguments)
+            try:
+                call = await self._gate.review(request, tuple(self.calls), self._review)
+            except HandoffHookError as error:  # fail the run, not a tool error to the agent
+                raise MiddlewareFailure(str(error)) from error
             settle_handoff_span(span, call)
         self.calls.append(call)
         return call, request
