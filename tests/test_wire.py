@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 from agent_framework import Agent, FunctionTool, tool
+from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import override
 
-from handoff_builder import HandoffToolCallFiltering, HandoffWorkflowBuilder
+from handoff_builder import HandoffToolCallFiltering, HandoffWorkflowBuilder, decline
 from handoff_builder.providers import chat_client
 
 
@@ -349,3 +350,67 @@ async def test_a_turn_that_ends_with_a_call_unanswered_leaves_a_valid_history(
     assert [m["content"] for m in answered] == [
         "Error: not performed: the turn ended (handoff_cap) before this call was answered."
     ]
+
+
+class RefundRequest(BaseModel):
+    """A refund for the refunds team."""
+
+    model_config = ConfigDict(extra="forbid")
+    order_id: str = Field(description="The order to refund.")
+    amount: float = Field(gt=0, description="In EUR.")
+
+
+async def test_a_typed_handoff_behind_an_approval_over_the_wire(
+    fake_openai: Callable[[list[dict[str, Any]]], FakeOpenAI],
+) -> None:
+    """The strict schema goes out; a bad call, a decline and an approval come back as the model
+    and the target receive them."""
+    good = {"order_id": "A-1", "amount": 240.0}
+    server = fake_openai(
+        [
+            tool_call("call_1", "send_to_refunds", {"order_id": "A-1", "amount": -1}),
+            tool_call("call_2", "send_to_refunds", good),
+            tool_call("call_3", "send_to_refunds", good),
+            text("Refunded 240 EUR."),
+        ]
+    )
+    billing = server.agent("billing", "Route refunds.")
+    refunds = server.agent("refunds", "Pay refunds.")
+    workflow = (
+        HandoffWorkflowBuilder(billing)
+        .with_handoff(
+            billing,
+            refunds,
+            "pays refunds",
+            tool_name="send_to_refunds",
+            payload=RefundRequest,
+            approval=True,
+        )
+        .build()
+    )
+
+    [request] = (await workflow.run("Refund A-1, 240 EUR.")).get_request_info_events()
+    declined = decline(request.data, "Needs the receipt.")
+    [again] = (
+        await workflow.run(responses={request.request_id: declined})
+    ).get_request_info_events()
+    approved = again.data.to_function_approval_response(approved=True)
+    turn = (await workflow.run(responses={again.request_id: approved})).get_outputs()[-1]
+
+    assert (turn.active_agent, turn.text) == ("refunds", "Refunded 240 EUR.")
+    first, after_invalid, after_decline, to_refunds = server.bodies()
+    [tool_spec] = first["tools"]
+    assert tool_spec["function"]["strict"] is True
+    assert tool_spec["function"]["parameters"] == RefundRequest.model_json_schema()
+    invalid = after_invalid["messages"][-1]
+    assert (invalid["role"], invalid["tool_call_id"]) == ("tool", "call_1")
+    assert "amount: Input should be greater than 0" in invalid["content"]
+    told = after_decline["messages"][-1]
+    assert (told["role"], told["tool_call_id"]) == ("tool", "call_2")
+    assert told["content"].endswith("The reviewer said: Needs the receipt.")
+    assert contents(to_refunds) == [
+        "Refund A-1, 240 EUR.",
+        'Handoff from billing to you (refunds). RefundRequest: {"order_id":"A-1","amount":240.0}',
+    ]
+    for body in server.bodies():
+        assert_provider_accepts(body)
