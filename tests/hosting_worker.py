@@ -3,13 +3,14 @@
 Modes:
   crash   send a message; triage hands off to billing, and billing's model call writes a marker
           file and hangs, so the test can kill this process mid-turn.
-  resume  finish the interrupted turn; triage must not be called; print a JSON report.
+  resume  finish the interrupted turn (waiting for the killed worker's lease to expire); triage
+          must not be called; print a JSON report.
   send    send one message (waiting for the conversation if it is busy); print a JSON report.
   seed1   the seed's message 1: triage hands off to billing, which answers.
   seed2   the seed's message 2 in a new process: billing answers; print who was called.
 
 STORE is ``sqlite:PATH`` or ``postgres:PREFIX`` (the DSN comes from the environment variable the
-tests use).
+tests use). ``HOSTING_WORKER_LEASE_TTL`` sets the hosts' lease ttl, in seconds.
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ def builder(triage: Agent, billing: Agent) -> HandoffWorkflowBuilder:
     return HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
 
 
+def hosted(triage: Agent, billing: Agent, store: ConversationStore) -> ConversationHost:
+    """The host, with the lease ttl the test asks for (a killed worker's lease must expire)."""
+    ttl = float(os.environ.get("HOSTING_WORKER_LEASE_TTL", "30"))
+    return ConversationHost(builder(triage, billing), store, lease_ttl=ttl)
+
+
 async def main(mode: str, spec: str, conversation_id: str, extra: str) -> None:
     store = open_store(spec)
     if mode == "crash":
@@ -57,13 +64,11 @@ async def main(mode: str, spec: str, conversation_id: str, extra: str) -> None:
 
         triage = scripted_agent("triage", handoff_to("billing", goal="Refund the double charge."))
         billing = scripted_agent("billing", hang)
-        await ConversationHost(builder(triage, billing), store).send(
-            conversation_id, "I was charged twice"
-        )
+        await hosted(triage, billing, store).send(conversation_id, "I was charged twice")
     elif mode == "resume":
         triage = scripted_agent("triage")  # no step: calling triage would raise
         billing = scripted_agent("billing", reply("Refunded after the restart."))
-        result = await ConversationHost(builder(triage, billing), store).resume(conversation_id)
+        result = await hosted(triage, billing, store).resume(conversation_id, wait=True)
         record = await store.load(conversation_id)
         assert record is not None
         report = {
@@ -84,9 +89,7 @@ async def main(mode: str, spec: str, conversation_id: str, extra: str) -> None:
             "billing", reply("Invoice: 42 EUR." if first else "Paid on March 3rd.")
         )
         message = "What is on my invoice?" if first else "When was it paid?"
-        result = await ConversationHost(builder(triage, billing), store).send(
-            conversation_id, message
-        )
+        result = await hosted(triage, billing, store).send(conversation_id, message)
         report = {
             "text": result.text,
             "active_agent": result.active_agent,
@@ -97,7 +100,7 @@ async def main(mode: str, spec: str, conversation_id: str, extra: str) -> None:
     else:
         triage = scripted_agent("triage", reply(f"triage answers {extra}"))
         billing = scripted_agent("billing")
-        result = await ConversationHost(builder(triage, billing), store).send(
+        result = await hosted(triage, billing, store).send(
             conversation_id, f"message {extra}", wait=True
         )
         print(json.dumps({"text": result.text}))  # noqa: T201

@@ -298,10 +298,16 @@ async def test_a_hosted_hook_failing_after_the_approval_keeps_the_stored_request
     after = await store.load("c")
     assert before is not None
     assert after is not None
-    assert (after.version, after.state) == (before.version, before.state)
+    assert after.messages == before.messages
+    assert after.state["host"] == before.state["host"]  # the request, as it was stored
+    assert (after.version, after.state["failures"]) == (before.version + 1, 1)  # counted
+    assert "HandoffHookError" in after.state["last_error"]
 
     result = await host.respond("c", {str(request.id): answer})  # the hook works again
     assert (result.active_agent, result.text) == ("refunds", "Refund paid.")
+    done = await store.load("c")
+    assert done is not None
+    assert "failures" not in done.state  # the turn ended: its count is gone
 
 
 @pytest.mark.parametrize("approved", [True, False], ids=["approved", "declined"])

@@ -33,6 +33,7 @@ from handoff_builder.stores import (
     ConversationStore,
     PostgresConversationStore,
     SqliteConversationStore,
+    hold,
 )
 from handoff_builder.testing import call_tool, client_of, handoff_to, reply, scripted_agent
 from tests.stores import POSTGRES_DSN_VARIABLE, postgres_dsn, unique_prefix
@@ -165,7 +166,7 @@ async def test_stored_agent_that_no_longer_exists_falls_back(
 async def test_busy_conversation(store: ConversationStore) -> None:
     builder, _, _ = desk([reply("hi")], [])
     host = ConversationHost(builder, store)
-    async with store.lock("c"):
+    async with hold(store, "c"):
         with pytest.raises(ConversationBusyError, match="'c' is busy with another turn"):
             await host.send("c", "hello")
     assert (await host.send("c", "hello")).text == "hi"
@@ -211,7 +212,7 @@ def test_bad_arguments() -> None:
 
 async def test_empty_conversation_id(store: ConversationStore) -> None:
     builder, _, _ = desk([], [])
-    with pytest.raises(ValueError, match="conversation_id must be a non-empty string"):
+    with pytest.raises(ValueError, match="conversation_id must not be empty or blank"):
         await ConversationHost(builder, store).send(" ", "hi")
 
 
@@ -243,7 +244,7 @@ async def postgres_store() -> Any:
 
 
 def worker(*args: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HOSTING_WORKER_LEASE_TTL": "1"}
     return subprocess.Popen(  # noqa: S603 - our own interpreter and module
         [sys.executable, "-m", "tests.hosting_worker", *args],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -341,7 +342,8 @@ async def test_postgres_corrupt_and_newer_records(
                 sql.Identifier(table)
             )
         )
-    with pytest.raises(CorruptConversationError, match="Conversation 'bad' is corrupt: state"):
+    corrupt = "Conversation 'bad' is corrupt: the state row is not valid JSON"
+    with pytest.raises(CorruptConversationError, match=corrupt):
         await host.send("bad", "hi")
     with pytest.raises(SchemaVersionError, match="Conversation 'newer' has schema version 9"):
         await host.send("newer", "hi")

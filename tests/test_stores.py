@@ -14,6 +14,7 @@ from handoff_builder import (
     ConversationBusyError,
     ConversationConflictError,
     CorruptConversationError,
+    LeaseLostError,
     SchemaVersionError,
     StoreUnavailableError,
 )
@@ -21,6 +22,7 @@ from handoff_builder.stores import (
     ConversationStore,
     PostgresConversationStore,
     SqliteConversationStore,
+    hold,
 )
 from handoff_builder.stores._base import record_from_rows
 
@@ -98,40 +100,114 @@ async def test_stale_writes_conflict_and_write_nothing(
     assert (len(record.messages), record.state, record.version) == (1, {"n": 1}, 1)
 
 
-async def test_lock_is_exclusive_and_released(store: ConversationStore) -> None:
-    async with store.lock("c1"):
+async def test_lease_is_exclusive_and_released(store: ConversationStore) -> None:
+    async with hold(store, "c1") as lease:
+        assert (lease.conversation_id, lease.version) == ("c1", 0)
         with pytest.raises(ConversationBusyError, match="'c1' is busy with another turn"):
-            async with store.lock("c1"):
+            async with hold(store, "c1"):
                 pass
-        async with store.lock("other"):  # other conversations are not blocked
+        async with hold(store, "other"):  # other conversations are not blocked
             pass
-    async with store.lock("c1"):
+    async with hold(store, "c1"):
         pass
 
 
-async def test_lock_waits_when_asked(store: ConversationStore) -> None:
+async def test_lease_waits_when_asked(store: ConversationStore) -> None:
     order: list[str] = []
 
     async def first() -> None:
-        async with store.lock("c1"):
+        async with hold(store, "c1"):
             order.append("first in")
             await asyncio.sleep(0.1)
             order.append("first out")
 
     async def second() -> None:
         await asyncio.sleep(0.02)
-        async with store.lock("c1", wait=True, timeout=5):
+        async with hold(store, "c1", wait=True, timeout=5):
             order.append("second in")
 
     await asyncio.gather(first(), second())
     assert order == ["first in", "first out", "second in"]
 
 
-async def test_lock_wait_times_out(store: ConversationStore) -> None:
-    async with store.lock("c1"):
+async def test_lease_wait_times_out(store: ConversationStore) -> None:
+    async with hold(store, "c1"):
         with pytest.raises(ConversationBusyError, match=r"waited 0\.\d s"):
-            async with store.lock("c1", wait=True, timeout=0.2):
+            async with hold(store, "c1", wait=True, timeout=0.2):
                 pass
+
+
+async def test_writes_are_fenced_by_the_lease(store: ConversationStore) -> None:
+    """A worker whose lease expired and was taken over can write nothing; the new holder can."""
+    old = await store.acquire("c1", owner="worker-a", ttl=0.05)
+    assert old is not None
+    version = await store.append(
+        "c1", start=0, messages=[msg("hi")], state={"by": "a"}, expected_version=0, lease=old
+    )
+    assert version == 1
+    assert await store.acquire("c1", owner="worker-b", ttl=30) is None  # a's lease still runs
+    await asyncio.sleep(0.1)
+    new = await store.acquire("c1", owner="worker-b", ttl=30)
+    assert new is not None
+    assert (new.token, new.version) == (old.token + 1, 1)
+    with pytest.raises(LeaseLostError, match="'worker-a' was lost"):
+        await store.append(
+            "c1", start=1, messages=[msg("late")], state={"by": "a"}, expected_version=1, lease=old
+        )
+    assert not await store.renew(old, ttl=30)
+    with pytest.raises(ConversationBusyError):  # nobody writes around a held lease
+        await store.append("c1", start=1, messages=[msg("x")], state={}, expected_version=1)
+    await store.append(
+        "c1", start=1, messages=[msg("b")], state={"by": "b"}, expected_version=1, lease=new
+    )
+    await store.release("c1", "worker-a")  # not a's any more: a no-op
+    assert await store.renew(new, ttl=30)
+    await store.release("c1", "worker-b")
+    record = await store.load("c1")
+    assert record is not None
+    assert [m["contents"][0]["text"] for m in record.messages] == ["hi", "b"]
+    assert (record.state, record.version) == ({"by": "b"}, 2)
+    again = await store.acquire("c1", owner="worker-c", ttl=30)
+    assert again is not None
+    assert again.token == new.token + 1
+
+
+async def test_asking_for_an_unknown_conversation_leaves_nothing(store: ConversationStore) -> None:
+    async with hold(store, "nobody") as lease:
+        assert lease.version == 0
+        assert await store.load("nobody") is None
+    assert await store.load("nobody") is None
+    assert await store.version("nobody") is None
+    assert await store.acquire("nobody", owner="x", ttl=30) is not None
+
+
+async def test_a_cancelled_lease_attempt_leaves_nothing_held(store: ConversationStore) -> None:
+    """Cancelled while asking (even after the store granted it): the lease is given back."""
+    for delay in (0, 0.0005, 0.001, 0.002, 0.005):
+        task = asyncio.ensure_future(_hold_forever(store))
+        await asyncio.sleep(delay)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        async with hold(store, "c1"):  # free at once, not after the lease's 30 s
+            pass
+
+
+async def _hold_forever(store: ConversationStore) -> None:
+    async with hold(store, "c1"):
+        await asyncio.Event().wait()
+
+
+async def test_leases_are_renewed_while_held(store: ConversationStore) -> None:
+    async with hold(store, "c1", ttl=0.15):
+        await asyncio.sleep(0.4)  # well past the ttl: renewed every 0.05 s
+        assert await store.acquire("c1", owner="other", ttl=30) is None
+
+
+async def test_ids_that_collide_in_a_32_bit_hash_are_distinct(store: ConversationStore) -> None:
+    """``hashtext('user-255858') = hashtext('user-299228')`` in PostgreSQL: keys of their own."""
+    async with hold(store, "user-255858"), hold(store, "user-299228"):
+        pass
 
 
 async def test_delete(store: ConversationStore) -> None:

@@ -27,13 +27,17 @@ from ._events import (
     HANDOFF_EVENT,
     HANDOFF_INTERMEDIATE_EVENT,
     HANDOFF_LIMIT_EVENT,
+    HANDOFF_TIMEOUT_EVENT,
+    HANDOFF_TURN_ABANDONED_EVENT,
     HANDOFF_TURN_EVENT,
     EscalationEvent,
     HandoffBlockedEvent,
     HandoffEvent,
     HandoffTurnResult,
     LimitReachedEvent,
+    TurnAbandonedEvent,
     TurnStatus,
+    TurnTimeoutEvent,
 )
 from ._handoff_manager import (
     DEFAULT_AUTONOMOUS_PROMPT,
@@ -43,7 +47,9 @@ from ._handoff_manager import (
 )
 from ._hooks import HandoffContext, HandoffHook, HandoffPredicate
 from ._host import (
+    DEFAULT_AGENT_TIMEOUT,
     DEFAULT_ESCALATION_MESSAGE,
+    DEFAULT_TURN_TIMEOUT,
     GroupChatHost,
     Participant,
     ReissueRequests,
@@ -75,6 +81,7 @@ from .exceptions import (
     HandoffBuilderError,
     HandoffConfigurationError,
     HandoffHookError,
+    LeaseLostError,
     PendingRequestsError,
     SchemaVersionError,
     ScriptExhaustedError,
@@ -83,12 +90,19 @@ from .exceptions import (
 
 if _typing.TYPE_CHECKING:
     from . import stores as stores
-    from ._hosting import DEFAULT_IDLE_TIMEOUT, ConversationHost
+    from ._hosting import (
+        DEFAULT_IDLE_TIMEOUT,
+        DEFAULT_MAX_TURN_RETRIES,
+        MAX_IDEMPOTENCY_KEY_LENGTH,
+        ConversationHost,
+    )
 
 # name -> (module, attribute of it; None for the module itself)
 _LAZY: dict[str, tuple[str, str | None]] = {
     "ConversationHost": ("._hosting", "ConversationHost"),
     "DEFAULT_IDLE_TIMEOUT": ("._hosting", "DEFAULT_IDLE_TIMEOUT"),
+    "DEFAULT_MAX_TURN_RETRIES": ("._hosting", "DEFAULT_MAX_TURN_RETRIES"),
+    "MAX_IDEMPOTENCY_KEY_LENGTH": ("._hosting", "MAX_IDEMPOTENCY_KEY_LENGTH"),
     "stores": (".stores", None),
 }
 
@@ -111,6 +125,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "DEFAULT_AGENT_TIMEOUT",
     "DEFAULT_AUTONOMOUS_PROMPT",
     "DEFAULT_AUTONOMOUS_TURN_LIMIT",
     "DEFAULT_ESCALATION_MESSAGE",
@@ -120,13 +135,18 @@ __all__ = [
     "DEFAULT_MAX_HANDOFFS_PER_TURN",
     "DEFAULT_MAX_ITERATIONS",
     "DEFAULT_MAX_REJECTED_HANDOFFS",
+    "DEFAULT_MAX_TURN_RETRIES",
+    "DEFAULT_TURN_TIMEOUT",
     "HANDOFF_BLOCKED_EVENT",
     "HANDOFF_ESCALATED_EVENT",
     "HANDOFF_EVENT",
     "HANDOFF_INTERMEDIATE_EVENT",
     "HANDOFF_LIMIT_EVENT",
+    "HANDOFF_TIMEOUT_EVENT",
     "HANDOFF_TOOLS_PLACEHOLDER",
+    "HANDOFF_TURN_ABANDONED_EVENT",
     "HANDOFF_TURN_EVENT",
+    "MAX_IDEMPOTENCY_KEY_LENGTH",
     "AgentReply",
     "AutonomousMode",
     "ConversationBusyError",
@@ -160,6 +180,7 @@ __all__ = [
     "HandoffTurnResult",
     "HandoffWorkflow",
     "HandoffWorkflowBuilder",
+    "LeaseLostError",
     "LimitReachedEvent",
     "ManagerSettings",
     "MessageBatch",
@@ -172,9 +193,11 @@ __all__ = [
     "ScriptExhaustedError",
     "StoreUnavailableError",
     "TerminationCondition",
+    "TurnAbandonedEvent",
     "TurnJournal",
     "TurnStart",
     "TurnStatus",
+    "TurnTimeoutEvent",
     "UserTurn",
     "decline",
     "hand_back_tool_name",

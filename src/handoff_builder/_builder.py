@@ -18,6 +18,7 @@ from ._compile import (
 )
 from ._handoff_manager import DEFAULT_AUTONOMOUS_PROMPT, DEFAULT_AUTONOMOUS_TURN_LIMIT
 from ._hooks import EdgePolicy, HandoffHook, HandoffPredicate
+from ._host import DEFAULT_AGENT_TIMEOUT, DEFAULT_TURN_TIMEOUT
 from ._instructions import DEFAULT_HANDOFF_INSTRUCTIONS
 from ._logging import DEFAULT_LOGGED_ARGUMENT_LENGTH, ArgumentLogging
 from ._manager import TerminationCondition
@@ -278,6 +279,34 @@ class HandoffWorkflowBuilder:
         cannot loop.
         """
         self._config.max_rejected = _at_least_one("max_rejected", max_rejected)
+        return self
+
+    def with_timeouts(
+        self,
+        *,
+        agent_call: float | None = DEFAULT_AGENT_TIMEOUT,
+        turn: float | None = DEFAULT_TURN_TIMEOUT,
+    ) -> HandoffWorkflowBuilder:
+        """Deadlines: seconds one agent call may take, and one user turn (``None``: no limit).
+
+        The defaults are :data:`~handoff_builder.DEFAULT_AGENT_TIMEOUT` (120 s: one model
+        response with its own tool calls) and :data:`~handoff_builder.DEFAULT_TURN_TIMEOUT`
+        (600 s: every hop of the turn). Past either, the running call is cancelled and the turn
+        ends with status ``"agent_timeout"`` or ``"turn_timeout"`` and a
+        :class:`~handoff_builder.TurnTimeoutEvent`; nothing of the cancelled call is kept, so the
+        conversation stays valid and the next message carries on. A turn's deadline starts again
+        where it resumes (after a restore, or once its requests were answered).
+        """
+        for name, value in (("agent_call", agent_call), ("turn", turn)):
+            if value is not None and (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)  # pyright: ignore[reportUnnecessaryIsInstance]
+                or value <= 0
+            ):
+                raise ValueError(f"{name} must be a positive number of seconds or None, got "
+                                 f"{value!r}.")  # fmt: skip
+        self._config.agent_timeout = None if agent_call is None else float(agent_call)
+        self._config.turn_timeout = None if turn is None else float(turn)
         return self
 
     def with_manager(self, factory: ManagerFactory) -> HandoffWorkflowBuilder:

@@ -12,7 +12,14 @@ from typing_extensions import override
 
 from ._handoff_manager import AutonomousMode, HandoffManager
 from ._hooks import PLAIN, EdgePolicy
-from ._host import DEFAULT_ESCALATION_MESSAGE, HOST_ID, GroupChatHost, Participant
+from ._host import (
+    DEFAULT_AGENT_TIMEOUT,
+    DEFAULT_ESCALATION_MESSAGE,
+    DEFAULT_TURN_TIMEOUT,
+    HOST_ID,
+    GroupChatHost,
+    Participant,
+)
 from ._instructions import DEFAULT_HANDOFF_INSTRUCTIONS, render_instructions
 from ._logging import ArgumentLogging
 from ._manager import (
@@ -92,6 +99,8 @@ class BuildConfig:
     intermediate_from: list[Any] = field(default_factory=list[Any])
     manager_factory: ManagerFactory | None = None
     argument_logging: ArgumentLogging = field(default_factory=ArgumentLogging)
+    agent_timeout: float | None = DEFAULT_AGENT_TIMEOUT
+    turn_timeout: float | None = DEFAULT_TURN_TIMEOUT
 
 
 class _HopEdgeNotice(logging.Filter):
@@ -196,6 +205,8 @@ def compile_workflow(config: BuildConfig) -> HandoffWorkflow:
         intermediate_agents=plan.intermediate_agents,
         argument_logging=config.argument_logging,
         workflow_name=config.name or "handoff",
+        agent_timeout=config.agent_timeout,
+        turn_timeout=config.turn_timeout,
     )
     builder = WorkflowBuilder(
         start_executor=host,

@@ -31,6 +31,7 @@ from ._events import (
     HandoffEvent,
     LimitReachedEvent,
     TurnStatus,
+    TurnTimeoutEvent,
 )
 from ._routes import HandoffRoute
 
@@ -50,7 +51,14 @@ __all__ = [
 TRANSFERRED_RESULT = "Transferred."
 """The tool result of a handoff call that routes (.NET's text)."""
 
-Event = HandoffEvent | HandoffBlockedEvent | EscalationEvent | LimitReachedEvent | str
+Event = (
+    HandoffEvent
+    | HandoffBlockedEvent
+    | EscalationEvent
+    | LimitReachedEvent
+    | TurnTimeoutEvent
+    | str
+)
 """An audit event, or a warning (a ``str``)."""
 
 CallOutcome = Literal["transferred", "rejected", "escalated", "not_performed", "awaiting_approval"]

@@ -18,13 +18,17 @@ __all__ = [
     "HANDOFF_EVENT",
     "HANDOFF_INTERMEDIATE_EVENT",
     "HANDOFF_LIMIT_EVENT",
+    "HANDOFF_TIMEOUT_EVENT",
+    "HANDOFF_TURN_ABANDONED_EVENT",
     "HANDOFF_TURN_EVENT",
     "EscalationEvent",
     "HandoffBlockedEvent",
     "HandoffEvent",
     "HandoffTurnResult",
     "LimitReachedEvent",
+    "TurnAbandonedEvent",
     "TurnStatus",
+    "TurnTimeoutEvent",
 ]
 
 HANDOFF_EVENT: str = "handoff_sent"
@@ -36,6 +40,11 @@ HANDOFF_ESCALATED_EVENT: str = "handoff_escalated"
 
 HANDOFF_LIMIT_EVENT: str = "handoff_limit_reached"
 """``WorkflowEvent.type`` of a limit that ended a turn without an escalation (autonomous mode)."""
+
+HANDOFF_TIMEOUT_EVENT: str = "handoff_timed_out"
+"""``WorkflowEvent.type`` of a deadline that ended a turn (``data``: a TurnTimeoutEvent)."""
+HANDOFF_TURN_ABANDONED_EVENT: str = "handoff_turn_abandoned"
+"""``WorkflowEvent.type`` of a hosted turn that was given up (``data``: a TurnAbandonedEvent)."""
 
 HANDOFF_TURN_EVENT: str = "handoff_turn_completed"
 """``WorkflowEvent.type`` emitted at the end of every user turn; ``data`` is a HandoffTurnResult."""
@@ -55,11 +64,21 @@ BlockReason = Literal[
 ]
 EscalationReason = Literal["handoff_cap", "max_iterations", "rejected_handoffs"]
 TurnStatus = Literal[
-    "completed", "autonomous_limit", "handoff_cap", "max_iterations", "rejected_handoffs"
+    "completed",
+    "autonomous_limit",
+    "handoff_cap",
+    "max_iterations",
+    "rejected_handoffs",
+    "agent_timeout",
+    "turn_timeout",
+    "abandoned",
 ]
 """How a user turn ended: ``"completed"`` (an agent answered, or the termination condition held),
 ``"autonomous_limit"`` (an agent used every autonomous continuation it was allowed; the turn goes
-back to the user), or the cap that escalated it to a human (the :class:`EscalationEvent` reason)."""
+back to the user), the cap that escalated it to a human (the :class:`EscalationEvent` reason),
+a deadline that cut it short (``"agent_timeout"``, ``"turn_timeout"``: see
+:class:`TurnTimeoutEvent`), or ``"abandoned"``: a hosted turn that kept failing, or that was given
+up on demand, was closed (see :class:`TurnAbandonedEvent`)."""
 
 
 def _payload_json(payload: Any) -> Any:
@@ -137,6 +156,36 @@ class LimitReachedEvent:
     limit: int
 
 
+@dataclass(frozen=True)
+class TurnTimeoutEvent:
+    """A deadline cut the turn short; the turn ended without the late agent's reply.
+
+    ``limit`` is ``"agent_call"`` (one agent call took longer than ``seconds``) or ``"turn"``
+    (the whole turn did); ``agent`` is the agent that was running, or about to run, when it
+    passed. The conversation stays valid: nothing of the cancelled call was kept.
+    """
+
+    limit: Literal["agent_call", "turn"]
+    agent: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class TurnAbandonedEvent:
+    """A hosted turn was given up and closed, so that the conversation moves on.
+
+    ``reason`` is ``"failed"`` (it failed ``attempts`` times: the first run and every retry) or
+    ``"on_demand"`` (``ConversationHost.abandon``). ``agent`` is the agent the turn was waiting
+    for, ``error`` the last failure (``"TypeName: message"``), when there was one. Requests the
+    turn waited for were answered as not answered, so the history stays valid for every provider.
+    """
+
+    reason: Literal["failed", "on_demand"]
+    agent: str | None
+    attempts: int
+    error: str | None = None
+
+
 class HandoffTurnResult(AgentResponse):
     """What one user turn produced: the workflow output yielded when the turn ends.
 
@@ -151,6 +200,10 @@ class HandoffTurnResult(AgentResponse):
     * ``status``: how the turn ended (:data:`TurnStatus`): ``"completed"``, or the cap that
       stopped it;
     * ``escalation``: why the turn was escalated to a human, or ``None``; ``escalated`` is the flag;
+    * ``timeout``: the deadline that cut the turn short, or ``None``;
+    * ``abandoned``: why a hosted turn was given up, or ``None``;
+    * ``recovered``: in a hosted conversation, the result of an earlier turn that this call
+      finished (after a crash) or abandoned before it ran the new message, or ``None``;
     * ``conversation``: the whole shared conversation at the end of the turn.
     """
 
@@ -163,12 +216,18 @@ class HandoffTurnResult(AgentResponse):
         escalation: EscalationEvent | None,
         conversation: Sequence[Message],
         status: TurnStatus | None = None,
+        timeout: TurnTimeoutEvent | None = None,
+        abandoned: TurnAbandonedEvent | None = None,
+        recovered: HandoffTurnResult | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(messages=list(messages), **kwargs)
         self.active_agent = active_agent
         self.handoffs: tuple[HandoffEvent, ...] = tuple(handoffs)
         self.escalation = escalation
+        self.timeout = timeout
+        self.abandoned = abandoned
+        self.recovered = recovered
         self.status: TurnStatus = status or (escalation.reason if escalation else "completed")
         self.conversation: tuple[Message, ...] = tuple(conversation)
 

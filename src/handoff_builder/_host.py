@@ -3,12 +3,14 @@
 No ``from __future__ import annotations`` here: agent_framework reads handler annotations.
 """
 
+import asyncio
 import copy
 import logging
+import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 from agent_framework import (
     AgentResponseUpdate,
@@ -33,12 +35,15 @@ from ._events import (
     HANDOFF_EVENT,
     HANDOFF_INTERMEDIATE_EVENT,
     HANDOFF_LIMIT_EVENT,
+    HANDOFF_TIMEOUT_EVENT,
     HANDOFF_TURN_EVENT,
     EscalationEvent,
     HandoffBlockedEvent,
     HandoffEvent,
     HandoffTurnResult,
+    TurnAbandonedEvent,
     TurnStatus,
+    TurnTimeoutEvent,
 )
 from ._hooks import HandoffGate
 from ._logging import ArgumentLogging, log_event
@@ -48,12 +53,15 @@ from ._payloads import validate_arguments
 from ._requests import PendingRequests, dangling_calls, requests_in, settle, unanswered
 from ._state import Continuation, HostState, TurnState
 from ._telemetry import TurnTrace
+from ._timeouts import within
 from ._views import AgentView, HandoffToolCallFiltering
 from ._workflow import MessageBatch
 from .exceptions import CorruptStateError
 
 __all__ = [
+    "DEFAULT_AGENT_TIMEOUT",
     "DEFAULT_ESCALATION_MESSAGE",
+    "DEFAULT_TURN_TIMEOUT",
     "GroupChatHost",
     "Participant",
     "ReissueRequests",
@@ -65,6 +73,10 @@ __all__ = [
 logger = logging.getLogger("handoff_builder")
 
 HOST_ID = "handoff_host"
+DEFAULT_AGENT_TIMEOUT = 120.0
+"""Seconds one agent call may take, its own tool calls included, before the turn is cut short."""
+DEFAULT_TURN_TIMEOUT = 600.0
+"""Seconds one user turn may take, every agent call and handoff included."""
 DEFAULT_ESCALATION_MESSAGE = (
     "I'm sorry, I wasn't able to get your request to the right place. I'm passing this "
     "conversation to a human colleague, who will get back to you."
@@ -119,6 +131,7 @@ for _command in (UserTurn, ResumeTurn, ReissueRequests, _Hop):
 HostContext = WorkflowContext[_Hop, HandoffTurnResult | AgentResponseUpdate]
 
 _EVENT_TYPES: dict[type[Any], str] = {
+    TurnTimeoutEvent: HANDOFF_TIMEOUT_EVENT,
     HandoffEvent: HANDOFF_EVENT,
     HandoffBlockedEvent: HANDOFF_BLOCKED_EVENT,
     EscalationEvent: HANDOFF_ESCALATED_EVENT,
@@ -181,9 +194,19 @@ class GroupChatHost(Executor):
         intermediate_agents: frozenset[str] = frozenset(),
         argument_logging: ArgumentLogging | None = None,
         workflow_name: str = "handoff",
+        agent_timeout: float | None = DEFAULT_AGENT_TIMEOUT,
+        turn_timeout: float | None = DEFAULT_TURN_TIMEOUT,
         id: str = HOST_ID,  # noqa: A002 - the Executor API's name
     ) -> None:
         super().__init__(id)
+        self.agent_timeout = agent_timeout
+        """Seconds one agent call may take (``None``: no limit); past it the turn ends."""
+        self.turn_timeout = turn_timeout
+        """Seconds a turn may take (``None``: no limit), from its start or from where it
+        resumed (after a restore, or once its requests were answered)."""
+        self._deadline: float | None = None  # the open turn's, on the event loop's clock
+        self.last_result: HandoffTurnResult | None = None
+        """The result of the last turn that ended in this host."""
         self._participants = participants
         self._manager = manager
         self._apology = apology
@@ -315,6 +338,7 @@ class GroupChatHost(Executor):
         self._history.extend(messages[_known_prefix(self._history, messages) :])
         self._turn = TurnState(start=len(self._history))
         self._trace = TurnTrace(self._workflow_name, self.conversation_id)
+        self._deadline = None
         with self._failing_turn():
             start = TurnStart(self._speaker, return_to_previous)
             decision = await self._manager.start_turn(self._history, start)
@@ -340,10 +364,22 @@ class GroupChatHost(Executor):
         self._speaker = name
         view = self._view(name).update(self._history)
         gate = self._gate_for(participant)
-        with self._turn_trace().active():
-            response, calls, disabled = await participant.run(
-                view, self._update_sink(name, ctx), self._manager.review_handoff, gate
-            )
+        limit, seconds = self._time_left()
+        if seconds is not None and seconds <= 0:
+            return self._timed_out(limit, name)
+        started = time.monotonic()
+        try:
+            with self._turn_trace().active():
+                response, calls, disabled = await within(
+                    seconds,
+                    participant.run(
+                        view, self._update_sink(name, ctx), self._manager.review_handoff, gate
+                    ),
+                )
+        except TimeoutError:
+            if seconds is None or time.monotonic() - started < seconds:
+                raise  # the agent's own timeout, not the deadline
+            return self._timed_out(limit, name)
         delta = list(response.messages)
         for message in delta:
             if message.author_name is None:
@@ -408,7 +444,52 @@ class GroupChatHost(Executor):
         if isinstance(decision, Escalate):
             await self._end_turn(ctx, decision.status, decision.escalation)
         else:
-            await self._end_turn(ctx, decision.status)
+            timeout = next((e for e in decision.events if isinstance(e, TurnTimeoutEvent)), None)
+            await self._end_turn(ctx, decision.status, timeout=timeout)
+
+    def _time_left(self) -> tuple[Literal["agent_call", "turn"], float | None]:
+        """Which deadline the next agent call runs against, and its seconds (``None``: none)."""
+        loop = asyncio.get_running_loop()
+        if self._deadline is None and self.turn_timeout is not None:
+            self._deadline = loop.time() + self.turn_timeout  # the turn started or resumed
+        left = None if self._deadline is None else self._deadline - loop.time()
+        if left is not None and (self.agent_timeout is None or left < self.agent_timeout):
+            return "turn", left
+        return "agent_call", self.agent_timeout
+
+    def _timed_out(self, limit: Literal["agent_call", "turn"], agent: str) -> EndTurn:
+        seconds = self.agent_timeout if limit == "agent_call" else self.turn_timeout
+        event = TurnTimeoutEvent(limit, agent, float(seconds or 0.0))
+        status: TurnStatus = "agent_timeout" if limit == "agent_call" else "turn_timeout"
+        return EndTurn(status, events=(event,))
+
+    def abandon_turn(self, event: TurnAbandonedEvent) -> HandoffTurnResult:
+        """Close the open turn without running anything more; its result (status ``abandoned``).
+
+        Requests it waited for get a "not answered" result, so that no call is left without one
+        and the history stays valid for every provider. Used by ``ConversationHost`` for a turn
+        that keeps failing, and by ``ConversationHost.abandon``.
+        """
+        turn = self._turn or TurnState(start=len(self._history))
+        requests = list(self._pending.requests.values())
+        if requests:
+            agent = str(self._pending.agent or self._speaker or self.id)
+            self._history.extend(unanswered(requests, agent, "abandoned"))
+        self._pending = PendingRequests()
+        log_event(f"turn abandoned ({event.reason}, {event.attempts} failed attempt(s)): "
+                  f"{event.error or 'no error'}", self._logging)  # fmt: skip
+        result = HandoffTurnResult(
+            messages=self._history[turn.start :],
+            active_agent=self._speaker or "",
+            handoffs=turn.handoffs,
+            escalation=None,
+            conversation=self._history,
+            status="abandoned",
+            abandoned=event,
+        )
+        self._turn, self._next, self._deadline = None, None, None
+        self.last_result = result
+        return result
 
     def _past_invocation_cap(self, decision: NextAgent) -> Escalate:
         """The host's own cap: the manager asked for one invocation too many."""
@@ -452,6 +533,7 @@ class GroupChatHost(Executor):
         if then.handoff is not None and self._turn is not None:
             self._turn = self._turn.with_handoff(then.handoff)
         self._next = None
+        self._deadline = None  # a person may take long: the turn's deadline starts again after
         await self._record()
         await self._emit(then.events, ctx)
         self._paused = self._turn_trace().pause()
@@ -533,7 +615,12 @@ class GroupChatHost(Executor):
             await ctx.add_event(WorkflowEvent(cast(Any, kind), data=event))
 
     async def _end_turn(
-        self, ctx: HostContext, status: TurnStatus, escalation: EscalationEvent | None = None
+        self,
+        ctx: HostContext,
+        status: TurnStatus,
+        escalation: EscalationEvent | None = None,
+        *,
+        timeout: TurnTimeoutEvent | None = None,
     ) -> None:
         """Yield the turn's result; in streaming runs the messages went out as updates already."""
         turn = self._turn or TurnState(start=len(self._history))
@@ -555,9 +642,10 @@ class GroupChatHost(Executor):
             escalation=escalation,
             conversation=self._history,
             status=status,
+            timeout=timeout,
         )
-        self._turn = None
-        self._next = None
+        self._turn, self._next, self._deadline = None, None, None
+        self.last_result = result
         await self._record()
         await ctx.add_event(WorkflowEvent(cast(Any, HANDOFF_TURN_EVENT), data=result))
         if not ctx.is_streaming():

@@ -5,38 +5,109 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, cast
 
 from agent_framework import Content, Message, Workflow, WorkflowEvent
 
 from ._builder import HandoffWorkflowBuilder
-from ._events import HANDOFF_TURN_EVENT, HandoffTurnResult
+from ._events import (
+    HANDOFF_TURN_ABANDONED_EVENT,
+    HANDOFF_TURN_EVENT,
+    EscalationEvent,
+    HandoffEvent,
+    HandoffTurnResult,
+    TurnAbandonedEvent,
+    TurnStatus,
+    TurnTimeoutEvent,
+)
 from ._host import GroupChatHost, ReissueRequests, ResumeTurn, UserTurn
-from ._state import HostState, decode_host_state
+from ._state import HostState, adapter_for, decode_host_state
 from .exceptions import (
+    ConversationBusyError,
+    ConversationConflictError,
     CorruptConversationError,
     CorruptStateError,
     HandoffBuilderError,
+    LeaseLostError,
     PendingRequestsError,
+    SchemaVersionError,
+    StoreUnavailableError,
 )
-from .stores import ConversationRecord, ConversationStore
+from .stores import (
+    DEFAULT_LEASE_TTL,
+    ConversationRecord,
+    ConversationStore,
+    Lease,
+    check_conversation_id,
+    hold,
+    new_owner,
+)
 
-__all__ = ["DEFAULT_IDLE_TIMEOUT", "ConversationHost"]
+__all__ = [
+    "DEFAULT_IDLE_TIMEOUT",
+    "DEFAULT_MAX_TURN_RETRIES",
+    "MAX_IDEMPOTENCY_KEY_LENGTH",
+    "ConversationHost",
+]
 
 logger = logging.getLogger("handoff_builder")
 
 DEFAULT_IDLE_TIMEOUT = timedelta(minutes=30)
+DEFAULT_MAX_TURN_RETRIES = 2
+"""How many times the next messages retry a failed turn before it is abandoned."""
+MAX_IDEMPOTENCY_KEY_LENGTH = 256
+"""The longest idempotency key, in characters."""
+_KEPT_RECEIPTS = 32  # idempotency keys remembered per conversation (its latest turns)
 
 UserInput = str | Message | Sequence[Message]
+
+# Errors that are not the turn's fault: the store, the lease or the caller. They are raised as
+# they are and never count as a failed attempt of the turn.
+_NOT_THE_TURNS_FAULT = (
+    StoreUnavailableError,
+    LeaseLostError,
+    ConversationConflictError,
+    ConversationBusyError,
+    CorruptStateError,
+    SchemaVersionError,
+    PendingRequestsError,
+)
 
 
 def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+@dataclass(frozen=True)
+class _Receipt:
+    """A finished turn, by the idempotency keys of the calls that ran it."""
+
+    keys: tuple[str, ...]
+    start: int  # its messages are history[start:end]
+    end: int
+    status: TurnStatus
+    agent: str
+    handoffs: tuple[HandoffEvent, ...] = ()
+    escalation: EscalationEvent | None = None
+    timeout: TurnTimeoutEvent | None = None
+    abandoned: TurnAbandonedEvent | None = None
+
+
+@dataclass(frozen=True)
+class _Hosted:
+    """What the hosting layer keeps in a conversation's state row beside the host's state."""
+
+    last_activity: datetime | None = None
+    turn_keys: tuple[str, ...] = ()  # idempotency keys of the calls that ran the open turn
+    failures: int = 0  # failed attempts of the open turn
+    last_error: str | None = None
+    receipts: tuple[_Receipt, ...] = ()
+
+
 class _StoreJournal:
-    """Writes a hosted turn's progress: the new messages and the state row, in one write."""
+    """Writes a hosted turn's progress: the new messages and the state row, in one fenced write."""
 
     def __init__(
         self,
@@ -46,27 +117,92 @@ class _StoreJournal:
         version: int,
         saved: int,
         clock: Callable[[], datetime],
+        hosted: _Hosted,
     ) -> None:
         self._store = store
         self._conversation_id = conversation_id
+        self.lease: Lease | None = None
         self.version = version
         self.saved = saved
         self._clock = clock
-        self.last_activity: str | None = None
+        self.last_activity = hosted.last_activity
+        self.turn_keys = list(hosted.turn_keys)
+        self.failures = hosted.failures
+        self.last_error = hosted.last_error
+        self.receipts: list[dict[str, Any]] = [_encode(_Receipt, r) for r in hosted.receipts]
+        self.key: str | None = None  # the key of the call running now
+        self._written: dict[str, Any] = {}  # the state row as last written
+        self._receipted: HandoffTurnResult | None = None
+
+    def hosted(self) -> _Hosted:
+        """The hosting state as it is now (receipts decoded)."""
+        receipts = tuple(_decode(_Receipt, r, self._conversation_id) for r in self.receipts)
+        return _Hosted(self.last_activity, tuple(self.turn_keys), self.failures, self.last_error,
+                       receipts)  # fmt: skip
 
     async def record(self, host: GroupChatHost) -> None:
         history = host.history
-        new = [message.to_dict() for message in history[self.saved :]]
-        self.last_activity = self._clock().isoformat()
-        state = {"host": host.snapshot(), "last_activity": self.last_activity}
+        if self.key is not None and self.key not in self.turn_keys:
+            self.turn_keys.append(self.key)
+        result = host.last_result
+        if not host.turn_open:
+            if result is not None and result is not self._receipted and self.turn_keys:
+                self._add_receipt(result, len(history))
+            self.turn_keys, self.failures, self.last_error = [], 0, None
+        self.last_activity = self._clock()
+        state: dict[str, Any] = {
+            "host": host.snapshot(),
+            "last_activity": self.last_activity.isoformat(),
+            "receipts": self.receipts,
+        }
+        if self.turn_keys:
+            state["turn_keys"] = list(self.turn_keys)
+        if self.failures:
+            state["failures"], state["last_error"] = self.failures, self.last_error
+        await self._write([message.to_dict() for message in history[self.saved :]], state)
+        self.saved = len(history)
+
+    async def record_failure(self, error: BaseException) -> bool:
+        """Count a failed attempt of the open turn, as stored; False when no turn was stored open.
+
+        The state row is written again as it was, with the count: whatever the failed attempt
+        changed in memory is not stored.
+        """
+        host_state: Any = self._written.get("host")
+        if not isinstance(host_state, dict) or cast(dict[str, Any], host_state).get("turn") is None:
+            return False
+        self.failures += 1
+        self.last_error = f"{type(error).__name__}: {error}"[:500]
+        state = {**self._written, "failures": self.failures, "last_error": self.last_error}
+        await self._write([], state)
+        return True
+
+    async def _write(self, messages: list[dict[str, Any]], state: dict[str, Any]) -> None:
         self.version = await self._store.append(
             self._conversation_id,
             start=self.saved,
-            messages=new,
+            messages=messages,
             state=state,
             expected_version=self.version,
+            lease=self.lease,
         )
-        self.saved = len(history)
+        self._written = state
+
+    def _add_receipt(self, result: HandoffTurnResult, end: int) -> None:
+        receipt = _Receipt(
+            tuple(self.turn_keys), end - len(result.messages), end, result.status,
+            result.active_agent, result.handoffs, result.escalation, result.timeout,
+            result.abandoned,
+        )  # fmt: skip
+        self.receipts = [*self.receipts, _encode(_Receipt, receipt)][-_KEPT_RECEIPTS:]
+        self._receipted = result
+
+    def receipt(self, key: str) -> _Receipt | None:
+        for raw in reversed(self.receipts):
+            keys = raw.get("keys")
+            if isinstance(keys, list) and key in keys:
+                return _decode(_Receipt, raw, self._conversation_id)
+        return None
 
 
 class ConversationHost:
@@ -81,9 +217,18 @@ class ConversationHost:
     * the store is written after the user's message and before every agent call, so a turn
       interrupted by a crash resumes with the right agent (:meth:`resume`, or the next
       :meth:`send`), without calling the earlier agents again or duplicating a message;
-    * one turn at a time per conversation, across processes and machines (the store's lock): a
+    * one turn at a time per conversation, across processes and machines: a turn holds the
+      conversation's lease (in the store, renewed while it runs, every write fenced by it); a
       second concurrent turn raises :class:`~handoff_builder.ConversationBusyError`, or waits
-      when ``wait=True``.
+      when ``wait=True``; a dead worker's lease expires after ``lease_ttl`` seconds;
+    * a turn that fails (a model or tool error) is retried by the next messages, at most
+      ``max_turn_retries`` times, then abandoned (closed, status ``"abandoned"``) so that the new
+      message runs; :meth:`abandon` gives a turn up on demand;
+    * a call retried with the same ``idempotency_key`` runs once: it returns the turn's result
+      (finishing the turn first if a crash interrupted it) and never stores the message twice.
+
+    Deadlines for agent calls and turns are the builder's
+    (:meth:`HandoffWorkflowBuilder.with_timeouts`).
 
     Args:
         builder: The workflow every conversation runs (built anew for each turn).
@@ -93,6 +238,10 @@ class ConversationHost:
             ``False`` the builder's ``enable_return_to_previous`` setting decides.
         lock_timeout: How long ``wait=True`` waits for a busy conversation, in seconds.
         clock: Returns the current time (UTC-aware); injectable for tests.
+        live_conversations: How many conversations this worker keeps live between turns.
+        lease_ttl: Seconds a turn's lease lasts unless renewed (every ``lease_ttl / 3``).
+        worker_id: Names this worker in lease owners (default: host name and process id).
+        max_turn_retries: How many times a failed turn is retried before it is abandoned.
     """
 
     def __init__(
@@ -102,9 +251,12 @@ class ConversationHost:
         *,
         idle_timeout: timedelta | float = DEFAULT_IDLE_TIMEOUT,
         remember_active_agent: bool = True,
-        lock_timeout: float = 30.0,
+        lock_timeout: float = 60.0,
         clock: Callable[[], datetime] = _utcnow,
         live_conversations: int = 256,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
+        worker_id: str | None = None,
+        max_turn_retries: int = DEFAULT_MAX_TURN_RETRIES,
     ) -> None:
         self.builder = builder
         self.store = store
@@ -113,74 +265,180 @@ class ConversationHost:
         )
         if self.idle_timeout <= timedelta(0):
             raise ValueError(f"idle_timeout must be positive, got {self.idle_timeout}.")
+        if lease_ttl <= 0:
+            raise ValueError(f"lease_ttl must be a positive number of seconds, got {lease_ttl}.")
+        if max_turn_retries < 0:
+            raise ValueError(f"max_turn_retries must be 0 or more, got {max_turn_retries}.")
         self.remember_active_agent = remember_active_agent
         self.lock_timeout = lock_timeout
         self._clock = clock
         self.live_conversations = live_conversations
+        self.lease_ttl = lease_ttl
+        self.worker_id = worker_id
+        self.max_turn_retries = max_turn_retries
         self._live: OrderedDict[str, tuple[Workflow, GroupChatHost, _StoreJournal]] = OrderedDict()
 
     async def send(
-        self, conversation_id: str, message: UserInput, *, wait: bool = False
+        self,
+        conversation_id: str,
+        message: UserInput,
+        *,
+        wait: bool = False,
+        idempotency_key: str | None = None,
     ) -> HandoffTurnResult:
         """Run one user turn of the conversation and return its result.
 
-        An interrupted earlier turn (a crash mid-turn) is finished first.
+        An interrupted earlier turn (a crash mid-turn) is finished first, and a failed one
+        retried (or abandoned, past ``max_turn_retries``); its result is the new result's
+        ``recovered``. With ``idempotency_key``, a call that repeats an earlier one (a client
+        retrying after a timeout or a crash) returns that call's turn instead of running the
+        message again.
 
         Raises:
+            ValueError: the conversation id or the idempotency key is not valid (no I/O done).
             ConversationBusyError: another turn of this conversation is running.
+            PendingRequestsError: the conversation waits for answers (:meth:`respond`).
             StoreUnavailableError: the store cannot be reached (before any model call).
             CorruptConversationError / SchemaVersionError: the stored record cannot be used.
+            LeaseLostError: this worker's lease was taken over mid-turn; nothing more was written.
         """
-        _check_id(conversation_id)
-        async with self.store.lock(conversation_id, wait=wait, timeout=self.lock_timeout):
-            workflow, host = await self._open(conversation_id)
-            await self._finish_interrupted(conversation_id, workflow, host)
-            turn = self._user_turn(conversation_id, host, message)
-            result = _turn_result(conversation_id, host, list(await workflow.run(turn)))
+        check_conversation_id(conversation_id)
+        _check_key(idempotency_key)
+        messages = _messages(message)
+        async with self._hold(conversation_id, wait) as lease:
+            workflow, host = await self._open(conversation_id, lease)
+            if idempotency_key is not None:
+                done = await self._repeated(conversation_id, workflow, host, idempotency_key)
+                if done is not None:
+                    return done
+            recovered, workflow, host = await self._finish_interrupted(
+                conversation_id, workflow, host, lease
+            )
+            self._journal(host).key = idempotency_key
+            turn = self._user_turn(conversation_id, host, messages)
+            events = await self._attempt(workflow, host, turn)
+            result = _turn_result(conversation_id, host, events)
+            result.recovered = recovered
             self._keep(conversation_id, workflow, host)
             return result
 
     async def respond(
-        self, conversation_id: str, answers: Mapping[str, Content], *, wait: bool = False
+        self,
+        conversation_id: str,
+        answers: Mapping[str, Content],
+        *,
+        wait: bool = False,
+        idempotency_key: str | None = None,
     ) -> HandoffTurnResult:
         """Answer the requests a hosted turn waits for; the asking agent carries on.
 
         ``answers`` maps each request's id to its answer: ``request.to_function_approval_response
         (approved=...)`` for an approval, a ``function_result`` Content for an external call.
+        With ``idempotency_key``, a repeated call returns the turn it ran (finishing it first if
+        a crash interrupted it) instead of failing because nothing waits for answers any more.
         """
-        _check_id(conversation_id)
-        async with self.store.lock(conversation_id, wait=wait, timeout=self.lock_timeout):
-            workflow, host = await self._open(conversation_id)
+        check_conversation_id(conversation_id)
+        _check_key(idempotency_key)
+        async with self._hold(conversation_id, wait) as lease:
+            workflow, host = await self._open(conversation_id, lease)
+            if idempotency_key is not None:
+                done = await self._repeated(conversation_id, workflow, host, idempotency_key)
+                if done is not None:
+                    return done
             if not host.pending_requests:
                 raise HandoffBuilderError(
                     f"Conversation {conversation_id!r} waits for no answers; use send()."
                 )
+            self._journal(host).key = idempotency_key
             await workflow.run(ReissueRequests())
-            events = list(await workflow.run(responses=dict(answers)))
+            events = await self._attempt(workflow, host, responses=dict(answers))
             result = _turn_result(conversation_id, host, events)
             self._keep(conversation_id, workflow, host)
             return result
 
     async def stream(
-        self, conversation_id: str, message: UserInput, *, wait: bool = False
+        self,
+        conversation_id: str,
+        message: UserInput,
+        *,
+        wait: bool = False,
+        idempotency_key: str | None = None,
     ) -> AsyncIterator[WorkflowEvent[Any]]:
-        """Run one user turn as a stream of workflow events (agent updates, handoffs, the end)."""
-        _check_id(conversation_id)
-        async with self.store.lock(conversation_id, wait=wait, timeout=self.lock_timeout):
-            workflow, host = await self._open(conversation_id)
-            await self._finish_interrupted(conversation_id, workflow, host)
-            turn = self._user_turn(conversation_id, host, message)
-            async for event in workflow.run(turn, stream=True):
-                yield event
+        """Run one user turn as a stream of workflow events (agent updates, handoffs, the end).
+
+        A repeated call (same ``idempotency_key``) yields only the ``handoff_turn_completed``
+        event of the turn it ran. A turn abandoned first yields ``handoff_turn_abandoned``.
+        """
+        check_conversation_id(conversation_id)
+        _check_key(idempotency_key)
+        messages = _messages(message)
+        async with self._hold(conversation_id, wait) as lease:
+            workflow, host = await self._open(conversation_id, lease)
+            if idempotency_key is not None:
+                done = await self._repeated(conversation_id, workflow, host, idempotency_key)
+                if done is not None:
+                    yield WorkflowEvent(cast(Any, HANDOFF_TURN_EVENT), data=done)
+                    return
+            recovered, workflow, host = await self._finish_interrupted(
+                conversation_id, workflow, host, lease
+            )
+            if recovered is not None and recovered.abandoned is not None:
+                yield WorkflowEvent(
+                    cast(Any, HANDOFF_TURN_ABANDONED_EVENT), data=recovered.abandoned
+                )
+            self._journal(host).key = idempotency_key
+            turn = self._user_turn(conversation_id, host, messages)
+            try:
+                async for event in workflow.run(turn, stream=True):
+                    if event.type == HANDOFF_TURN_EVENT and isinstance(
+                        event.data, HandoffTurnResult
+                    ):
+                        event.data.recovered = recovered
+                    yield event
+            except Exception as error:
+                await self._count_failure(host, error)
+                raise
             if not host.turn_open:
                 self._keep(conversation_id, workflow, host)
 
     async def resume(self, conversation_id: str, *, wait: bool = False) -> HandoffTurnResult | None:
-        """Finish a turn that a crash interrupted; ``None`` when there is nothing to finish."""
-        _check_id(conversation_id)
-        async with self.store.lock(conversation_id, wait=wait, timeout=self.lock_timeout):
-            workflow, host = await self._open(conversation_id)
-            return await self._finish_interrupted(conversation_id, workflow, host)
+        """Finish a turn that a crash interrupted; ``None`` when there is nothing to finish.
+
+        A turn that failed is retried like the next :meth:`send` would (and abandoned once it has
+        failed more than ``max_turn_retries`` times).
+        """
+        check_conversation_id(conversation_id)
+        async with self._hold(conversation_id, wait) as lease:
+            workflow, host = await self._open(conversation_id, lease)
+            result, workflow, host = await self._finish_interrupted(
+                conversation_id, workflow, host, lease
+            )
+            if result is not None:
+                self._keep(conversation_id, workflow, host)
+            return result
+
+    async def abandon(
+        self, conversation_id: str, *, wait: bool = False
+    ) -> HandoffTurnResult | None:
+        """Give up the conversation's open turn: close it without running anything more.
+
+        Requests it waited for are answered as not answered and its status is ``"abandoned"``
+        (a :class:`~handoff_builder.TurnAbandonedEvent` with ``reason="on_demand"``); the next
+        message starts a new turn. ``None`` when no turn is open.
+        """
+        check_conversation_id(conversation_id)
+        async with self._hold(conversation_id, wait) as lease:
+            workflow, host = await self._open(conversation_id, lease)
+            if not host.turn_open:
+                return None
+            journal = self._journal(host)
+            event = TurnAbandonedEvent(
+                "on_demand", host.next_agent or host.speaker, journal.failures, journal.last_error
+            )
+            result = host.abandon_turn(event)
+            await journal.record(host)
+            self._keep(conversation_id, workflow, host)
+            return result
 
     async def active_agent(self, conversation_id: str) -> str | None:
         """The agent that ran last in the conversation (``None``: no conversation).
@@ -190,6 +448,7 @@ class ConversationHost:
         longer than ``idle_timeout`` or the agent is gone. In a turn a crash interrupted, it is the
         agent that ran before the interruption, not the one the turn resumes with.
         """
+        check_conversation_id(conversation_id)
         record = await self.store.load(conversation_id)
         if record is None:
             return None
@@ -197,22 +456,40 @@ class ConversationHost:
 
     # -- internals --------------------------------------------------------------------------------
 
-    async def _open(self, conversation_id: str) -> tuple[Workflow, GroupChatHost]:
+    def _hold(self, conversation_id: str, wait: bool) -> Any:  # noqa: FBT001
+        return hold(
+            self.store,
+            conversation_id,
+            ttl=self.lease_ttl,
+            wait=wait,
+            timeout=self.lock_timeout,
+            owner=new_owner(self.worker_id),
+        )
+
+    @staticmethod
+    def _journal(host: GroupChatHost) -> _StoreJournal:
+        return cast(_StoreJournal, host.journal)
+
+    async def _open(
+        self, conversation_id: str, lease: Lease, *, reuse: bool = True
+    ) -> tuple[Workflow, GroupChatHost]:
         live = self._live.pop(conversation_id, None)
-        if live is not None:
+        if live is not None and reuse:
             workflow, host, journal = live
             # Reuse the conversation kept from this worker's last turn if nobody wrote since.
-            if await self.store.version(conversation_id) == journal.version:
+            if lease.version == journal.version:
+                journal.lease = lease
                 return workflow, host
         record = await self.store.load(conversation_id)  # errors surface before any model call
         workflow = self.builder.build()
         host = workflow.get_start_executor()
         if not isinstance(host, GroupChatHost):  # pragma: no cover - build() always makes one
             raise TypeError("ConversationHost needs a workflow built by HandoffWorkflowBuilder.")
-        version, saved = 0, 0
+        version, saved, hosted = 0, 0, _Hosted()
         if record is not None:
-            history = [Message.from_dict(item) for item in record.messages]
+            history = _history(record)
             state = _host_state(record)
+            hosted = _decode(_Hosted, record.state, conversation_id)
             try:
                 host.load(history, state)
             except CorruptStateError as error:  # the manager's own state
@@ -220,10 +497,12 @@ class ConversationHost:
                 raise CorruptConversationError(conversation_id, detail) from error
             version, saved = record.version, len(history)
         journal = _StoreJournal(
-            self.store, conversation_id, version=version, saved=saved, clock=self._clock
-        )
+            self.store, conversation_id, version=version, saved=saved, clock=self._clock,
+            hosted=hosted,
+        )  # fmt: skip
+        journal.lease = lease
         if record is not None:
-            journal.last_activity = record.state.get("last_activity")
+            journal._written = dict(record.state)  # pyright: ignore[reportPrivateUsage]
         host.journal = journal
         host.conversation_id = conversation_id
         return workflow, host
@@ -233,17 +512,18 @@ class ConversationHost:
         journal = host.journal
         if self.live_conversations < 1 or not isinstance(journal, _StoreJournal):
             return
+        journal.key = None
         self._live[conversation_id] = (workflow, host, journal)
         while len(self._live) > self.live_conversations:
             self._live.popitem(last=False)
 
-    def _user_turn(self, conversation_id: str, host: GroupChatHost, message: UserInput) -> UserTurn:
+    def _user_turn(
+        self, conversation_id: str, host: GroupChatHost, messages: list[Message]
+    ) -> UserTurn:
         """The turn to run, with this host's policy: remember the active agent, unless idle."""
-        messages = _messages(message)
-        journal = host.journal
-        last = journal.last_activity if isinstance(journal, _StoreJournal) else None
-        if isinstance(last, str) and host.speaker is not None:
-            idle = self._clock() - datetime.fromisoformat(last)
+        last = self._journal(host).last_activity
+        if last is not None and host.speaker is not None:
+            idle = self._clock() - last
             if idle > self.idle_timeout:
                 logger.info(
                     "conversation %s was idle for %s; starting again at the initial agent "
@@ -253,24 +533,87 @@ class ConversationHost:
                 return UserTurn(messages, return_to_previous=False)
         return UserTurn(messages, return_to_previous=True if self.remember_active_agent else None)
 
-    async def _finish_interrupted(
-        self, conversation_id: str, workflow: Workflow, host: GroupChatHost
+    async def _attempt(
+        self, workflow: Workflow, host: GroupChatHost, *args: Any, **kwargs: Any
+    ) -> list[WorkflowEvent[Any]]:
+        """Run the workflow; a failure of the turn itself is counted before it is raised."""
+        try:
+            return list(await workflow.run(*args, **kwargs))
+        except Exception as error:
+            await self._count_failure(host, error)
+            raise
+
+    async def _count_failure(self, host: GroupChatHost, error: Exception) -> bool:
+        if isinstance(error, _NOT_THE_TURNS_FAULT):
+            return False
+        try:
+            return await self._journal(host).record_failure(error)
+        except HandoffBuilderError as unrecorded:  # the store or the lease: say so, keep `error`
+            logger.warning("could not record the failed attempt: %s", unrecorded)
+            return False
+
+    async def _repeated(
+        self, conversation_id: str, workflow: Workflow, host: GroupChatHost, key: str
     ) -> HandoffTurnResult | None:
+        """The turn an earlier call with ``key`` ran, finished if need be; ``None``: a new call."""
+        journal = self._journal(host)
+        receipt = journal.receipt(key)
+        if receipt is not None:
+            return _replayed(receipt, host.history)
+        if host.turn_open and key in journal.turn_keys:
+            if host.pending_requests:
+                raise PendingRequestsError(conversation_id, host.pending_requests)
+            lease = cast(Lease, journal.lease)  # _open gave the journal its lease
+            result, workflow, host = await self._finish_interrupted(
+                conversation_id, workflow, host, lease
+            )
+            if result is not None:
+                self._keep(conversation_id, workflow, host)
+                return result
+        return None
+
+    async def _finish_interrupted(
+        self, conversation_id: str, workflow: Workflow, host: GroupChatHost, lease: Lease
+    ) -> tuple[HandoffTurnResult | None, Workflow, GroupChatHost]:
+        """Finish (or retry, or abandon) the open turn: its result, and the workflow to go on."""
         if host.pending_requests:
             raise PendingRequestsError(conversation_id, host.pending_requests)
         following = host.next_agent
         if not host.turn_open or following is None:
-            return None
-        logger.warning(
-            "conversation %s: finishing a turn interrupted before %r answered",
-            conversation_id, following,
-        )  # fmt: skip
-        return _turn_result(conversation_id, host, list(await workflow.run(ResumeTurn())))
+            return None, workflow, host
+        journal = self._journal(host)
+        if journal.failures <= self.max_turn_retries:
+            logger.warning(
+                "conversation %s: finishing a turn interrupted before %r answered%s",
+                conversation_id, following,
+                f" (retry {journal.failures} of {self.max_turn_retries})" if journal.failures
+                else "",
+            )  # fmt: skip
+            try:
+                events = await self._attempt(workflow, host, ResumeTurn())
+                return _turn_result(conversation_id, host, events), workflow, host
+            except Exception:
+                if journal.failures <= self.max_turn_retries:
+                    raise
+                # That was the last retry: give the turn up, from the state as stored.
+                workflow, host = await self._open(conversation_id, lease, reuse=False)
+                journal = self._journal(host)
+        event = TurnAbandonedEvent("failed", following, journal.failures, journal.last_error)
+        result = host.abandon_turn(event)
+        await journal.record(host)
+        return result, workflow, host
 
 
-def _check_id(conversation_id: str) -> None:
-    if not isinstance(conversation_id, str) or not conversation_id.strip():  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise ValueError(f"conversation_id must be a non-empty string, got {conversation_id!r}.")
+def _check_key(key: str | None) -> None:
+    if key is None:
+        return
+    if not isinstance(key, str) or not key.strip():  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise ValueError(f"idempotency_key must be a non-empty string or None, got {key!r}.")
+    if len(key) > MAX_IDEMPOTENCY_KEY_LENGTH:
+        raise ValueError(
+            f"idempotency_key is {len(key)} characters long; the limit is "
+            f"{MAX_IDEMPOTENCY_KEY_LENGTH}."
+        )
 
 
 def _messages(message: UserInput) -> list[Message]:
@@ -278,7 +621,25 @@ def _messages(message: UserInput) -> list[Message]:
         return [Message(role="user", contents=[message])]
     if isinstance(message, Message):
         return [message]
-    return list(message)
+    messages = list(message)
+    if not messages:
+        raise ValueError("A turn needs at least one input message; got an empty list.")
+    return messages
+
+
+def _history(record: ConversationRecord) -> list[Message]:
+    """The stored messages as Messages; one that does not convert is named."""
+    history: list[Message] = []
+    for position, item in enumerate(record.messages):
+        try:
+            history.append(Message.from_dict(item))
+        except Exception as error:
+            raise CorruptConversationError(
+                record.conversation_id,
+                f"message #{position} is not a valid message ({type(error).__name__}: {error})",
+                position,
+            ) from error
+    return history
 
 
 def _host_state(record: ConversationRecord) -> HostState:
@@ -288,6 +649,39 @@ def _host_state(record: ConversationRecord) -> HostState:
         return decode_host_state(record.state.get("host", {}), where)
     except CorruptStateError as error:
         raise CorruptConversationError(record.conversation_id, error.detail) from error
+
+
+def _encode(kind: type[Any], value: Any) -> dict[str, Any]:
+    return cast(dict[str, Any], adapter_for(kind).dump_python(value, mode="json"))
+
+
+def _decode(kind: type[Any], raw: Any, conversation_id: str) -> Any:
+    from pydantic import ValidationError
+
+    try:
+        return adapter_for(kind).validate_python(raw)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in problem['loc']) or 'the record'}: {problem['msg']}"
+            for problem in error.errors()
+        )
+        raise CorruptConversationError(
+            conversation_id, f"the hosting state is not valid ({problems})"
+        ) from error
+
+
+def _replayed(receipt: _Receipt, history: Sequence[Message]) -> HandoffTurnResult:
+    """The result of a finished turn, read back from its receipt and the stored history."""
+    return HandoffTurnResult(
+        messages=history[receipt.start : receipt.end],
+        active_agent=receipt.agent,
+        handoffs=receipt.handoffs,
+        escalation=receipt.escalation,
+        conversation=history[: receipt.end],
+        status=receipt.status,
+        timeout=receipt.timeout,
+        abandoned=receipt.abandoned,
+    )
 
 
 def _turn_result(

@@ -13,7 +13,7 @@ import logging
 from typing import NamedTuple
 
 from ._decision import Event
-from ._events import EscalationEvent, HandoffBlockedEvent, HandoffEvent
+from ._events import EscalationEvent, HandoffBlockedEvent, HandoffEvent, TurnTimeoutEvent
 from ._routes import EDGE_KINDS
 
 __all__ = ["DEFAULT_LOGGED_ARGUMENT_LENGTH", "ArgumentLogging", "log_event"]
@@ -66,5 +66,10 @@ def log_event(event: Event, settings: ArgumentLogging) -> None:
         )
     elif isinstance(event, str):
         logger.warning("%s", event)
+    elif isinstance(event, TurnTimeoutEvent):
+        logger.warning(
+            "turn cut short: the %s deadline (%g s) passed while %s ran",
+            event.limit.replace("_", " "), event.seconds, event.agent,
+        )  # fmt: skip
     else:
         logger.info("limit reached: %s for %s (limit %d)", event.kind, event.agent, event.limit)

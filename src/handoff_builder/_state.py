@@ -42,6 +42,7 @@ __all__ = [
     "PendingState",
     "RecordedHandoff",
     "TurnState",
+    "adapter_for",
     "decode_handoff_state",
     "decode_host_state",
     "encode_handoff_state",
@@ -133,10 +134,14 @@ class HandoffState:
 
 
 @functools.cache
-def _adapter(kind: type[Any]) -> TypeAdapter[Any]:
+def adapter_for(kind: type[Any]) -> TypeAdapter[Any]:
+    """The pydantic adapter of a persisted record type, built on first use and kept."""
     from pydantic import TypeAdapter
 
     return TypeAdapter(kind)
+
+
+_adapter = adapter_for
 
 
 def _validated(kind: type[Any], raw: Mapping[str, Any], where: str) -> Any:

@@ -43,7 +43,13 @@ from opentelemetry.trace import (
 )
 
 from ._decision import Event
-from ._events import EscalationEvent, HandoffBlockedEvent, HandoffEvent, LimitReachedEvent
+from ._events import (
+    EscalationEvent,
+    HandoffBlockedEvent,
+    HandoffEvent,
+    LimitReachedEvent,
+    TurnTimeoutEvent,
+)
 
 if TYPE_CHECKING:
     from ._decision import HandoffCall
@@ -83,6 +89,7 @@ AWAITING_INPUT = "awaiting_input"  # the turn status of a run that ends waiting 
 BLOCKED_EVENT = "handoff_builder.handoff.blocked"
 ESCALATED_EVENT = "handoff_builder.escalated"
 LIMIT_EVENT = "handoff_builder.limit_reached"
+TIMEOUT_EVENT = "handoff_builder.timed_out"
 
 _NO_CALL_SPAN = frozenset({"not_granted", "unknown_target", "disabled"})
 
@@ -191,6 +198,10 @@ class TurnTrace:
         elif isinstance(event, LimitReachedEvent) and self.span.is_recording():
             self.span.add_event(
                 LIMIT_EVENT, {REASON: event.kind, AGENT_NAME: event.agent, LIMIT: event.limit}
+            )
+        elif isinstance(event, TurnTimeoutEvent) and self.span.is_recording():
+            self.span.add_event(
+                TIMEOUT_EVENT, {REASON: event.limit, AGENT_NAME: event.agent, LIMIT: event.seconds}
             )
 
     def end(self, status: str, hops: int) -> None:

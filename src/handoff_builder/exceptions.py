@@ -10,6 +10,7 @@ so ``except ValueError`` keeps working for configuration mistakes::
     │   └── CorruptConversationError(CorruptStateError)              a stored record is unreadable
     ├── ConversationBusyError(HandoffBuilderError, RuntimeError)     another turn holds it
     ├── ConversationConflictError(HandoffBuilderError, RuntimeError) it changed under this turn
+    ├── LeaseLostError(HandoffBuilderError, RuntimeError)            another worker took the turn
     ├── StoreUnavailableError(HandoffBuilderError, ConnectionError)  the store cannot be reached
     ├── PendingRequestsError(HandoffBuilderError, RuntimeError)     a hosted turn waits for answers
     ├── HandoffHookError(HandoffBuilderError, RuntimeError)         an edge's own code failed
@@ -32,6 +33,7 @@ __all__ = [
     "HandoffBuilderError",
     "HandoffConfigurationError",
     "HandoffHookError",
+    "LeaseLostError",
     "PendingRequestsError",
     "SchemaVersionError",
     "ScriptExhaustedError",
@@ -86,10 +88,15 @@ class CorruptStateError(HandoffBuilderError, ValueError):
 
 
 class CorruptConversationError(CorruptStateError):
-    """A stored conversation cannot be read; other conversations are not affected."""
+    """A stored conversation cannot be read; other conversations are not affected.
 
-    def __init__(self, conversation_id: str, detail: str) -> None:
+    ``position`` is the message of the log that is damaged, when one is (``None``: the state row,
+    or the store itself).
+    """
+
+    def __init__(self, conversation_id: str, detail: str, position: int | None = None) -> None:
         self.conversation_id = conversation_id
+        self.position = position
         super().__init__(
             f"Conversation {conversation_id!r}",
             detail,
@@ -120,6 +127,22 @@ class ConversationConflictError(HandoffBuilderError, RuntimeError):
         super().__init__(
             f"Conversation {conversation_id!r} changed under this turn: expected version "
             f"{expected}, found {found}. Nothing was written; send the message again."
+        )
+
+
+class LeaseLostError(HandoffBuilderError, RuntimeError):
+    """This worker no longer holds the conversation's lease; nothing was written.
+
+    The lease expired and another worker took the turn over (or it was released). This worker
+    stops the turn before its next agent call, and the worker that holds the lease now finishes it.
+    """
+
+    def __init__(self, conversation_id: str, owner: str) -> None:
+        self.conversation_id = conversation_id
+        self.owner = owner
+        super().__init__(
+            f"Conversation {conversation_id!r}: the lease of {owner!r} was lost (it expired and "
+            "another worker took the turn over); nothing was written."
         )
 
 

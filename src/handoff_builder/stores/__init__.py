@@ -5,14 +5,23 @@
 * :class:`PostgresConversationStore`: several workers on several machines
   (``pip install 'handoff-builder[postgres]'``; imported on first use).
 
-Every store keeps an append-only message log and a small state row per conversation, as JSON.
+Every store keeps an append-only message log and a small state row per conversation, as JSON,
+and a lease per conversation in that row (:class:`Lease`, held with :func:`hold`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._base import RECORD_SCHEMA_VERSION, ConversationRecord, ConversationStore
+from ._base import (
+    MAX_CONVERSATION_ID_LENGTH,
+    RECORD_SCHEMA_VERSION,
+    ConversationRecord,
+    ConversationStore,
+    Lease,
+    check_conversation_id,
+)
+from ._leases import DEFAULT_LEASE_TTL, hold, new_owner
 from ._memory import InMemoryConversationStore
 from ._sqlite import SqliteConversationStore
 
@@ -20,12 +29,18 @@ if TYPE_CHECKING:
     from ._postgres import PostgresConversationStore
 
 __all__ = [
+    "DEFAULT_LEASE_TTL",
+    "MAX_CONVERSATION_ID_LENGTH",
     "RECORD_SCHEMA_VERSION",
     "ConversationRecord",
     "ConversationStore",
     "InMemoryConversationStore",
+    "Lease",
     "PostgresConversationStore",
     "SqliteConversationStore",
+    "check_conversation_id",
+    "hold",
+    "new_owner",
 ]
 
 

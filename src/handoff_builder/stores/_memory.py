@@ -3,36 +3,50 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncGenerator, Mapping, Sequence
-from contextlib import asynccontextmanager
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from handoff_builder.exceptions import ConversationConflictError
+from handoff_builder.exceptions import (
+    ConversationBusyError,
+    ConversationConflictError,
+    LeaseLostError,
+)
 
-from ._base import ConversationRecord
-from ._locks import acquire
+from ._base import ConversationRecord, Lease
+
+
+@dataclass
+class _Row:
+    version: int = 0
+    state: dict[str, Any] | None = None
+    owner: str | None = None
+    token: int = 0
+    expires: float = 0.0
 
 
 class InMemoryConversationStore:
-    """Keeps conversations in this process's memory; locks are per process."""
+    """Keeps conversations in this process's memory; leases are per process."""
 
     def __init__(self) -> None:
         self._messages: dict[str, list[dict[str, Any]]] = {}
-        self._states: dict[str, tuple[int, dict[str, Any]]] = {}
-        self._held: set[str] = set()
+        self._rows: dict[str, _Row] = {}
 
     async def load(self, conversation_id: str) -> ConversationRecord | None:
         """The stored conversation (copies), or ``None``."""
-        if conversation_id not in self._states:
+        row = self._rows.get(conversation_id)
+        if row is None or row.version == 0:
             return None
-        version, state = self._states[conversation_id]
         messages = list(self._messages.get(conversation_id, []))
-        return ConversationRecord(conversation_id, messages, copy.deepcopy(state), version)
+        return ConversationRecord(
+            conversation_id, messages, copy.deepcopy(row.state or {}), row.version
+        )
 
     async def version(self, conversation_id: str) -> int | None:
         """The stored version, or ``None``."""
-        found = self._states.get(conversation_id)
-        return None if found is None else found[0]
+        row = self._rows.get(conversation_id)
+        return None if row is None or row.version == 0 else row.version
 
     async def append(
         self,
@@ -42,38 +56,54 @@ class InMemoryConversationStore:
         messages: Sequence[Mapping[str, Any]],
         state: Mapping[str, Any],
         expected_version: int,
+        lease: Lease | None = None,
     ) -> int:
-        """Append and replace the state if the version still matches."""
-        found = self._states.get(conversation_id, (0, {}))[0]
-        log = self._messages.setdefault(conversation_id, [])
-        if found != expected_version or len(log) != start:
-            raise ConversationConflictError(conversation_id, expected_version, found)
-        log.extend(dict(message) for message in messages)
-        self._states[conversation_id] = (found + 1, copy.deepcopy(dict(state)))
-        return found + 1
+        """Append and replace the state if the version still matches and the lease allows it."""
+        row = self._rows.get(conversation_id) or _Row()
+        if lease is not None and (row.owner != lease.owner or row.token != lease.token):
+            raise LeaseLostError(conversation_id, lease.owner)
+        if lease is None and row.owner is not None and row.expires > time.monotonic():
+            raise ConversationBusyError(conversation_id)
+        log = self._messages.get(conversation_id, [])
+        if row.version != expected_version or len(log) != start:
+            raise ConversationConflictError(conversation_id, expected_version, row.version)
+        self._messages[conversation_id] = [*log, *(dict(message) for message in messages)]
+        row.version += 1
+        row.state = copy.deepcopy(dict(state))
+        self._rows[conversation_id] = row
+        return row.version
 
-    @asynccontextmanager
-    async def lock(
-        self, conversation_id: str, *, wait: bool = False, timeout: float = 30.0
-    ) -> AsyncGenerator[None, None]:
-        """Hold the conversation within this process."""
+    async def acquire(self, conversation_id: str, *, owner: str, ttl: float) -> Lease | None:
+        """Take the lease if it is free or expired."""
+        now = time.monotonic()
+        row = self._rows.setdefault(conversation_id, _Row())
+        if row.owner is not None and row.expires > now:
+            return None
+        row.owner, row.token, row.expires = owner, row.token + 1, now + ttl
+        return Lease(conversation_id, owner, row.token, row.version)
 
-        async def try_acquire() -> bool:
-            if conversation_id in self._held:
-                return False
-            self._held.add(conversation_id)
-            return True
+    async def renew(self, lease: Lease, *, ttl: float) -> bool:
+        """Extend the lease if it is still held."""
+        row = self._rows.get(lease.conversation_id)
+        if row is None or row.owner != lease.owner or row.token != lease.token:
+            return False
+        row.expires = time.monotonic() + ttl
+        return True
 
-        await acquire(try_acquire, conversation_id, wait=wait, timeout=timeout)
-        try:
-            yield
-        finally:
-            self._held.discard(conversation_id)
+    async def release(self, conversation_id: str, owner: str) -> None:
+        """Give the lease back; a conversation nothing was written to is forgotten."""
+        row = self._rows.get(conversation_id)
+        if row is None or row.owner != owner:
+            return
+        if row.version == 0:
+            del self._rows[conversation_id]
+        else:
+            row.owner, row.expires = None, 0.0
 
     async def delete(self, conversation_id: str) -> None:
         """Forget the conversation."""
         self._messages.pop(conversation_id, None)
-        self._states.pop(conversation_id, None)
+        self._rows.pop(conversation_id, None)
 
     async def close(self) -> None:
         """Nothing to release."""

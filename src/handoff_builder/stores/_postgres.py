@@ -7,19 +7,24 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncGenerator, Mapping, Sequence
-from contextlib import asynccontextmanager
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
-from handoff_builder.exceptions import ConversationConflictError, StoreUnavailableError
+from handoff_builder._timeouts import within
+from handoff_builder.exceptions import (
+    ConversationBusyError,
+    ConversationConflictError,
+    LeaseLostError,
+    StoreUnavailableError,
+)
 
 from ._base import (
     RECORD_SCHEMA_VERSION,
     ConversationRecord,
+    Lease,
     encode,
     record_from_rows,
 )
-from ._locks import acquire
 
 try:
     import psycopg
@@ -31,17 +36,25 @@ except ImportError as missing:  # pragma: no cover - exercised only without the 
         "pip install 'handoff-builder[postgres]'"
     ) from missing
 
+T = TypeVar("T")
+
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,40}$")
-# Namespace for the advisory-lock keys of this package (the first argument of the two-int form).
+# Namespace of the advisory lock that serialises creating the tables (first use only).
 _LOCK_NAMESPACE = 0x48424C  # "HBL"
+# What a failed statement can raise that means "the server or the network let us down".
+_UNAVAILABLE = (psycopg.OperationalError, PoolTimeout, TimeoutError)
 
 
 class PostgresConversationStore:
     """Conversations in PostgreSQL, shared by every worker that points at the database.
 
-    Writes are transactions that lock the conversation's row; the per-conversation turn lock is
-    a session-level advisory lock held on a dedicated pooled connection, which PostgreSQL
-    releases by itself if the worker dies.
+    Every operation is one statement on a connection borrowed from the pool for that statement
+    alone: a turn's lease lives in the conversation's row (owner, fencing token, expiry on the
+    server's clock), so no connection is held across a turn and any pool size serves any number
+    of concurrent conversations (they queue for a connection). Each statement has a time limit
+    on the server (``statement_timeout``, ``lock_timeout``) and in the client, and dead
+    connections are noticed by TCP keepalives: a store that stops answering raises
+    :class:`~handoff_builder.StoreUnavailableError` instead of hanging.
     """
 
     def __init__(
@@ -52,18 +65,29 @@ class PostgresConversationStore:
         min_size: int = 1,
         max_size: int = 10,
         connect_timeout: float = 5.0,
+        statement_timeout: float = 10.0,
     ) -> None:
-        """Connect lazily to ``dsn``; tables are ``<table_prefix>conversations``/``messages``."""
+        """Connect lazily to ``dsn``; tables are ``<table_prefix>conversations``/``messages``.
+
+        ``statement_timeout`` bounds each statement, including the wait for a pooled
+        connection, in seconds.
+        """
         if not _NAME.match(table_prefix):
             raise ValueError(
                 f"table_prefix must match {_NAME.pattern} (lower-case letters, digits, "
                 f"underscores), got {table_prefix!r}."
             )
+        if min_size < 0 or max_size < 1 or min_size > max_size:
+            raise ValueError(f"need 0 <= min_size <= max_size and max_size >= 1, got "
+                             f"min_size={min_size}, max_size={max_size}.")  # fmt: skip
+        if connect_timeout <= 0 or statement_timeout <= 0:
+            raise ValueError("connect_timeout and statement_timeout must be positive.")
         self.dsn = dsn
         self.tables = (f"{table_prefix}conversations", f"{table_prefix}messages")
         """The store's two tables: conversations (the state rows) and messages (the log)."""
         self._q = _queries(*(sql.Identifier(name) for name in self.tables))
         self._timeout = connect_timeout
+        self._statement_timeout = statement_timeout
         self._sizes = (min_size, max_size)
         self._pool = self._new_pool()
         self._ready = False
@@ -79,8 +103,27 @@ class PostgresConversationStore:
 
     def _new_pool(self) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
         min_size, max_size = self._sizes
+        limit_ms = int(self._statement_timeout * 1000)
+        options = (
+            f"-c statement_timeout={limit_ms} -c lock_timeout={limit_ms} "
+            f"-c idle_in_transaction_session_timeout={limit_ms * 3}"
+        )
         return AsyncConnectionPool(
-            self.dsn, min_size=min_size, max_size=max_size, open=False, timeout=self._timeout
+            self.dsn,
+            min_size=min_size,
+            max_size=max_size,
+            open=False,
+            timeout=self._statement_timeout,
+            kwargs={
+                "autocommit": True,
+                "connect_timeout": max(1, round(self._timeout)),
+                "options": options,
+                "keepalives": 1,
+                "keepalives_idle": 5,
+                "keepalives_interval": 2,
+                "keepalives_count": 3,
+                "tcp_user_timeout": limit_ms,
+            },
         )
 
     async def _create(self) -> None:
@@ -88,42 +131,63 @@ class PostgresConversationStore:
             await self._pool.open(wait=True, timeout=self._timeout)
             async with self._pool.connection() as db, db.transaction():
                 await db.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_LOCK_NAMESPACE,))
-                await db.execute(self._q["create_conversations"])
-                await db.execute(self._q["create_messages"])
-        except (psycopg.OperationalError, PoolTimeout) as error:
-            await self._pool.close()  # stop its reconnect attempts; a later call starts afresh
-            self._pool = self._new_pool()
-            raise StoreUnavailableError("PostgreSQL", str(error).strip()) from error
+                for name in ("create_conversations", "create_messages", "add_lease_columns"):
+                    await db.execute(self._q[name])
+        except BaseException as error:  # unreachable, or cancelled midway: start afresh later
+            pool, self._pool = self._pool, self._new_pool()
+            await asyncio.shield(pool.close())  # stops its reconnect attempts
+            if isinstance(error, _UNAVAILABLE):
+                raise _unavailable(error) from error
+            raise
         self._ready = True
+
+    async def _run(self, work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
+        """``work`` on a connection borrowed for it alone, bounded in time; failures typed."""
+        pool = await self._open()
+
+        async def borrowed() -> T:
+            async with pool.connection() as db:
+                return await work(db)
+
+        try:
+            # The server's limits apply first; this one also covers a network that went silent.
+            return await within(self._statement_timeout * 2, borrowed())
+        except _UNAVAILABLE as error:
+            raise _unavailable(error) from error
+
+    async def _one(self, name: str, params: Any) -> tuple[Any, ...] | None:
+        async def one(db: psycopg.AsyncConnection[Any]) -> tuple[Any, ...] | None:
+            return await (await db.execute(self._q[name], params)).fetchone()
+
+        return await self._run(one)
+
+    async def _execute(self, name: str, params: Any) -> None:
+        async def execute(db: psycopg.AsyncConnection[Any]) -> None:
+            await db.execute(self._q[name], params)
+
+        await self._run(execute)
 
     async def load(self, conversation_id: str) -> ConversationRecord | None:
         """The stored conversation, checked, or ``None``."""
-        pool = await self._open()
-        try:
-            async with pool.connection() as db:
-                row = await (
-                    await db.execute(self._q["select_state"], (conversation_id,))
-                ).fetchone()
-                if row is None:
-                    return None
-                rows = await (
-                    await db.execute(self._q["select_messages"], (conversation_id,))
-                ).fetchall()
-        except (psycopg.OperationalError, PoolTimeout) as error:
-            raise StoreUnavailableError("PostgreSQL", str(error).strip()) from error
-        schema_version, version, raw_state = row
+
+        async def read(db: psycopg.AsyncConnection[Any]) -> tuple[Any, list[Any]] | None:
+            row = await (await db.execute(self._q["select_state"], (conversation_id,))).fetchone()
+            if row is None:
+                return None
+            rows = await (
+                await db.execute(self._q["select_messages"], (conversation_id,))
+            ).fetchall()
+            return row, rows
+
+        found = await self._run(read)
+        if found is None:
+            return None
+        (schema_version, version, raw_state), rows = found
         return record_from_rows(conversation_id, schema_version, version, raw_state, rows)
 
     async def version(self, conversation_id: str) -> int | None:
         """The stored version, or ``None``."""
-        pool = await self._open()
-        try:
-            async with pool.connection() as db:
-                row = await (
-                    await db.execute(self._q["select_version"], (conversation_id,))
-                ).fetchone()
-        except (psycopg.OperationalError, PoolTimeout) as error:
-            raise StoreUnavailableError("PostgreSQL", str(error).strip()) from error
+        row = await self._one("select_version", (conversation_id,))
         return None if row is None else int(row[0])
 
     async def append(
@@ -134,72 +198,57 @@ class PostgresConversationStore:
         messages: Sequence[Mapping[str, Any]],
         state: Mapping[str, Any],
         expected_version: int,
+        lease: Lease | None = None,
     ) -> int:
-        """Append and replace the state in one transaction, if the version still matches."""
-        pool = await self._open()
-        bodies = [(conversation_id, start + i, encode(m)) for i, m in enumerate(messages)]
+        """Append and replace the state with one statement, if the version and lease allow it."""
+        owner, token = (lease.owner, lease.token) if lease is not None else (None, None)
+        params = {
+            "id": conversation_id,
+            "schema": RECORD_SCHEMA_VERSION,
+            "state": encode(dict(state)),
+            "start": start,
+            "expected": expected_version,
+            "owner": owner,
+            "token": token,
+            "positions": list(range(start, start + len(messages))),
+            "bodies": [encode(message) for message in messages],
+        }
+        name = "write_new" if expected_version == 0 and lease is None else "write"
         try:
-            async with pool.connection() as db, db.transaction():
-                await db.execute(self._q["insert_state"], (conversation_id, RECORD_SCHEMA_VERSION))
-                row = await (await db.execute(self._q["lock_state"], (conversation_id,))).fetchone()
-                found = int(row[0]) if row else 0
-                count_row = await (
-                    await db.execute(self._q["count_messages"], (conversation_id,))
-                ).fetchone()
-                count = int(count_row[0]) if count_row else 0
-                if found != expected_version or count != start:
-                    raise ConversationConflictError(conversation_id, expected_version, found)
-                if bodies:
-                    async with db.cursor() as cursor:
-                        await cursor.executemany(self._q["insert_message"], bodies)
-                await db.execute(
-                    self._q["update_state"],
-                    (found + 1, encode(dict(state)), RECORD_SCHEMA_VERSION, conversation_id),
-                )
-        except (psycopg.OperationalError, PoolTimeout) as error:
-            raise StoreUnavailableError("PostgreSQL", str(error).strip()) from error
-        return found + 1
+            row = await self._one(name, params)
+        except psycopg.errors.UniqueViolation:  # the log had moved on: a message at `start`
+            row = None
+        if row is not None and row[0] is not None:
+            return int(row[0])
+        found = await self._one("why_not", (conversation_id,))
+        version, held_by, held_token, alive = found if found is not None else (0, None, 0, False)
+        if lease is not None and (held_by != lease.owner or held_token != lease.token):
+            raise LeaseLostError(conversation_id, lease.owner)
+        if lease is None and held_by is not None and alive:
+            raise ConversationBusyError(conversation_id)
+        raise ConversationConflictError(conversation_id, expected_version, int(version))
 
-    @asynccontextmanager
-    async def lock(
-        self, conversation_id: str, *, wait: bool = False, timeout: float = 30.0
-    ) -> AsyncGenerator[None, None]:
-        """Hold the conversation with an advisory lock on a dedicated connection."""
-        pool = await self._open()
-        try:
-            connection = await pool.getconn()
-        except (psycopg.OperationalError, PoolTimeout) as error:
-            raise StoreUnavailableError("PostgreSQL", str(error).strip()) from error
-        await connection.set_autocommit(True)
-        key = (_LOCK_NAMESPACE + 1, conversation_id)
+    async def acquire(self, conversation_id: str, *, owner: str, ttl: float) -> Lease | None:
+        """Take the lease with one statement, if it is free or expired (the server's clock)."""
+        row = await self._one("acquire", (conversation_id, RECORD_SCHEMA_VERSION, owner, ttl))
+        return None if row is None else Lease(conversation_id, owner, int(row[0]), int(row[1]))
 
-        async def try_acquire() -> bool:
-            row = await (
-                await connection.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", key)
-            ).fetchone()
-            return bool(row and row[0])
+    async def renew(self, lease: Lease, *, ttl: float) -> bool:
+        """Extend the lease if it is still held."""
+        params = (ttl, lease.conversation_id, lease.owner, lease.token)
+        return await self._one("renew", params) is not None
 
-        try:
-            await acquire(try_acquire, conversation_id, wait=wait, timeout=timeout)
-            try:
-                yield
-            finally:
-                await connection.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", key)
-        finally:
-            await pool.putconn(connection)
+    async def release(self, conversation_id: str, owner: str) -> None:
+        """Give the lease back; a conversation nothing was written to is forgotten."""
+        await self._execute("release", {"id": conversation_id, "owner": owner})
 
     async def delete(self, conversation_id: str) -> None:
         """Forget the conversation."""
-        pool = await self._open()
-        async with pool.connection() as db, db.transaction():
-            await db.execute(self._q["delete_messages"], (conversation_id,))
-            await db.execute(self._q["delete_state"], (conversation_id,))
+        await self._execute("delete", {"id": conversation_id})
 
     async def drop_tables(self) -> None:
         """Drop this store's tables (tests and tear-down)."""
-        pool = await self._open()
-        async with pool.connection() as db:
-            await db.execute(self._q["drop"])
+        await self._execute("drop", None)
         self._ready = False
 
     async def close(self) -> None:
@@ -207,27 +256,73 @@ class PostgresConversationStore:
         await self._pool.close()
 
 
+def _unavailable(error: BaseException) -> StoreUnavailableError:
+    detail = str(error).strip() or f"no answer within the time limit ({type(error).__name__})"
+    return StoreUnavailableError("PostgreSQL", detail)
+
+
+# The fence of every write: with a lease, only while it is the current one; without, only while
+# no unexpired lease is held.
+_FENCE = (
+    "((%(token)s::bigint IS NULL AND (c.lease_owner IS NULL OR c.lease_expires < now())) "
+    "OR (c.lease_owner = %(owner)s AND c.lease_token = %(token)s::bigint))"
+)
+_LOG_ENDS_AT_START = (
+    "%(start)s = (SELECT COALESCE(MAX(position) + 1, 0) FROM {m} WHERE conversation_id = %(id)s)"
+)
+# The messages of a write go in with its state row, in the same statement (so, atomically).
+_WITH_MESSAGES = (
+    ", ins AS (INSERT INTO {m} (conversation_id, position, body) "
+    "SELECT %(id)s, p, b FROM w, unnest(%(positions)s::int[], %(bodies)s::text[]) AS t(p, b) "
+    "RETURNING 1) SELECT (SELECT version FROM w), (SELECT COUNT(*) FROM ins)"
+)
+
+
 def _queries(conversations: sql.Identifier, messages: sql.Identifier) -> dict[str, sql.Composed]:
     """Every statement of the store, with its table names quoted as identifiers."""
     texts = {
         "create_conversations": "CREATE TABLE IF NOT EXISTS {c} (conversation_id TEXT PRIMARY KEY, "
         "schema_version INTEGER NOT NULL, version BIGINT NOT NULL, state TEXT NOT NULL, "
-        "updated_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+        "updated_at TIMESTAMPTZ NOT NULL DEFAULT now(), lease_owner TEXT, "
+        "lease_token BIGINT NOT NULL DEFAULT 0, lease_expires TIMESTAMPTZ)",
         "create_messages": "CREATE TABLE IF NOT EXISTS {m} (conversation_id TEXT NOT NULL, "
         "position INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (conversation_id, position))",
-        "select_state": "SELECT schema_version, version, state FROM {c} WHERE conversation_id = %s",
+        # Tables made by the first release get the lease columns.
+        "add_lease_columns": "ALTER TABLE {c} ADD COLUMN IF NOT EXISTS lease_owner TEXT, "
+        "ADD COLUMN IF NOT EXISTS lease_token BIGINT NOT NULL DEFAULT 0, "
+        "ADD COLUMN IF NOT EXISTS lease_expires TIMESTAMPTZ",
+        "select_state": "SELECT schema_version, version, state FROM {c} "
+        "WHERE conversation_id = %s AND version > 0",
         "select_messages": "SELECT position, body FROM {m} WHERE conversation_id = %s "
         "ORDER BY position",
-        "insert_state": "INSERT INTO {c} (conversation_id, schema_version, version, state) "
-        "VALUES (%s, %s, 0, '{{}}') ON CONFLICT (conversation_id) DO NOTHING",
-        "select_version": "SELECT version FROM {c} WHERE conversation_id = %s",
-        "lock_state": "SELECT version FROM {c} WHERE conversation_id = %s FOR UPDATE",
-        "count_messages": "SELECT COUNT(*) FROM {m} WHERE conversation_id = %s",
-        "insert_message": "INSERT INTO {m} VALUES (%s, %s, %s)",
-        "update_state": "UPDATE {c} SET version = %s, state = %s, schema_version = %s, "
-        "updated_at = now() WHERE conversation_id = %s",
-        "delete_messages": "DELETE FROM {m} WHERE conversation_id = %s",
-        "delete_state": "DELETE FROM {c} WHERE conversation_id = %s",
+        "select_version": "SELECT version FROM {c} WHERE conversation_id = %s AND version > 0",
+        "write": "WITH w AS (UPDATE {c} c SET version = c.version + 1, state = %(state)s, "  # noqa: S608
+        "schema_version = %(schema)s, updated_at = now() WHERE c.conversation_id = %(id)s "
+        f"AND c.version = %(expected)s AND {_FENCE} AND {_LOG_ENDS_AT_START} RETURNING c.version)"
+        + _WITH_MESSAGES,
+        "write_new": "WITH w AS (INSERT INTO {c} AS c (conversation_id, schema_version, version, "  # noqa: S608
+        "state) VALUES (%(id)s, %(schema)s, 1, %(state)s) ON CONFLICT (conversation_id) DO "
+        "UPDATE SET version = c.version + 1, state = EXCLUDED.state, schema_version = "
+        f"EXCLUDED.schema_version, updated_at = now() WHERE c.version = 0 AND {_FENCE} AND "
+        f"{_LOG_ENDS_AT_START} RETURNING c.version)" + _WITH_MESSAGES,
+        "why_not": "SELECT version, lease_owner, lease_token, lease_expires >= now() FROM {c} "
+        "WHERE conversation_id = %s",
+        "acquire": "INSERT INTO {c} AS c (conversation_id, schema_version, version, state, "
+        "lease_owner, lease_token, lease_expires) VALUES (%s, %s, 0, '{{}}', %s, 1, "
+        "now() + make_interval(secs => %s)) ON CONFLICT (conversation_id) DO UPDATE SET "
+        "lease_owner = EXCLUDED.lease_owner, lease_token = c.lease_token + 1, "
+        "lease_expires = EXCLUDED.lease_expires "
+        "WHERE c.lease_owner IS NULL OR c.lease_expires < now() "
+        "RETURNING c.lease_token, c.version",
+        "renew": "UPDATE {c} SET lease_expires = now() + make_interval(secs => %s) "
+        "WHERE conversation_id = %s AND lease_owner = %s AND lease_token = %s RETURNING 1",
+        # Releasing a conversation nothing was written to forgets it: asking leaves nothing.
+        "release": "WITH gone AS (DELETE FROM {c} WHERE conversation_id = %(id)s AND "
+        "lease_owner = %(owner)s AND version = 0 RETURNING 1) UPDATE {c} SET lease_owner = NULL, "
+        "lease_expires = NULL WHERE conversation_id = %(id)s AND lease_owner = %(owner)s "
+        "AND version > 0",
+        "delete": "WITH gone AS (DELETE FROM {m} WHERE conversation_id = %(id)s) "
+        "DELETE FROM {c} WHERE conversation_id = %(id)s",
         "drop": "DROP TABLE IF EXISTS {m}, {c}",
     }
     return {

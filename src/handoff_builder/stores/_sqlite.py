@@ -1,28 +1,32 @@
-"""The embedded default store: one SQLite file (standard library), locks that span processes."""
+"""The embedded default store: one SQLite file (standard library), leases that span processes."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
-import hashlib
 import os
 import sqlite3
 import threading
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from handoff_builder.exceptions import ConversationConflictError, StoreUnavailableError
+from handoff_builder.exceptions import (
+    ConversationBusyError,
+    ConversationConflictError,
+    CorruptConversationError,
+    LeaseLostError,
+    StoreUnavailableError,
+)
 
 from ._base import (
     RECORD_SCHEMA_VERSION,
     ConversationRecord,
+    Lease,
     encode,
     record_from_rows,
 )
-from ._locks import acquire
 
 T = TypeVar("T")
 
@@ -34,7 +38,10 @@ CREATE TABLE IF NOT EXISTS handoff_conversations (
     schema_version INTEGER NOT NULL,
     version INTEGER NOT NULL,
     state TEXT NOT NULL,
-    updated_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+    updated_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    lease_owner TEXT,
+    lease_token INTEGER NOT NULL DEFAULT 0,
+    lease_expires REAL
 );
 CREATE TABLE IF NOT EXISTS handoff_messages (
     conversation_id TEXT NOT NULL,
@@ -43,24 +50,64 @@ CREATE TABLE IF NOT EXISTS handoff_messages (
     PRIMARY KEY (conversation_id, position)
 );
 """
+# Columns added since the first release: a database written by it gets them on first use.
+_LEASE_COLUMNS = {
+    "lease_owner": "TEXT",
+    "lease_token": "INTEGER NOT NULL DEFAULT 0",
+    "lease_expires": "REAL",
+}
 
 _VERSION = "SELECT version FROM handoff_conversations WHERE conversation_id = ?"
-# The first write of a conversation: only if it has no state row and no message yet.
-_CREATE = (
-    "INSERT INTO handoff_conversations (conversation_id, schema_version, version, state) "
-    "SELECT ?1, ?2, 1, ?3 WHERE ?4 = 0 AND NOT EXISTS "
-    "(SELECT 1 FROM handoff_messages WHERE conversation_id = ?1) "
-    "ON CONFLICT (conversation_id) DO NOTHING"
+# A write is fenced: with a lease (?6 owner, ?7 token) only while it is the current one; without
+# one only while no unexpired lease is held (?8 is the time now).
+_FENCE = (
+    "((?6 IS NULL AND (lease_owner IS NULL OR lease_expires < ?8)) "
+    "OR (lease_owner = ?6 AND lease_token = ?7))"
 )
-# Every later write: only if the version is still the expected one and the log ends at `start`
-# (MAX(position) is one primary-key lookup; the log is 0, 1, 2, ... so this is its length).
+# Every write: only if the version is still the expected one and the log ends at `start`
+# (MAX(position) is one primary-key lookup; the log is 0, 1, 2, ... so this is its length). The
+# first write of a conversation nobody holds inserts its row.
+_WRITE = (
+    "INSERT INTO handoff_conversations (conversation_id, schema_version, version, state) "  # noqa: S608 - constants only
+    "SELECT ?1, ?2, 1, ?3 WHERE ?4 = 0 "
+    "ON CONFLICT (conversation_id) DO UPDATE SET schema_version = ?2, version = version + 1, "
+    "state = ?3, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') "
+    f"WHERE version = ?5 AND {_FENCE} AND ?4 = "
+    "(SELECT COALESCE(MAX(position) + 1, 0) FROM handoff_messages WHERE conversation_id = ?1)"
+)
 _UPDATE = (
-    "UPDATE handoff_conversations SET schema_version = ?2, version = version + 1, state = ?3, "
+    "UPDATE handoff_conversations SET schema_version = ?2, version = version + 1, state = ?3, "  # noqa: S608 - constants only
     "updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') "
-    "WHERE conversation_id = ?1 AND version = ?5 AND ?4 = "
+    f"WHERE conversation_id = ?1 AND version = ?5 AND {_FENCE} AND ?4 = "
     "(SELECT COALESCE(MAX(position) + 1, 0) FROM handoff_messages WHERE conversation_id = ?1)"
 )
 _INSERT = "INSERT INTO handoff_messages VALUES (?, ?, ?)"
+_WHY_NOT = (
+    "SELECT version, lease_owner, lease_token, lease_expires FROM handoff_conversations "
+    "WHERE conversation_id = ?"
+)
+# Take the lease (creating the conversation's row) if nobody holds an unexpired one.
+_ACQUIRE = (
+    "INSERT INTO handoff_conversations (conversation_id, schema_version, version, state, "
+    "lease_owner, lease_token, lease_expires) VALUES (?1, ?2, 0, '{}', ?3, 1, ?4 + ?5) "
+    "ON CONFLICT (conversation_id) DO UPDATE SET lease_owner = ?3, "
+    "lease_token = lease_token + 1, lease_expires = ?4 + ?5 "
+    "WHERE lease_owner IS NULL OR lease_expires < ?4 "
+    "RETURNING lease_token, version"
+)
+_RENEW = (
+    "UPDATE handoff_conversations SET lease_expires = ?4 + ?5 "
+    "WHERE conversation_id = ?1 AND lease_owner = ?2 AND lease_token = ?3"
+)
+# Releasing a conversation nothing was written to forgets it: asking leaves nothing behind.
+_FORGET_UNWRITTEN = (
+    "DELETE FROM handoff_conversations WHERE conversation_id = ? AND lease_owner = ? "
+    "AND version = 0"
+)
+_RELEASE = (
+    "UPDATE handoff_conversations SET lease_owner = NULL, lease_expires = NULL "
+    "WHERE conversation_id = ? AND lease_owner = ?"
+)
 
 _BUSY_TIMEOUT_MS = 5000
 # A write of at most this many messages may run on the event loop (see SqliteConversationStore).
@@ -101,8 +148,9 @@ class SqliteConversationStore:
     """Conversations in one SQLite file; several processes on one machine may share it.
 
     Writes are transactions (a turn's new messages and its state row together, or nothing).
-    The per-conversation lock is an OS file lock next to the database, released by the
-    operating system if the process dies, so a crashed worker never blocks a conversation.
+    A conversation's turn is held by a lease in its row (owner, fencing token, expiry), taken and
+    released with one statement each: no file or connection stays locked, so a crashed worker
+    holds a conversation only until its lease expires.
 
     The database runs in WAL mode. ``synchronous`` picks the durability of a committed write:
 
@@ -120,13 +168,12 @@ class SqliteConversationStore:
     def __init__(
         self, path: str | os.PathLike[str], *, synchronous: Synchronous = "normal"
     ) -> None:
-        """Open (or create) the database at ``path``; its lock files go in ``<path>.locks/``."""
+        """Open (or create) the database at ``path`` (its directory must exist)."""
         mode = str(synchronous).lower()
         if mode not in ("normal", "full"):
             raise ValueError(f"synchronous must be 'normal' or 'full', got {synchronous!r}.")
         self.path = Path(path)
         self.synchronous: Synchronous = mode
-        self._lock_dir = self.path.with_name(self.path.name + ".locks")
         self._db: sqlite3.Connection | None = None
         self._guard = threading.Lock()
         self._inline = False  # set on connecting: WAL mode and synchronous=NORMAL
@@ -147,6 +194,7 @@ class SqliteConversationStore:
                     (journal,) = db.execute("PRAGMA journal_mode=WAL").fetchone()
                     db.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
                     db.executescript(_SCHEMA)
+                    _add_lease_columns(db)
                     inline = str(journal).lower() == "wal" and self.synchronous == "normal"
                     if inline:
                         # Commits run on the event loop: checkpoints (which flush to the disk)
@@ -156,19 +204,21 @@ class SqliteConversationStore:
                 except BaseException:
                     db.close()
                     raise
-            except sqlite3.Error as error:
+            except sqlite3.OperationalError as error:
                 raise StoreUnavailableError("SQLite", f"{self.path}: {error}") from error
             self._db, self._inline = db, inline
         return self._db
 
-    async def _run(self, work: Callable[[sqlite3.Connection], T], *, inline: bool = False) -> T:
+    async def _run(
+        self, conversation_id: str, work: Callable[[sqlite3.Connection], T], *, inline: bool = False
+    ) -> T:
         """Run ``work`` with the connection, in a worker thread (which waits for locks up to 5 s).
 
         With ``inline``, first try it on the event loop without waiting for a lock (a lock held
         elsewhere sends it to the thread); a cold page read from the disk still blocks briefly.
         """
         if inline and self._inline:
-            done = self._run_inline(work)
+            done = self._run_inline(conversation_id, work)
             if not isinstance(done, _Missed):
                 return done
 
@@ -185,10 +235,24 @@ class SqliteConversationStore:
 
         try:
             return await asyncio.to_thread(in_thread)
-        except sqlite3.OperationalError as error:
-            raise StoreUnavailableError("SQLite", f"{self.path}: {error}") from error
+        except sqlite3.Error as error:
+            raise self._failure(conversation_id, error) from error
 
-    def _run_inline(self, work: Callable[[sqlite3.Connection], T]) -> T | _Missed:
+    def _failure(self, conversation_id: str, error: sqlite3.Error) -> Exception:
+        """The SDK's error for a failed statement: unavailable, or a damaged database file."""
+        if isinstance(error, sqlite3.OperationalError):
+            return StoreUnavailableError("SQLite", f"{self.path}: {error}")
+        if isinstance(error, sqlite3.DatabaseError) and not isinstance(
+            error, sqlite3.IntegrityError | sqlite3.ProgrammingError | sqlite3.InterfaceError
+        ):
+            return CorruptConversationError(
+                conversation_id, f"the SQLite database {self.path} is damaged ({error})"
+            )
+        return StoreUnavailableError("SQLite", f"{self.path}: {error}")
+
+    def _run_inline(
+        self, conversation_id: str, work: Callable[[sqlite3.Connection], T]
+    ) -> T | _Missed:
         if not self._guard.acquire(blocking=False):  # a worker thread has the connection
             return _MISSED
         try:
@@ -199,7 +263,9 @@ class SqliteConversationStore:
         except sqlite3.OperationalError as error:
             if _is_busy(error):  # another process writes: wait for it in a thread
                 return _MISSED
-            raise StoreUnavailableError("SQLite", f"{self.path}: {error}") from error
+            raise self._failure(conversation_id, error) from error
+        except sqlite3.Error as error:
+            raise self._failure(conversation_id, error) from error
         finally:
             self._guard.release()
 
@@ -208,35 +274,40 @@ class SqliteConversationStore:
     async def load(self, conversation_id: str) -> ConversationRecord | None:
         """The stored conversation, checked, or ``None``."""
 
-        def read(db: sqlite3.Connection) -> tuple[Any, list[tuple[int, str]]] | None:
-            row = db.execute(
-                "SELECT schema_version, version, state FROM handoff_conversations "
-                "WHERE conversation_id = ?",
-                (conversation_id,),
-            ).fetchone()
-            if row is None:
-                return None
-            messages = db.execute(
-                "SELECT position, body FROM handoff_messages WHERE conversation_id = ? "
-                "ORDER BY position",
-                (conversation_id,),
-            ).fetchall()
-            return row, messages
+        def read(db: sqlite3.Connection) -> tuple[Any, list[tuple[int, bytes]]] | None:
+            db.text_factory = bytes  # decoded and checked row by row: invalid UTF-8 is named
+            try:
+                row = db.execute(
+                    "SELECT schema_version, version, state FROM handoff_conversations "
+                    "WHERE conversation_id = ? AND version > 0",
+                    (conversation_id,),
+                ).fetchone()
+                if row is None:
+                    return None
+                messages = db.execute(
+                    "SELECT position, body FROM handoff_messages WHERE conversation_id = ? "
+                    "ORDER BY position",
+                    (conversation_id,),
+                ).fetchall()
+            finally:
+                db.text_factory = str
+            return row, [(position, body) for position, body in messages]
 
-        found = await self._run(read)
+        found = await self._run(conversation_id, read)
         if found is None:
             return None
         (schema_version, version, raw_state), rows = found
-        return record_from_rows(conversation_id, schema_version, version, raw_state, rows)
+        texts = [(position, _text(body)) for position, body in rows]
+        return record_from_rows(conversation_id, schema_version, version, raw_state, texts)
 
     async def version(self, conversation_id: str) -> int | None:
         """The stored version, or ``None``."""
 
         def read(db: sqlite3.Connection) -> int | None:
             row = db.execute(_VERSION, (conversation_id,)).fetchone()
-            return None if row is None else int(row[0])
+            return None if row is None or not row[0] else int(row[0])
 
-        return await self._run(read, inline=True)
+        return await self._run(conversation_id, read, inline=True)
 
     async def append(
         self,
@@ -246,12 +317,18 @@ class SqliteConversationStore:
         messages: Sequence[Mapping[str, Any]],
         state: Mapping[str, Any],
         expected_version: int,
+        lease: Lease | None = None,
     ) -> int:
-        """Append and replace the state in one transaction, if the version still matches."""
+        """Append and replace the state in one transaction, if the version and lease allow it."""
         bodies = [(conversation_id, start + i, encode(m)) for i, m in enumerate(messages)]
         state_json = encode(dict(state))
         checkpoint = self._inline and self._writes >= _CHECKPOINT_EVERY
-        params = (conversation_id, RECORD_SCHEMA_VERSION, state_json, start, expected_version)
+        owner, token = (lease.owner, lease.token) if lease is not None else (None, None)
+        params = (
+            conversation_id, RECORD_SCHEMA_VERSION, state_json, start, expected_version,
+            owner, token, time.time(),
+        )  # fmt: skip
+        statement = _WRITE if expected_version == 0 and lease is None else _UPDATE
 
         def write(db: sqlite3.Connection) -> tuple[int, bool]:
             """The new version, and whether a checkpoint ran first and emptied the WAL."""
@@ -259,14 +336,9 @@ class SqliteConversationStore:
             checkpointed = checkpoint and _checkpoint_wal(db)
             db.execute("BEGIN IMMEDIATE")
             try:
-                if expected_version == 0:
-                    written = db.execute(_CREATE, params[:4]).rowcount
-                else:
-                    written = db.execute(_UPDATE, params).rowcount
-                if written != 1:
-                    row = db.execute(_VERSION, (conversation_id,)).fetchone()
-                    found = 0 if row is None else int(row[0])
-                    raise ConversationConflictError(conversation_id, expected_version, found)
+                if db.execute(statement, params).rowcount != 1:
+                    found = db.execute(_WHY_NOT, (conversation_id,)).fetchone()
+                    raise _refusal(conversation_id, expected_version, lease, found, params[-1])
                 db.executemany(_INSERT, bodies)
                 db.execute("COMMIT")
             except BaseException:
@@ -276,8 +348,8 @@ class SqliteConversationStore:
             return expected_version + 1, checkpointed
 
         inline = not checkpoint and len(bodies) <= _INLINE_MESSAGES
-        version, checkpointed = await self._run(write, inline=inline)  # failed: counts nothing
-        if not checkpoint:
+        version, checkpointed = await self._run(conversation_id, write, inline=inline)
+        if not checkpoint:  # a failed write raised above and counts nothing
             self._writes += 1
         elif checkpointed:
             self._writes = 0
@@ -285,40 +357,36 @@ class SqliteConversationStore:
             self._writes = _CHECKPOINT_EVERY - _CHECKPOINT_RETRY
         return version
 
-    @asynccontextmanager
-    async def lock(
-        self, conversation_id: str, *, wait: bool = False, timeout: float = 30.0
-    ) -> AsyncGenerator[None, None]:
-        """Hold the conversation across processes with an OS file lock."""
-        digest = hashlib.sha256(conversation_id.encode()).hexdigest()[:32]
-        lock_file = os.path.join(self._lock_dir, f"{digest}.lock")
-        flags = os.O_RDWR | os.O_CREAT
-        try:
-            try:
-                fd = os.open(lock_file, flags, 0o666)
-            except FileNotFoundError:  # the directory, next to the database (which must exist)
-                self._lock_dir.mkdir(exist_ok=True)
-                fd = os.open(lock_file, flags, 0o666)
-        except OSError as error:
-            raise StoreUnavailableError(
-                "SQLite", f"lock directory {self._lock_dir}: {error}"
-            ) from error
+    async def acquire(self, conversation_id: str, *, owner: str, ttl: float) -> Lease | None:
+        """Take the lease with one statement, if it is free or expired."""
+        params = (conversation_id, RECORD_SCHEMA_VERSION, owner, time.time(), ttl)
 
-        async def try_acquire() -> bool:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False
-            return True
+        def take(db: sqlite3.Connection) -> Lease | None:
+            rows = db.execute(_ACQUIRE, params).fetchall()
+            if not rows:
+                return None
+            (token, version), *_ = rows
+            return Lease(conversation_id, owner, int(token), int(version))
 
-        try:
-            await acquire(try_acquire, conversation_id, wait=wait, timeout=timeout)
-            try:
-                yield
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
+        return await self._run(conversation_id, take, inline=True)
+
+    async def renew(self, lease: Lease, *, ttl: float) -> bool:
+        """Extend the lease if it is still held."""
+        params = (lease.conversation_id, lease.owner, lease.token, time.time(), ttl)
+
+        def extend(db: sqlite3.Connection) -> bool:
+            return db.execute(_RENEW, params).rowcount == 1
+
+        return await self._run(lease.conversation_id, extend, inline=True)
+
+    async def release(self, conversation_id: str, owner: str) -> None:
+        """Give the lease back; a conversation nothing was written to is forgotten."""
+
+        def give_back(db: sqlite3.Connection) -> None:
+            if not db.execute(_FORGET_UNWRITTEN, (conversation_id, owner)).rowcount:
+                db.execute(_RELEASE, (conversation_id, owner))
+
+        await self._run(conversation_id, give_back, inline=True)
 
     async def delete(self, conversation_id: str) -> None:
         """Forget the conversation."""
@@ -340,7 +408,7 @@ class SqliteConversationStore:
                         cursor.execute("ROLLBACK")
                     raise
 
-        await self._run(remove)
+        await self._run(conversation_id, remove)
 
     async def close(self) -> None:
         """Close the database connection (in a worker thread: closing may checkpoint the WAL)."""
@@ -352,3 +420,37 @@ class SqliteConversationStore:
                     self._db = None
 
         await asyncio.to_thread(close)
+
+
+def _add_lease_columns(db: sqlite3.Connection) -> None:
+    """Give a database from the first release the lease columns (a no-op once they exist)."""
+    present = {row[1] for row in db.execute("PRAGMA table_info(handoff_conversations)")}
+    for name, declaration in _LEASE_COLUMNS.items():
+        if name not in present:
+            db.execute(f"ALTER TABLE handoff_conversations ADD COLUMN {name} {declaration}")
+
+
+def _text(body: bytes | str | None) -> str | bytes | None:
+    """A row's body as text; invalid UTF-8 stays bytes, for the decoder to name the row."""
+    if isinstance(body, bytes):
+        try:
+            return body.decode("utf-8")
+        except UnicodeDecodeError:
+            return body
+    return body
+
+
+def _refusal(
+    conversation_id: str,
+    expected_version: int,
+    lease: Lease | None,
+    found: tuple[Any, ...] | None,
+    now: float,
+) -> Exception:
+    """Why a fenced write changed nothing: the lease, another holder, or the version moved."""
+    version, owner, token, expires = found if found is not None else (0, None, 0, None)
+    if lease is not None and (owner != lease.owner or token != lease.token):
+        return LeaseLostError(conversation_id, lease.owner)
+    if lease is None and owner is not None and expires is not None and expires >= now:
+        return ConversationBusyError(conversation_id)
+    return ConversationConflictError(conversation_id, expected_version, int(version))

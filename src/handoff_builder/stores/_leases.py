@@ -1,0 +1,128 @@
+"""Holding a conversation's lease for a block of code: the one loop every store uses."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+
+from handoff_builder.exceptions import ConversationBusyError, HandoffBuilderError
+
+from ._base import ConversationStore, Lease
+
+__all__ = ["DEFAULT_LEASE_TTL", "hold", "new_owner"]
+
+logger = logging.getLogger("handoff_builder")
+
+DEFAULT_LEASE_TTL = 30.0
+"""Seconds a lease lasts unless renewed; a dead worker's conversation is free again after it."""
+
+_FIRST_POLL = 0.005
+_MAX_POLL = 0.1
+
+
+def new_owner(worker_id: str | None = None) -> str:
+    """A lease owner unique to one acquisition: ``worker`` (host name and process id) + a nonce."""
+    worker = worker_id or f"{socket.gethostname()}:{os.getpid()}"
+    return f"{worker}/{uuid.uuid4().hex[:12]}"
+
+
+@asynccontextmanager
+async def hold(
+    store: ConversationStore,
+    conversation_id: str,
+    *,
+    ttl: float = DEFAULT_LEASE_TTL,
+    wait: bool = False,
+    timeout: float = 30.0,
+    owner: str | None = None,
+) -> AsyncGenerator[Lease, None]:
+    """Hold the conversation's lease while the block runs; renewed every ``ttl / 3`` seconds.
+
+    Without ``wait`` a held conversation raises :class:`~handoff_builder.ConversationBusyError`
+    at once; with it, the lease is asked for again until ``timeout`` seconds have passed. The
+    lease is released when the block ends, however it ends, and also when the attempt to take it
+    is cancelled midway.
+    """
+    if ttl <= 0:
+        raise ValueError(f"ttl must be positive, got {ttl}.")
+    holder = owner or new_owner()
+    try:
+        lease = await _acquire(store, conversation_id, holder, ttl, wait=wait, timeout=timeout)
+    except BaseException:
+        # Cancelled (or failed) while asking: the store may have granted it all the same.
+        await _release(store, conversation_id, holder)
+        raise
+    renewing = asyncio.ensure_future(_keep_renewed(store, lease, ttl))
+    try:
+        yield lease
+    finally:
+        renewing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await renewing
+        await _release(store, conversation_id, holder)
+
+
+async def _acquire(
+    store: ConversationStore,
+    conversation_id: str,
+    owner: str,
+    ttl: float,
+    *,
+    wait: bool,
+    timeout: float,
+) -> Lease:
+    lease = await store.acquire(conversation_id, owner=owner, ttl=ttl)
+    if lease is not None:
+        return lease
+    if not wait:
+        raise ConversationBusyError(conversation_id)
+    started = time.monotonic()
+    delay = _FIRST_POLL
+    while time.monotonic() - started < timeout:
+        await asyncio.sleep(delay)
+        lease = await store.acquire(conversation_id, owner=owner, ttl=ttl)
+        if lease is not None:
+            return lease
+        delay = min(delay * 2, _MAX_POLL)
+    raise ConversationBusyError(conversation_id, waited=time.monotonic() - started)
+
+
+async def _keep_renewed(store: ConversationStore, lease: Lease, ttl: float) -> None:
+    """Renew until cancelled; stop once the lease is gone (the next fenced write will say so)."""
+    while True:
+        await asyncio.sleep(ttl / 3)
+        try:
+            if not await store.renew(lease, ttl=ttl):
+                logger.warning(
+                    "conversation %s: lease %s was lost; this worker can write nothing more",
+                    lease.conversation_id, lease.owner,
+                )  # fmt: skip
+                return
+        except HandoffBuilderError as error:  # the store is unreachable: try again soon
+            logger.warning(
+                "conversation %s: could not renew lease %s: %s",
+                lease.conversation_id, lease.owner, error,
+            )  # fmt: skip
+
+
+async def _release(store: ConversationStore, conversation_id: str, owner: str) -> None:
+    """Release, even from a cancelled task; a failure only logs (the lease expires anyway)."""
+    task = asyncio.ensure_future(store.release(conversation_id, owner))
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await task
+        raise
+    except Exception as error:  # best effort: an unreleased lease expires
+        logger.warning(
+            "conversation %s: could not release lease %s (it expires by itself): %s",
+            conversation_id, owner, error,
+        )  # fmt: skip
