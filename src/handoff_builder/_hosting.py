@@ -631,15 +631,35 @@ def _history(record: ConversationRecord) -> list[Message]:
     """The stored messages as Messages; one that does not convert is named."""
     history: list[Message] = []
     for position, item in enumerate(record.messages):
+        problem = _shape_problem(item)
+        if problem is not None:
+            raise _not_a_message(record.conversation_id, position, problem)
         try:
             history.append(Message.from_dict(item))
-        except Exception as error:
-            raise CorruptConversationError(
-                record.conversation_id,
-                f"message #{position} is not a valid message ({type(error).__name__}: {error})",
-                position,
-            ) from error
+        except Exception as error:  # any failure to convert is a corrupt row
+            problem = f"{type(error).__name__}: {error}"
+            raise _not_a_message(record.conversation_id, position, problem) from error
     return history
+
+
+def _not_a_message(conversation_id: str, position: int, problem: str) -> CorruptConversationError:
+    detail = f"message #{position} is not a valid message ({problem})"
+    return CorruptConversationError(conversation_id, detail, position)
+
+
+def _shape_problem(item: Mapping[str, Any]) -> str | None:
+    """What is wrong with a stored message's shape (``Message.to_dict()``), if anything."""
+    if not isinstance(item.get("role"), str):
+        return "its role is not a string"
+    contents = item.get("contents", [])
+    if not isinstance(contents, list):
+        return "its contents are not a list"
+    for index, content in enumerate(cast(list[Any], contents)):
+        if not isinstance(content, dict) or not isinstance(
+            cast(dict[str, Any], content).get("type"), str
+        ):
+            return f"content #{index} is not a content object with a type"
+    return None
 
 
 def _host_state(record: ConversationRecord) -> HostState:

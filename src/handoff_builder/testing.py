@@ -28,10 +28,12 @@ a lost goal. Check what each agent's model received, too::
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
+import math
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agent_framework import (
@@ -59,11 +61,13 @@ __all__ = [
     "call_tool",
     "client_of",
     "handoff_to",
+    "never_answer",
     "received",
     "render_messages",
     "reply",
     "respond",
     "scripted_agent",
+    "slow",
 ]
 
 _call_ids = itertools.count(1)
@@ -71,9 +75,13 @@ _call_ids = itertools.count(1)
 
 @dataclass(frozen=True)
 class Step:
-    """One scripted model response: its contents, in order."""
+    """One scripted model response: its contents, in order, sent after ``delay`` seconds.
+
+    ``delay`` is ``math.inf`` for a model that never answers (see :func:`never_answer`).
+    """
 
     contents: tuple[Content, ...]
+    delay: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -181,6 +189,23 @@ def respond(*parts: Step | str | Content) -> Step:
     return Step(tuple(contents))
 
 
+def slow(step: Step | str, seconds: float) -> Step:
+    """``step`` (or a text reply) sent only after ``seconds``: a slow model."""
+    return replace(reply(step) if isinstance(step, str) else step, delay=seconds)
+
+
+def never_answer() -> Step:
+    """A model call that never returns (until it is cancelled): a hung model or network."""
+    return Step((), delay=math.inf)
+
+
+async def _wait(seconds: float) -> None:
+    if seconds == math.inf:
+        await asyncio.Event().wait()
+    elif seconds > 0:
+        await asyncio.sleep(seconds)
+
+
 class ScriptedChatClient(
     FunctionInvocationLayer[Any],
     ChatMiddlewareLayer[Any],
@@ -261,10 +286,12 @@ class ScriptedChatClient(
         return self._build_response_stream(self._stream(step))
 
     async def _respond(self, step: Step) -> ChatResponse:
+        await _wait(step.delay)
         message = Message(role="assistant", contents=list(step.contents))
         return ChatResponse(messages=[message], response_id=_next_call_id())
 
     async def _stream(self, step: Step) -> AsyncIterator[ChatResponseUpdate]:
+        await _wait(step.delay)
         for content in step.contents:
             yield ChatResponseUpdate(role="assistant", contents=[content])
 

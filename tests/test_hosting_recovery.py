@@ -1,0 +1,482 @@
+"""Hosted turns that fail, hang or are retried: retries and abandonment, deadlines, idempotency,
+ids, and records that do not decode."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_framework import Agent, Message
+
+from handoff_builder import (
+    HANDOFF_TIMEOUT_EVENT,
+    HANDOFF_TURN_ABANDONED_EVENT,
+    HANDOFF_TURN_EVENT,
+    ConversationHost,
+    CorruptConversationError,
+    HandoffWorkflowBuilder,
+    PendingRequestsError,
+    TurnAbandonedEvent,
+    TurnTimeoutEvent,
+)
+from handoff_builder.stores import (
+    MAX_CONVERSATION_ID_LENGTH,
+    ConversationStore,
+    InMemoryConversationStore,
+    SqliteConversationStore,
+    hold,
+)
+from handoff_builder.stores._base import record_from_rows
+from handoff_builder.testing import (
+    ModelCall,
+    Step,
+    call_tool,
+    client_of,
+    handoff_to,
+    never_answer,
+    received,
+    reply,
+    scripted_agent,
+    slow,
+)
+
+
+def model_down(call: ModelCall) -> Step:
+    del call
+    raise RuntimeError("model down")
+
+
+def desk(
+    triage_steps: list[Any], billing_steps: list[Any], **timeouts: float | None
+) -> tuple[HandoffWorkflowBuilder, Agent, Agent]:
+    triage = scripted_agent("triage", *triage_steps)
+    billing = scripted_agent("billing", *billing_steps)
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing).with_hand_back(triage)
+    if timeouts:
+        builder.with_timeouts(**timeouts)
+    return builder, triage, billing
+
+
+def answered_everywhere(messages: list[Message] | tuple[Message, ...]) -> bool:
+    """Every function call of a transcript has its result: valid input for every provider."""
+    calls = {c.call_id for m in messages for c in m.contents if c.type == "function_call"}
+    results = {c.call_id for m in messages for c in m.contents if c.type == "function_result"}
+    return calls <= results
+
+
+def stored_texts(record: Any) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for message in record.messages:
+        content = message["contents"][0]
+        out.append((message["role"], content.get("text") or content["type"]))
+    return out
+
+
+# -- a turn that keeps failing -----------------------------------------------------------------
+
+
+async def test_a_failing_turn_is_retried_then_abandoned_and_the_new_message_runs(
+    store: ConversationStore,
+) -> None:
+    builder, triage, billing = desk(
+        [handoff_to("billing", goal="Refund."), reply("Anything else?")],
+        [model_down, model_down, model_down],
+    )
+    host = ConversationHost(builder, store)
+    with pytest.raises(RuntimeError, match="model down"):
+        await host.send("c", "refund me")
+    for attempt in (2,):  # the first retry fails too, and the caller is told
+        with pytest.raises(RuntimeError, match="model down"):
+            await host.send("c", "hello?")
+        record = await store.load("c")
+        assert record is not None
+        assert record.state["failures"] == attempt
+        assert "RuntimeError: model down" in record.state["last_error"]
+
+    result = await host.send("c", "still there?")  # the second retry fails: given up
+    assert (result.status, result.text, result.active_agent) == (
+        "completed",
+        "Anything else?",
+        "triage",
+    )
+    recovered = result.recovered
+    assert recovered is not None
+    assert recovered.status == "abandoned"
+    assert recovered.abandoned == TurnAbandonedEvent(
+        "failed", "billing", 3, "RuntimeError: model down"
+    )
+    assert len(client_of(billing).calls) == 3
+    assert answered_everywhere(received(triage).messages)  # what the next model receives
+    record = await store.load("c")
+    assert record is not None
+    assert "failures" not in record.state
+    assert stored_texts(record) == [
+        ("user", "refund me"),
+        ("assistant", "function_call"),
+        ("tool", "function_result"),
+        ("user", "still there?"),  # the messages of the failed sends were never stored
+        ("assistant", "Anything else?"),
+    ]
+
+
+async def test_no_retries_abandons_at_the_next_message(store: ConversationStore) -> None:
+    builder, _, billing = desk([handoff_to("billing"), reply("Triage here.")], [model_down])
+    host = ConversationHost(builder, store, max_turn_retries=0)
+    with pytest.raises(RuntimeError):
+        await host.send("c", "one")
+    result = await host.send("c", "two")  # no retry: billing is not called again
+    assert result.recovered is not None
+    assert result.recovered.abandoned is not None
+    # the new turn starts where the conversation was left: triage (billing never answered)
+    assert (result.text, len(client_of(billing).calls)) == ("Triage here.", 1)
+
+
+async def test_abandon_on_demand_closes_a_turn_waiting_for_an_approval(
+    store: ConversationStore,
+) -> None:
+    from agent_framework import tool
+
+    @tool(approval_mode="always_require")
+    def refund(amount: int) -> str:
+        """Refund money."""
+        return f"refunded {amount}"
+
+    triage = scripted_agent("triage", call_tool("refund", amount=5), reply("What else?"))
+    triage.default_options["tools"] = [refund]
+    builder = HandoffWorkflowBuilder(triage)
+    host = ConversationHost(builder, store)
+    with pytest.raises(PendingRequestsError):
+        await host.send("c", "refund 5")
+    with pytest.raises(PendingRequestsError):
+        await host.send("c", "hello?")  # waits for the answer ...
+    abandoned = await host.abandon("c")  # ... until it is given up
+    assert abandoned is not None
+    assert (abandoned.status, abandoned.abandoned) == (
+        "abandoned",
+        TurnAbandonedEvent("on_demand", "triage", 0, None),
+    )
+    assert await host.abandon("c") is None  # nothing open any more
+    result = await host.send("c", "never mind")
+    assert result.text == "What else?"
+    assert answered_everywhere(received(triage).messages)
+    record = await store.load("c")
+    assert record is not None
+    assert record.state["host"]["pending"] is None
+
+
+async def test_a_stream_tells_of_the_abandoned_turn_first(store: ConversationStore) -> None:
+    builder, _, _ = desk([handoff_to("billing"), reply("Triage here.")], [model_down])
+    host = ConversationHost(builder, store, max_turn_retries=0)
+    with pytest.raises(RuntimeError):
+        await host.send("c", "one")
+    events = [event async for event in host.stream("c", "two")]
+    assert events[0].type == HANDOFF_TURN_ABANDONED_EVENT
+    assert isinstance(events[0].data, TurnAbandonedEvent)
+    [done] = [e for e in events if e.type == HANDOFF_TURN_EVENT]
+    assert done.data.recovered is not None
+    assert done.data.text == "Triage here."
+
+
+async def test_a_streamed_turn_that_fails_is_counted(store: ConversationStore) -> None:
+    builder, _, _ = desk([handoff_to("billing")], [model_down, reply("ok"), reply("ok again")])
+    host = ConversationHost(builder, store)
+    with pytest.raises(RuntimeError):
+        async for _ in host.stream("c", "one"):
+            pass
+    record = await store.load("c")
+    assert record is not None
+    assert record.state["failures"] == 1
+    assert (await host.send("c", "two")).recovered is not None  # the retry works
+
+
+# -- deadlines ---------------------------------------------------------------------------------
+
+
+async def test_a_model_that_never_answers_ends_the_turn_at_the_agent_deadline(
+    store: ConversationStore,
+) -> None:
+    builder, _, billing = desk(
+        [handoff_to("billing", goal="Refund.")],
+        [never_answer(), reply("Back now.")],
+        agent_call=0.2,
+    )
+    host = ConversationHost(builder, store)
+    result = await asyncio.wait_for(host.send("c", "refund"), 10)
+    assert (result.status, result.timeout) == (
+        "agent_timeout",
+        TurnTimeoutEvent("agent_call", "billing", 0.2),
+    )
+    assert result.text == ""  # never a success, and nothing of the cancelled call is kept
+    assert answered_everywhere(result.conversation)
+    async with hold(store, "c"):  # the lease was released
+        pass
+    again = await host.send("c", "hello?")  # the conversation carries on at billing
+    assert (again.status, again.text) == ("completed", "Back now.")
+    assert len(client_of(billing).calls) == 2
+
+
+async def test_the_turn_deadline_covers_every_hop(store: ConversationStore) -> None:
+    builder, triage, billing = desk(
+        [slow(handoff_to("billing"), 0.15)],
+        [slow("late", 5)],
+        agent_call=10,
+        turn=0.3,
+    )
+    host = ConversationHost(builder, store)
+    events = [event async for event in host.stream("c", "hi")]
+    [timeout] = [e for e in events if e.type == HANDOFF_TIMEOUT_EVENT]
+    assert timeout.data == TurnTimeoutEvent("turn", "billing", 0.3)
+    [done] = [e for e in events if e.type == HANDOFF_TURN_EVENT]
+    assert done.data.status == "turn_timeout"
+    assert (len(client_of(triage).calls), len(client_of(billing).calls)) == (1, 1)
+
+
+def test_timeouts_are_checked() -> None:
+    builder, _, _ = desk([], [])
+    for bad in (0, -1, True, "5"):
+        with pytest.raises(ValueError, match="agent_call must be a positive number"):
+            builder.with_timeouts(agent_call=bad)  # pyright: ignore[reportArgumentType]
+    builder.with_timeouts(agent_call=None, turn=None)  # no limits
+
+
+async def test_an_in_process_workflow_has_the_deadlines_too() -> None:
+    builder, _, _ = desk([never_answer()], [], agent_call=0.1)
+    result = (await builder.build().run("hi")).get_outputs()[-1]
+    assert result.status == "agent_timeout"
+
+
+# -- idempotency -------------------------------------------------------------------------------
+
+
+async def test_a_repeated_send_returns_the_turn_it_ran_and_stores_nothing_twice(
+    store: ConversationStore,
+) -> None:
+    builder, triage, billing = desk([handoff_to("billing", goal="Refund.")], [reply("Refunded.")])
+    host = ConversationHost(builder, store)
+    first = await host.send("c", "refund me", idempotency_key="msg-1")
+    again = await ConversationHost(builder, store).send("c", "refund me", idempotency_key="msg-1")
+    assert (again.text, again.active_agent, again.status) == ("Refunded.", "billing", "completed")
+    assert [h.target for h in again.handoffs] == [h.target for h in first.handoffs] == ["billing"]
+    assert [m.text for m in again.messages] == [m.text for m in first.messages]
+    assert (len(client_of(triage).calls), len(client_of(billing).calls)) == (1, 1)
+    record = await store.load("c")
+    assert record is not None
+    assert [role for role, _ in stored_texts(record)].count("user") == 1
+
+
+async def test_a_repeated_send_after_a_crash_finishes_the_turn(store: ConversationStore) -> None:
+    """The worker dies while billing runs (the task is cancelled); the client sends again."""
+    builder, _, _ = desk([handoff_to("billing", goal="Refund.")], [never_answer()])
+    crashed = asyncio.ensure_future(
+        ConversationHost(builder, store).send("c", "refund me", idempotency_key="k")
+    )
+    await asyncio.sleep(0.2)
+    crashed.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await crashed
+    again, triage, billing = desk([], [reply("Refunded after all.")])  # a new worker
+    result = await ConversationHost(again, store).send("c", "refund me", idempotency_key="k")
+    assert (result.text, result.active_agent) == ("Refunded after all.", "billing")
+    assert (len(client_of(triage).calls), len(client_of(billing).calls)) == (0, 1)
+    record = await store.load("c")
+    assert record is not None
+    assert stored_texts(record) == [
+        ("user", "refund me"),
+        ("assistant", "function_call"),
+        ("tool", "function_result"),
+        ("assistant", "Refunded after all."),
+    ]
+    # and once more: the finished turn is replayed from its receipt
+    replay = await ConversationHost(again, store).send("c", "refund me", idempotency_key="k")
+    assert replay.text == "Refunded after all."
+
+
+async def test_a_new_key_is_a_new_message(store: ConversationStore) -> None:
+    builder, triage, _ = desk([reply("one"), reply("two")], [])
+    host = ConversationHost(builder, store)
+    assert (await host.send("c", "hi", idempotency_key="a")).text == "one"
+    assert (await host.send("c", "hi", idempotency_key="b")).text == "two"
+    assert (await host.send("c", "hi", idempotency_key="a")).text == "one"
+    assert len(client_of(triage).calls) == 2
+
+
+async def test_repeated_respond_and_stream(store: ConversationStore) -> None:
+    from agent_framework import tool
+
+    @tool(approval_mode="always_require")
+    def refund(amount: int) -> str:
+        """Refund money."""
+        return f"refunded {amount}"
+
+    triage = scripted_agent("triage", call_tool("refund", amount=5), reply("Done."), reply("Hi!"))
+    triage.default_options["tools"] = [refund]
+    host = ConversationHost(HandoffWorkflowBuilder(triage), store)
+    with pytest.raises(PendingRequestsError) as waiting:
+        await host.send("c", "refund 5")
+    [request] = waiting.value.requests
+    answer = {str(request.id): request.to_function_approval_response(approved=True)}
+    first = await host.respond("c", answer, idempotency_key="answer-1")
+    again = await host.respond("c", answer, idempotency_key="answer-1")  # nothing waits now
+    assert first.text == again.text == "Done."
+    streamed = [e async for e in host.stream("c", "hello", idempotency_key="s")]
+    replayed = [e async for e in host.stream("c", "hello", idempotency_key="s")]
+    assert [e.type for e in replayed] == ["handoff_turn_completed"]
+    [done] = [e for e in streamed if e.type == HANDOFF_TURN_EVENT]
+    assert replayed[0].data.text == done.data.text == "Hi!"
+    assert len(client_of(triage).calls) == 3
+
+
+async def test_bad_keys_are_refused_before_any_io() -> None:
+    builder, _, _ = desk([], [])
+    host = ConversationHost(builder, InMemoryConversationStore())
+    for key in ("", " ", "k" * 257):
+        with pytest.raises(ValueError, match="idempotency_key"):
+            await host.send("c", "hi", idempotency_key=key)
+
+
+# -- conversation ids --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("conversation_id", "problem"),
+    [
+        ("", "must not be empty or blank"),
+        ("  ", "must not be empty or blank"),
+        ("x" * (MAX_CONVERSATION_ID_LENGTH + 1), "the limit is 256"),
+        ("a\x00b", "has the character '\\\\x00' at position 1"),
+        ("a\nb", "has the character '\\\\n' at position 1"),
+        ("a\ud800", "lone surrogates"),
+        (42, "must be a string"),
+    ],
+    ids=["empty", "blank", "too-long", "nul", "newline", "surrogate", "not-a-string"],
+)
+async def test_bad_ids_are_refused_before_any_io(
+    tmp_path: Path, conversation_id: Any, problem: str
+) -> None:
+    builder, triage, _ = desk([reply("never")], [])
+    path = tmp_path / "c.db"
+    host = ConversationHost(builder, SqliteConversationStore(path))
+    with pytest.raises(ValueError, match=problem):
+        await host.send(conversation_id, "hi")
+    assert not path.exists()  # not even opened
+    assert client_of(triage).calls == []
+
+
+async def test_the_longest_id_and_any_printable_text_work(store: ConversationStore) -> None:
+    builder, _, _ = desk([reply("a"), reply("b")], [])
+    host = ConversationHost(builder, store)
+    for conversation_id in ("é" * MAX_CONVERSATION_ID_LENGTH, "'; DROP TABLE x; -- 🙂 ../x"):
+        assert (await host.send(conversation_id, "hi")).text in ("a", "b")
+        assert await host.active_agent(conversation_id) == "triage"
+
+
+# -- text that is not valid Unicode, records that do not decode --------------------------------
+
+
+async def test_a_lone_surrogate_from_the_model_is_stored_and_read_back(
+    store: ConversationStore,
+) -> None:
+    builder, _, _ = desk([reply("bad \ud83d text"), reply("fine")], [])
+    host = ConversationHost(builder, store, live_conversations=0)
+    assert (await host.send("c", "hi \udc00")).text == "bad \ud83d text"
+    assert (await host.send("c", "again")).text == "fine"  # reloaded from the store
+    record = await store.load("c")
+    assert record is not None
+    assert [t for _, t in stored_texts(record)] == ["hi \udc00", "bad \ud83d text", "again", "fine"]
+
+
+def good_row(text: str = "hi", role: str = "user") -> str:
+    return f'{{"type":"message","role":"{role}","contents":[{{"type":"text","text":"{text}"}}]}}'
+
+
+def test_rows_crafted_to_shift_content_into_a_neighbour_are_refused() -> None:
+    """Each row must be one complete message on its own, however its neighbours end."""
+    rows = [
+        (0, '{"role":"user","x":"},0],[{"},0],[{"role":"assistant"}'),
+        (1, '{"role":"user","contents":[]}'),
+    ]
+    with pytest.raises(CorruptConversationError, match="message #0 is not valid JSON") as caught:
+        record_from_rows("c1", 1, 2, "{}", rows)
+    assert caught.value.position == 0
+
+
+async def test_a_record_that_decodes_but_is_no_message_names_its_position(tmp_path: Path) -> None:
+    store = SqliteConversationStore(tmp_path / "c.db")
+    builder, triage, _ = desk([reply("hello")], [])
+    host = ConversationHost(builder, store, live_conversations=0)
+    await host.send("c", "hi")
+    with sqlite3.connect(tmp_path / "c.db") as db:
+        db.execute(
+            "UPDATE handoff_messages SET body = ? WHERE position = 1",
+            ('{"role":"assistant","contents":[42]}',),
+        )
+    corrupt = r"message #1 is not a valid message \(content #0 is not a content object"
+    with pytest.raises(CorruptConversationError, match=corrupt) as e:
+        await host.send("c", "again")
+    assert (e.value.conversation_id, e.value.position) == ("c", 1)
+    assert len(client_of(triage).calls) == 1
+    await store.close()
+
+
+async def test_invalid_utf8_in_a_sqlite_row_is_a_corrupt_conversation(tmp_path: Path) -> None:
+    store = SqliteConversationStore(tmp_path / "c.db")
+    builder, _, _ = desk([reply("hello"), reply("other")], [])
+    host = ConversationHost(builder, store, live_conversations=0)
+    await host.send("c", "hi")
+    await host.send("other", "hi")
+    with sqlite3.connect(tmp_path / "c.db") as db:
+        db.execute(
+            "UPDATE handoff_messages SET body = CAST(? AS BLOB) WHERE conversation_id = 'c' "
+            "AND position = 0",
+            (b'{"role":"user","contents":[],"x":"\xff\xfe"}',),
+        )
+    with pytest.raises(CorruptConversationError, match="message #0 is not valid UTF-8") as e:
+        await store.load("c")
+    assert e.value.position == 0
+    assert await store.load("other") is not None  # other conversations keep working
+    await store.close()
+
+
+async def test_a_damaged_sqlite_file_is_a_corrupt_conversation(tmp_path: Path) -> None:
+    path = tmp_path / "c.db"
+    path.write_bytes(b"this is not a database" * 200)
+    store = SqliteConversationStore(path)
+    builder, triage, _ = desk([reply("never")], [])
+    with pytest.raises(CorruptConversationError, match="is damaged") as e:
+        await ConversationHost(builder, store).send("c", "hi")
+    assert e.value.conversation_id == "c"
+    assert isinstance(e.value.__cause__, sqlite3.DatabaseError)
+    assert client_of(triage).calls == []
+
+
+@pytest.mark.parametrize(
+    "hosting_state",
+    [
+        {"receipts": "nope"},
+        {"failures": "many"},
+        {"last_activity": "yesterday"},
+        {"turn_keys": [1, 2]},
+    ],
+    ids=["receipts", "failures", "last-activity", "keys"],
+)
+async def test_a_bad_hosting_state_is_a_corrupt_conversation(
+    store: ConversationStore, hosting_state: dict[str, Any]
+) -> None:
+    builder, triage, _ = desk([reply("hello")], [])
+    host = ConversationHost(builder, store, live_conversations=0)
+    await host.send("c", "hi")
+    record = await store.load("c")
+    assert record is not None
+    await store.append(
+        "c",
+        start=len(record.messages),
+        messages=[],
+        state={**record.state, **hosting_state},
+        expected_version=record.version,
+    )
+    with pytest.raises(CorruptConversationError, match="the hosting state is not valid"):
+        await host.send("c", "again")
+    assert len(client_of(triage).calls) == 1
