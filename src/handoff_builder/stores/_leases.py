@@ -23,6 +23,7 @@ logger = logging.getLogger("handoff_builder")
 DEFAULT_LEASE_TTL = 30.0
 """Seconds a lease lasts unless renewed; a dead worker's conversation is free again after it."""
 
+_RELEASE_WAIT = 2.0  # seconds a release may take before the turn's caller goes on
 _FIRST_POLL = 0.005
 _MAX_POLL = 0.1
 
@@ -113,16 +114,30 @@ async def _keep_renewed(store: ConversationStore, lease: Lease, ttl: float) -> N
 
 
 async def _release(store: ConversationStore, conversation_id: str, owner: str) -> None:
-    """Release, even from a cancelled task; a failure only logs (the lease expires anyway)."""
+    """Release, even from a cancelled task, waiting at most a few seconds for the store.
+
+    A release that fails or does not finish in time only logs: the lease expires by itself.
+    """
     task = asyncio.ensure_future(store.release(conversation_id, owner))
     try:
-        await asyncio.shield(task)
+        done, _ = await asyncio.shield(asyncio.wait({task}, timeout=_RELEASE_WAIT))
     except asyncio.CancelledError:
-        with contextlib.suppress(Exception):
-            await task
+        await asyncio.wait({task}, timeout=_RELEASE_WAIT)
         raise
-    except Exception as error:  # best effort: an unreleased lease expires
+    if not done:
+        task.add_done_callback(_log_failure)  # still trying; keep its error, if any, quiet
+        logger.warning(
+            "conversation %s: the store did not confirm the release of lease %s within %g s "
+            "(it expires by itself)",
+            conversation_id, owner, _RELEASE_WAIT,
+        )  # fmt: skip
+    elif not task.cancelled() and task.exception() is not None:
         logger.warning(
             "conversation %s: could not release lease %s (it expires by itself): %s",
-            conversation_id, owner, error,
+            conversation_id, owner, task.exception(),
         )  # fmt: skip
+
+
+def _log_failure(task: asyncio.Future[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.debug("a late lease release failed: %s", task.exception())

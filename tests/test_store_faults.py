@@ -1,0 +1,186 @@
+"""The store failing under a turn: a network that goes silent, connections the server cuts, a
+platform without ``fcntl``. Every failure is a typed error, and nothing runs twice."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+
+from handoff_builder import ConversationHost, HandoffWorkflowBuilder, StoreUnavailableError
+from handoff_builder.stores import PostgresConversationStore
+from handoff_builder.testing import ModelCall, Step, client_of, handoff_to, reply, scripted_agent
+from tests.stores import postgres_dsn, unique_prefix
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.postgres
+
+
+class FreezableProxy:
+    """A TCP proxy on 127.0.0.1 in front of PostgreSQL that can stop forwarding (a partition)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.frozen = asyncio.Event()
+        self.server: asyncio.Server | None = None
+        self.port = 0
+
+    async def __aenter__(self) -> FreezableProxy:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+        self.frozen.clear()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.CancelledError):
+            while data := await reader.read(65536):
+                if self.frozen.is_set():  # hold everything back, forever
+                    await asyncio.Event().wait()
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+
+
+def through(dsn: str, port: int) -> str:
+    parts = urlsplit(dsn)
+    user = f"{parts.username}@" if parts.username else ""
+    return urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{port}"))
+
+
+@pytest.fixture
+async def proxied() -> AsyncIterator[tuple[FreezableProxy, PostgresConversationStore]]:
+    dsn = postgres_dsn()
+    parts = urlsplit(dsn)
+    async with FreezableProxy(parts.hostname or "127.0.0.1", parts.port or 5432) as proxy:
+        store = PostgresConversationStore(
+            through(dsn, proxy.port), table_prefix=unique_prefix(), statement_timeout=1.0
+        )
+        yield proxy, store
+        proxy.frozen.clear()
+        cleanup = PostgresConversationStore(
+            dsn, table_prefix=store.tables[0][: -len("conversations")]
+        )
+        await cleanup.drop_tables()
+        await cleanup.close()
+        await asyncio.wait_for(store.close(), 10)
+
+
+async def test_a_network_partition_mid_turn_is_a_typed_error_not_a_hang(
+    proxied: tuple[FreezableProxy, PostgresConversationStore],
+) -> None:
+    proxy, store = proxied
+
+    def partition(call: ModelCall) -> Step:
+        del call
+        proxy.frozen.set()  # the network goes silent while billing thinks
+        return reply("Refunded.")
+
+    triage = scripted_agent("triage", handoff_to("billing", goal="Refund."))
+    billing = scripted_agent("billing", partition)
+    host = ConversationHost(HandoffWorkflowBuilder(triage).with_handoff(triage, billing), store)
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailableError) as caught:
+        await asyncio.wait_for(host.send("c", "refund me"), 30)
+    # bounded by the statement limit (1 s here, + 1 s in the client) and the release's wait for a
+    # connection (1 s), not by TCP's minutes
+    assert time.monotonic() - started < 8
+    assert caught.value.__cause__ is not None
+
+
+async def test_connections_terminated_mid_turn_are_a_typed_error_and_nothing_runs_twice() -> None:
+    """The server cuts every connection of the store while billing runs.
+
+    The turn's next write fails with StoreUnavailableError and the turn stops there: billing's
+    reply is not stored. The lease lives in the row, not on a connection, so nobody else got in
+    meanwhile; the next send finishes the turn (billing again, triage never).
+    """
+    dsn = postgres_dsn()
+    name = f"hb{unique_prefix()}"
+    separator = "&" if "?" in dsn else "?"
+    store = PostgresConversationStore(
+        f"{dsn}{separator}application_name={name}", table_prefix=unique_prefix(), max_size=2
+    )
+
+    def cut(call: ModelCall) -> Step:
+        del call
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            killed = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = %s",
+                (name,),
+            ).fetchone()
+        assert killed is not None
+        assert killed[0] >= 1
+        return reply("Refunded, but never stored.")
+
+    triage = scripted_agent("triage", handoff_to("billing", goal="Refund."))
+    billing = scripted_agent(
+        "billing", cut, reply("Refunded on the retry."), reply("Anything else?")
+    )
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+    try:
+        with pytest.raises(StoreUnavailableError) as caught:
+            await ConversationHost(builder, store, lease_ttl=1).send("c", "refund me")
+        assert isinstance(caught.value.__cause__, psycopg.OperationalError)
+        record = await store.load("c")
+        assert record is not None
+        assert record.state["host"]["next"] == "billing"
+        assert "Refunded, but never stored." not in str(record.messages)
+
+        result = await ConversationHost(builder, store).send("c", "hello?", wait=True)
+        assert result.recovered is not None
+        assert result.recovered.text == "Refunded on the retry."
+        assert len(client_of(triage).calls) == 1
+        assert len(client_of(billing).calls) == 3  # the cut call, the retry, the new message
+        record = await store.load("c")
+        assert record is not None
+        texts = [m["contents"][0].get("text") for m in record.messages]
+        assert texts.count("Refunded on the retry.") == 1
+    finally:
+        await store.drop_tables()
+        await store.close()
+
+
+def test_hosting_works_without_fcntl(tmp_path: Path) -> None:
+    """Windows has no ``fcntl``: hosting on SQLite imports and runs without it."""
+    script = f"""
+import asyncio, sys
+sys.modules["fcntl"] = None  # importing it now raises ImportError, as on Windows
+from handoff_builder import ConversationHost, HandoffWorkflowBuilder
+from handoff_builder.stores import SqliteConversationStore
+from handoff_builder.testing import reply, scripted_agent
+
+async def main():
+    triage = scripted_agent("triage", reply("hello from triage"))
+    store = SqliteConversationStore({str(tmp_path / "c.db")!r})
+    print((await ConversationHost(HandoffWorkflowBuilder(triage), store).send("c", "hi")).text)
+    await store.close()
+
+asyncio.run(main())
+"""
+    done = subprocess.run(  # noqa: S603 - our own interpreter
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "hello from triage"
+    assert list(tmp_path.iterdir()) == [tmp_path / "c.db"] or all(
+        p.name.startswith("c.db") for p in tmp_path.iterdir()
+    )  # the database and its WAL files, no lock directory
