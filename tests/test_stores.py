@@ -101,8 +101,8 @@ async def test_stale_writes_conflict_and_write_nothing(
 
 
 async def test_lease_is_exclusive_and_released(store: ConversationStore) -> None:
-    async with hold(store, "c1") as lease:
-        assert (lease.conversation_id, lease.version) == ("c1", 0)
+    async with hold(store, "c1") as held:
+        assert (held.lease.conversation_id, held.lease.version) == ("c1", 0)
         with pytest.raises(ConversationBusyError, match="'c1' is busy with another turn"):
             async with hold(store, "c1"):
                 pass
@@ -173,8 +173,8 @@ async def test_writes_are_fenced_by_the_lease(store: ConversationStore) -> None:
 
 
 async def test_asking_for_an_unknown_conversation_leaves_nothing(store: ConversationStore) -> None:
-    async with hold(store, "nobody") as lease:
-        assert lease.version == 0
+    async with hold(store, "nobody") as held:
+        assert held.lease.version == 0
         assert await store.load("nobody") is None
     assert await store.load("nobody") is None
     assert await store.version("nobody") is None

@@ -39,7 +39,7 @@ from .stores import (
     DEFAULT_LEASE_TTL,
     ConversationRecord,
     ConversationStore,
-    Lease,
+    LeaseHold,
     check_conversation_id,
     hold,
     new_owner,
@@ -121,7 +121,8 @@ class _StoreJournal:
     ) -> None:
         self._store = store
         self._conversation_id = conversation_id
-        self.lease: Lease | None = None
+        self.held: LeaseHold | None = None
+        self.release_when_done = False  # this call's last turn: its last write gives the lease back
         self.version = version
         self.saved = saved
         self._clock = clock
@@ -159,7 +160,8 @@ class _StoreJournal:
             state["turn_keys"] = list(self.turn_keys)
         if self.failures:
             state["failures"], state["last_error"] = self.failures, self.last_error
-        await self._write([message.to_dict() for message in history[self.saved :]], state)
+        release = self.release_when_done and not host.turn_open
+        await self._write([message.to_dict() for message in history[self.saved :]], state, release)
         self.saved = len(history)
 
     async def record_failure(self, error: BaseException) -> bool:
@@ -177,16 +179,22 @@ class _StoreJournal:
         await self._write([], state)
         return True
 
-    async def _write(self, messages: list[dict[str, Any]], state: dict[str, Any]) -> None:
+    async def _write(
+        self, messages: list[dict[str, Any]], state: dict[str, Any], release: bool = False
+    ) -> None:
+        held = self.held
         self.version = await self._store.append(
             self._conversation_id,
             start=self.saved,
             messages=messages,
             state=state,
             expected_version=self.version,
-            lease=self.lease,
+            lease=None if held is None else held.lease,
+            release=release and held is not None,
         )
         self._written = state
+        if release and held is not None:
+            held.released_by_write()
 
     def _add_receipt(self, result: HandoffTurnResult, end: int) -> None:
         receipt = _Receipt(
@@ -305,16 +313,16 @@ class ConversationHost:
         check_conversation_id(conversation_id)
         _check_key(idempotency_key)
         messages = _messages(message)
-        async with self._hold(conversation_id, wait) as lease:
-            workflow, host = await self._open(conversation_id, lease)
+        async with self._hold(conversation_id, wait) as held:
+            workflow, host = await self._open(conversation_id, held)
             if idempotency_key is not None:
                 done = await self._repeated(conversation_id, workflow, host, idempotency_key)
                 if done is not None:
                     return done
             recovered, workflow, host = await self._finish_interrupted(
-                conversation_id, workflow, host, lease
+                conversation_id, workflow, host, held
             )
-            self._journal(host).key = idempotency_key
+            self._last_step(host, idempotency_key)
             turn = self._user_turn(conversation_id, host, messages)
             events = await self._attempt(workflow, host, turn)
             result = _turn_result(conversation_id, host, events)
@@ -339,8 +347,8 @@ class ConversationHost:
         """
         check_conversation_id(conversation_id)
         _check_key(idempotency_key)
-        async with self._hold(conversation_id, wait) as lease:
-            workflow, host = await self._open(conversation_id, lease)
+        async with self._hold(conversation_id, wait) as held:
+            workflow, host = await self._open(conversation_id, held)
             if idempotency_key is not None:
                 done = await self._repeated(conversation_id, workflow, host, idempotency_key)
                 if done is not None:
@@ -349,7 +357,7 @@ class ConversationHost:
                 raise HandoffBuilderError(
                     f"Conversation {conversation_id!r} waits for no answers; use send()."
                 )
-            self._journal(host).key = idempotency_key
+            self._last_step(host, idempotency_key)
             await workflow.run(ReissueRequests())
             events = await self._attempt(workflow, host, responses=dict(answers))
             result = _turn_result(conversation_id, host, events)
@@ -372,21 +380,21 @@ class ConversationHost:
         check_conversation_id(conversation_id)
         _check_key(idempotency_key)
         messages = _messages(message)
-        async with self._hold(conversation_id, wait) as lease:
-            workflow, host = await self._open(conversation_id, lease)
+        async with self._hold(conversation_id, wait) as held:
+            workflow, host = await self._open(conversation_id, held)
             if idempotency_key is not None:
                 done = await self._repeated(conversation_id, workflow, host, idempotency_key)
                 if done is not None:
                     yield WorkflowEvent(cast(Any, HANDOFF_TURN_EVENT), data=done)
                     return
             recovered, workflow, host = await self._finish_interrupted(
-                conversation_id, workflow, host, lease
+                conversation_id, workflow, host, held
             )
             if recovered is not None and recovered.abandoned is not None:
                 yield WorkflowEvent(
                     cast(Any, HANDOFF_TURN_ABANDONED_EVENT), data=recovered.abandoned
                 )
-            self._journal(host).key = idempotency_key
+            self._last_step(host, idempotency_key)
             turn = self._user_turn(conversation_id, host, messages)
             try:
                 async for event in workflow.run(turn, stream=True):
@@ -408,10 +416,11 @@ class ConversationHost:
         failed more than ``max_turn_retries`` times).
         """
         check_conversation_id(conversation_id)
-        async with self._hold(conversation_id, wait) as lease:
-            workflow, host = await self._open(conversation_id, lease)
+        async with self._hold(conversation_id, wait) as held:
+            workflow, host = await self._open(conversation_id, held)
+            self._last_step(host, None)
             result, workflow, host = await self._finish_interrupted(
-                conversation_id, workflow, host, lease
+                conversation_id, workflow, host, held
             )
             if result is not None:
                 self._keep(conversation_id, workflow, host)
@@ -427,11 +436,12 @@ class ConversationHost:
         message starts a new turn. ``None`` when no turn is open.
         """
         check_conversation_id(conversation_id)
-        async with self._hold(conversation_id, wait) as lease:
-            workflow, host = await self._open(conversation_id, lease)
+        async with self._hold(conversation_id, wait) as held:
+            workflow, host = await self._open(conversation_id, held)
             if not host.turn_open:
                 return None
             journal = self._journal(host)
+            journal.release_when_done = True
             event = TurnAbandonedEvent(
                 "on_demand", host.next_agent or host.speaker, journal.failures, journal.last_error
             )
@@ -466,19 +476,25 @@ class ConversationHost:
             owner=new_owner(self.worker_id),
         )
 
+    def _last_step(self, host: GroupChatHost, key: str | None) -> None:
+        """What the call runs next is its last turn: its key, and its last write releases."""
+        journal = self._journal(host)
+        journal.key = key
+        journal.release_when_done = True
+
     @staticmethod
     def _journal(host: GroupChatHost) -> _StoreJournal:
         return cast(_StoreJournal, host.journal)
 
     async def _open(
-        self, conversation_id: str, lease: Lease, *, reuse: bool = True
+        self, conversation_id: str, held: LeaseHold, *, reuse: bool = True
     ) -> tuple[Workflow, GroupChatHost]:
         live = self._live.pop(conversation_id, None)
         if live is not None and reuse:
             workflow, host, journal = live
             # Reuse the conversation kept from this worker's last turn if nobody wrote since.
-            if lease.version == journal.version:
-                journal.lease = lease
+            if held.lease.version == journal.version:
+                journal.held = held
                 return workflow, host
         record = await self.store.load(conversation_id)  # errors surface before any model call
         workflow = self.builder.build()
@@ -500,7 +516,7 @@ class ConversationHost:
             self.store, conversation_id, version=version, saved=saved, clock=self._clock,
             hosted=hosted,
         )  # fmt: skip
-        journal.lease = lease
+        journal.held = held
         if record is not None:
             journal._written = dict(record.state)  # pyright: ignore[reportPrivateUsage]
         host.journal = journal
@@ -512,7 +528,7 @@ class ConversationHost:
         journal = host.journal
         if self.live_conversations < 1 or not isinstance(journal, _StoreJournal):
             return
-        journal.key = None
+        journal.key, journal.release_when_done, journal.held = None, False, None
         self._live[conversation_id] = (workflow, host, journal)
         while len(self._live) > self.live_conversations:
             self._live.popitem(last=False)
@@ -563,9 +579,10 @@ class ConversationHost:
         if host.turn_open and key in journal.turn_keys:
             if host.pending_requests:
                 raise PendingRequestsError(conversation_id, host.pending_requests)
-            lease = cast(Lease, journal.lease)  # _open gave the journal its lease
+            held = cast(LeaseHold, journal.held)  # _open gave the journal its lease
+            journal.release_when_done = True  # the call ends with this turn
             result, workflow, host = await self._finish_interrupted(
-                conversation_id, workflow, host, lease
+                conversation_id, workflow, host, held
             )
             if result is not None:
                 self._keep(conversation_id, workflow, host)
@@ -573,7 +590,7 @@ class ConversationHost:
         return None
 
     async def _finish_interrupted(
-        self, conversation_id: str, workflow: Workflow, host: GroupChatHost, lease: Lease
+        self, conversation_id: str, workflow: Workflow, host: GroupChatHost, held: LeaseHold
     ) -> tuple[HandoffTurnResult | None, Workflow, GroupChatHost]:
         """Finish (or retry, or abandon) the open turn: its result, and the workflow to go on."""
         if host.pending_requests:
@@ -596,8 +613,10 @@ class ConversationHost:
                 if journal.failures <= self.max_turn_retries:
                     raise
                 # That was the last retry: give the turn up, from the state as stored.
-                workflow, host = await self._open(conversation_id, lease, reuse=False)
+                release = journal.release_when_done
+                workflow, host = await self._open(conversation_id, held, reuse=False)
                 journal = self._journal(host)
+                journal.release_when_done = release
         event = TurnAbandonedEvent("failed", following, journal.failures, journal.last_error)
         result = host.abandon_turn(event)
         await journal.record(host)

@@ -21,7 +21,7 @@ from ._base import (
     Lease,
     check_conversation_id,
 )
-from ._leases import DEFAULT_LEASE_TTL, hold, new_owner
+from ._leases import DEFAULT_LEASE_TTL, LeaseHold, hold, new_owner
 from ._memory import InMemoryConversationStore
 from ._sqlite import SqliteConversationStore
 
@@ -36,6 +36,7 @@ __all__ = [
     "ConversationStore",
     "InMemoryConversationStore",
     "Lease",
+    "LeaseHold",
     "PostgresConversationStore",
     "SqliteConversationStore",
     "check_conversation_id",

@@ -76,12 +76,14 @@ class ConversationStore(Protocol):
         state: Mapping[str, Any],
         expected_version: int,
         lease: Lease | None = None,
+        release: bool = False,
     ) -> int:
         """Append ``messages`` at position ``start`` and replace the state; the new version.
 
         With ``lease``, the write happens only while that lease is the conversation's current
-        one (:class:`~handoff_builder.LeaseLostError` otherwise); without it, only while no
-        unexpired lease is held (:class:`~handoff_builder.ConversationBusyError` otherwise).
+        one (:class:`~handoff_builder.LeaseLostError` otherwise), and ``release`` gives it back
+        in the same statement (a turn's last write); without it, only while no unexpired lease
+        is held (:class:`~handoff_builder.ConversationBusyError` otherwise).
         """
         ...
 

@@ -16,7 +16,7 @@ from handoff_builder.exceptions import ConversationBusyError, HandoffBuilderErro
 
 from ._base import ConversationStore, Lease
 
-__all__ = ["DEFAULT_LEASE_TTL", "hold", "new_owner"]
+__all__ = ["DEFAULT_LEASE_TTL", "LeaseHold", "hold", "new_owner"]
 
 logger = logging.getLogger("handoff_builder")
 
@@ -34,6 +34,25 @@ def new_owner(worker_id: str | None = None) -> str:
     return f"{worker}/{uuid.uuid4().hex[:12]}"
 
 
+class LeaseHold:
+    """What :func:`hold` holds: the :class:`Lease`, and whether it was already given back.
+
+    A turn's last write can release the lease in the same statement
+    (``store.append(..., lease=hold.lease, release=True)``); mark it with :meth:`released_by_write`
+    so that :func:`hold` does not release it again.
+    """
+
+    __slots__ = ("lease", "released")
+
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
+        self.released = False
+
+    def released_by_write(self) -> None:
+        """The lease was given back with the last write."""
+        self.released = True
+
+
 @asynccontextmanager
 async def hold(
     store: ConversationStore,
@@ -43,13 +62,13 @@ async def hold(
     wait: bool = False,
     timeout: float = 30.0,
     owner: str | None = None,
-) -> AsyncGenerator[Lease, None]:
+) -> AsyncGenerator[LeaseHold, None]:
     """Hold the conversation's lease while the block runs; renewed every ``ttl / 3`` seconds.
 
     Without ``wait`` a held conversation raises :class:`~handoff_builder.ConversationBusyError`
     at once; with it, the lease is asked for again until ``timeout`` seconds have passed. The
-    lease is released when the block ends, however it ends, and also when the attempt to take it
-    is cancelled midway.
+    lease is released when the block ends, however it ends (unless the block's last write gave
+    it back already), and also when the attempt to take it is cancelled midway.
     """
     if ttl <= 0:
         raise ValueError(f"ttl must be positive, got {ttl}.")
@@ -60,14 +79,55 @@ async def hold(
         # Cancelled (or failed) while asking: the store may have granted it all the same.
         await _release(store, conversation_id, holder)
         raise
-    renewing = asyncio.ensure_future(_keep_renewed(store, lease, ttl))
+    held = LeaseHold(lease)
+    renewer = _Renewer(store, lease, ttl)
     try:
-        yield lease
+        yield held
     finally:
-        renewing.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await renewing
-        await _release(store, conversation_id, holder)
+        await renewer.stop()
+        if not held.released:
+            await _release(store, conversation_id, holder)
+
+
+class _Renewer:
+    """Renews a lease every ``ttl / 3`` seconds: a timer, and a task only while renewing."""
+
+    def __init__(self, store: ConversationStore, lease: Lease, ttl: float) -> None:
+        self._store, self._lease, self._ttl = store, lease, ttl
+        self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._schedule()
+
+    def _schedule(self) -> None:
+        self._timer = asyncio.get_running_loop().call_later(self._ttl / 3, self._start)
+
+    def _start(self) -> None:
+        self._task = asyncio.ensure_future(self._renew())
+
+    async def _renew(self) -> None:
+        lease = self._lease
+        try:
+            if not await self._store.renew(lease, ttl=self._ttl):
+                logger.warning(
+                    "conversation %s: lease %s was lost; this worker can write nothing more",
+                    lease.conversation_id, lease.owner,
+                )  # fmt: skip
+                return  # the next fenced write says so
+        except HandoffBuilderError as error:  # the store is unreachable: try again soon
+            logger.warning(
+                "conversation %s: could not renew lease %s: %s",
+                lease.conversation_id, lease.owner, error,
+            )  # fmt: skip
+        self._schedule()
+
+    async def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 async def _acquire(
@@ -93,24 +153,6 @@ async def _acquire(
             return lease
         delay = min(delay * 2, _MAX_POLL)
     raise ConversationBusyError(conversation_id, waited=time.monotonic() - started)
-
-
-async def _keep_renewed(store: ConversationStore, lease: Lease, ttl: float) -> None:
-    """Renew until cancelled; stop once the lease is gone (the next fenced write will say so)."""
-    while True:
-        await asyncio.sleep(ttl / 3)
-        try:
-            if not await store.renew(lease, ttl=ttl):
-                logger.warning(
-                    "conversation %s: lease %s was lost; this worker can write nothing more",
-                    lease.conversation_id, lease.owner,
-                )  # fmt: skip
-                return
-        except HandoffBuilderError as error:  # the store is unreachable: try again soon
-            logger.warning(
-                "conversation %s: could not renew lease %s: %s",
-                lease.conversation_id, lease.owner, error,
-            )  # fmt: skip
 
 
 async def _release(store: ConversationStore, conversation_id: str, owner: str) -> None:

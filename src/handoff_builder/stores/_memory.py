@@ -57,6 +57,7 @@ class InMemoryConversationStore:
         state: Mapping[str, Any],
         expected_version: int,
         lease: Lease | None = None,
+        release: bool = False,
     ) -> int:
         """Append and replace the state if the version still matches and the lease allows it."""
         row = self._rows.get(conversation_id) or _Row()
@@ -70,6 +71,8 @@ class InMemoryConversationStore:
         self._messages[conversation_id] = [*log, *(dict(message) for message in messages)]
         row.version += 1
         row.state = copy.deepcopy(dict(state))
+        if release and lease is not None:
+            row.owner, row.expires = None, 0.0
         self._rows[conversation_id] = row
         return row.version
 

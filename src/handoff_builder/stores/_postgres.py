@@ -10,6 +10,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from handoff_builder._timeouts import within
 from handoff_builder.exceptions import (
     ConversationBusyError,
     ConversationConflictError,
@@ -143,36 +144,24 @@ class PostgresConversationStore:
     async def _run(self, work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
         """``work`` on a connection borrowed for it alone, bounded in time; failures typed.
 
-        The server's limits apply first. A network that went silent is cut by this one: the
-        connection is closed (the pool replaces it), which ends the statement at once, instead
-        of psycopg's polite cancel, which cannot reach the server either (about 10 s more).
+        The server's limits apply first. A network that went silent is cut by this one: at the
+        limit the connection is closed (the pool replaces it), which ends the statement at once,
+        instead of psycopg's polite cancel, which cannot reach the server either (10 s more).
         """
         pool = await self._open()
-        borrowed: list[psycopg.AsyncConnection[Any]] = []
-
-        async def on_a_connection() -> T:
-            async with pool.connection() as db:
-                borrowed.append(db)
-                return await work(db)
-
         limit = self._statement_timeout + 1.0
-        task = asyncio.ensure_future(on_a_connection())
         try:
-            done, _ = await asyncio.wait({task}, timeout=limit)
-        except asyncio.CancelledError:
-            task.cancel()
-            raise
-        if not done:
-            for db in borrowed:
-                await db.close()
-            task.cancel()
-            await asyncio.wait({task}, timeout=1.0)
-            silent = TimeoutError(f"no answer from the server within {limit:g} s")
+            async with pool.connection() as db:
+                cut = asyncio.get_running_loop().call_later(limit, db.pgconn.finish)
+                try:
+                    return await within(limit + 0.5, work(db))
+                finally:
+                    cut.cancel()
+        except TimeoutError as error:
             raise StoreUnavailableError(
-                "PostgreSQL", f"{silent} (the connection was closed)"
-            ) from silent
-        try:
-            return task.result()
+                "PostgreSQL", f"no answer from the server within {limit:g} s (the connection "
+                "was closed)"
+            ) from error  # fmt: skip
         except _UNAVAILABLE as error:
             raise _unavailable(error) from error
 
@@ -220,6 +209,7 @@ class PostgresConversationStore:
         state: Mapping[str, Any],
         expected_version: int,
         lease: Lease | None = None,
+        release: bool = False,
     ) -> int:
         """Append and replace the state with one statement, if the version and lease allow it."""
         owner, token = (lease.owner, lease.token) if lease is not None else (None, None)
@@ -231,6 +221,7 @@ class PostgresConversationStore:
             "expected": expected_version,
             "owner": owner,
             "token": token,
+            "release": release and lease is not None,
             "positions": list(range(start, start + len(messages))),
             "bodies": [encode(message) for message in messages],
         }
@@ -299,8 +290,11 @@ _WITH_MESSAGES = (
 )
 
 
-def _queries(conversations: sql.Identifier, messages: sql.Identifier) -> dict[str, sql.Composed]:
-    """Every statement of the store, with its table names quoted as identifiers."""
+def _queries(conversations: sql.Identifier, messages: sql.Identifier) -> dict[str, bytes]:
+    """Every statement of the store, with its table names quoted as identifiers.
+
+    Rendered to bytes once (psycopg would compose them again on every execute).
+    """
     texts = {
         "create_conversations": "CREATE TABLE IF NOT EXISTS {c} (conversation_id TEXT PRIMARY KEY, "
         "schema_version INTEGER NOT NULL, version BIGINT NOT NULL, state TEXT NOT NULL, "
@@ -318,7 +312,10 @@ def _queries(conversations: sql.Identifier, messages: sql.Identifier) -> dict[st
         "ORDER BY position",
         "select_version": "SELECT version FROM {c} WHERE conversation_id = %s AND version > 0",
         "write": "WITH w AS (UPDATE {c} c SET version = c.version + 1, state = %(state)s, "  # noqa: S608
-        "schema_version = %(schema)s, updated_at = now() WHERE c.conversation_id = %(id)s "
+        "schema_version = %(schema)s, updated_at = now(), "
+        "lease_owner = CASE WHEN %(release)s THEN NULL ELSE c.lease_owner END, "
+        "lease_expires = CASE WHEN %(release)s THEN NULL ELSE c.lease_expires END "
+        "WHERE c.conversation_id = %(id)s "
         f"AND c.version = %(expected)s AND {_FENCE} AND {_LOG_ENDS_AT_START} RETURNING c.version)"
         + _WITH_MESSAGES,
         "write_new": "WITH w AS (INSERT INTO {c} AS c (conversation_id, schema_version, version, "  # noqa: S608
@@ -347,6 +344,6 @@ def _queries(conversations: sql.Identifier, messages: sql.Identifier) -> dict[st
         "drop": "DROP TABLE IF EXISTS {m}, {c}",
     }
     return {
-        name: sql.SQL(text).format(c=conversations, m=messages)  # pyright: ignore[reportArgumentType]
+        name: sql.SQL(text).format(c=conversations, m=messages).as_bytes(None)  # pyright: ignore[reportArgumentType]
         for name, text in texts.items()
     }

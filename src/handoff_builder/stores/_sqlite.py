@@ -77,7 +77,10 @@ _WRITE = (
 )
 _UPDATE = (
     "UPDATE handoff_conversations SET schema_version = ?2, version = version + 1, state = ?3, "  # noqa: S608 - constants only
-    "updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') "
+    "updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), "
+    # ?9: the turn's last write gives the lease back
+    "lease_owner = CASE WHEN ?9 THEN NULL ELSE lease_owner END, "
+    "lease_expires = CASE WHEN ?9 THEN NULL ELSE lease_expires END "
     f"WHERE conversation_id = ?1 AND version = ?5 AND {_FENCE} AND ?4 = "
     "(SELECT COALESCE(MAX(position) + 1, 0) FROM handoff_messages WHERE conversation_id = ?1)"
 )
@@ -318,6 +321,7 @@ class SqliteConversationStore:
         state: Mapping[str, Any],
         expected_version: int,
         lease: Lease | None = None,
+        release: bool = False,
     ) -> int:
         """Append and replace the state in one transaction, if the version and lease allow it."""
         bodies = [(conversation_id, start + i, encode(m)) for i, m in enumerate(messages)]
@@ -326,9 +330,11 @@ class SqliteConversationStore:
         owner, token = (lease.owner, lease.token) if lease is not None else (None, None)
         params = (
             conversation_id, RECORD_SCHEMA_VERSION, state_json, start, expected_version,
-            owner, token, time.time(),
+            owner, token, time.time(), release and lease is not None,
         )  # fmt: skip
-        statement = _WRITE if expected_version == 0 and lease is None else _UPDATE
+        statement, params = (
+            (_WRITE, params[:8]) if expected_version == 0 and lease is None else (_UPDATE, params)
+        )
 
         def write(db: sqlite3.Connection) -> tuple[int, bool]:
             """The new version, and whether a checkpoint ran first and emptied the WAL."""
@@ -338,7 +344,7 @@ class SqliteConversationStore:
             try:
                 if db.execute(statement, params).rowcount != 1:
                     found = db.execute(_WHY_NOT, (conversation_id,)).fetchone()
-                    raise _refusal(conversation_id, expected_version, lease, found, params[-1])
+                    raise _refusal(conversation_id, expected_version, lease, found, params[7])
                 db.executemany(_INSERT, bodies)
                 db.execute("COMMIT")
             except BaseException:
