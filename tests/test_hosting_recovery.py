@@ -15,6 +15,7 @@ from handoff_builder import (
     HANDOFF_TIMEOUT_EVENT,
     HANDOFF_TURN_ABANDONED_EVENT,
     HANDOFF_TURN_EVENT,
+    ConversationBusyError,
     ConversationHost,
     CorruptConversationError,
     HandoffWorkflowBuilder,
@@ -480,3 +481,62 @@ async def test_a_bad_hosting_state_is_a_corrupt_conversation(
     with pytest.raises(CorruptConversationError, match="the hosting state is not valid"):
         await host.send("c", "again")
     assert len(client_of(triage).calls) == 1
+
+
+# -- statements per turn -----------------------------------------------------------------------
+
+
+class CountingStore:
+    """A store that counts the calls made to it."""
+
+    def __init__(self, inner: ConversationStore) -> None:
+        self.inner = inner
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.inner, name)
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            return await method(*args, **kwargs)
+
+        return counted
+
+
+async def test_a_live_conversation_takes_its_lease_with_the_first_write(
+    store: ConversationStore,
+) -> None:
+    """Two statements for a continuing turn: the first write takes the lease, the last gives it
+    back; no separate acquire, release or load."""
+    builder, _, _ = desk([handoff_to("billing")], [reply("one"), reply("two"), reply("three")])
+    counting = CountingStore(store)
+    host = ConversationHost(builder, counting)  # pyright: ignore[reportArgumentType]
+    await host.send("c", "hi")
+    counting.calls.clear()
+    assert (await host.send("c", "again")).text == "two"
+    assert counting.calls == ["acquire_and_append", "append"]
+    async with hold(store, "c"):  # given back with the last write
+        pass
+    assert (await host.send("c", "and again")).text == "three"
+
+
+async def test_a_live_conversation_held_elsewhere_is_busy_or_waited_for(
+    store: ConversationStore,
+) -> None:
+    builder, _, billing = desk([handoff_to("billing")], [reply("one"), reply("two")])
+    host = ConversationHost(builder, store)
+    await host.send("c", "hi")
+    before = await store.load("c")
+    async with hold(store, "c"):  # another worker's turn
+        with pytest.raises(ConversationBusyError):
+            await host.send("c", "again")
+        after = await store.load("c")
+        assert before is not None
+        assert after is not None
+        assert (after.version, after.messages) == (before.version, before.messages)  # untouched
+        waiting = asyncio.ensure_future(host.send("c", "again", wait=True))
+        await asyncio.sleep(0.1)
+        assert not waiting.done()
+    assert (await waiting).text == "two"
+    assert len(client_of(billing).calls) == 2  # the busy attempt called nobody
+    assert [m.text for m in received(billing).messages if m.role == "user"][-1] == "again"

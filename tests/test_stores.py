@@ -25,6 +25,7 @@ from handoff_builder.stores import (
     hold,
 )
 from handoff_builder.stores._base import record_from_rows
+from tests.stores import postgres_dsn, unique_prefix
 
 
 def msg(text: str, role: str = "user") -> dict[str, object]:
@@ -467,3 +468,30 @@ def test_a_good_log_decodes_in_order() -> None:
     record = record_from_rows("c1", 1, 3, '{"k":1}', rows)
     assert [m["n"] for m in record.messages] == list(range(50))
     assert record.state == {"k": 1}
+
+
+@pytest.mark.postgres
+async def test_postgres_connection_settings_keep_the_dsns_own_options() -> None:
+    dsn = postgres_dsn()
+    separator = "&" if "?" in dsn else "?"
+    store = PostgresConversationStore(
+        f"{dsn}{separator}options=-c%20application_name%3Dfrom_the_dsn",
+        table_prefix=unique_prefix(),
+        statement_timeout=3.0,
+        synchronous_commit=False,
+    )
+
+    async def settings(db: Any) -> tuple[Any, ...] | None:
+        return await (
+            await db.execute(
+                "SELECT current_setting('application_name'), current_setting('statement_timeout'),"
+                " current_setting('synchronous_commit')"
+            )
+        ).fetchone()
+
+    try:
+        found = await store._run(settings)  # pyright: ignore[reportPrivateUsage]
+        assert found == ("from_the_dsn", "3s", "off")
+    finally:
+        await store.drop_tables()
+        await store.close()

@@ -161,7 +161,8 @@ class _StoreJournal:
         if self.failures:
             state["failures"], state["last_error"] = self.failures, self.last_error
         release = self.release_when_done and not host.turn_open
-        await self._write([message.to_dict() for message in history[self.saved :]], state, release)
+        new = [message.to_dict() for message in history[self.saved :]]
+        await self._write(new, state, release=release)
         self.saved = len(history)
 
     async def record_failure(self, error: BaseException) -> bool:
@@ -180,18 +181,34 @@ class _StoreJournal:
         return True
 
     async def _write(
-        self, messages: list[dict[str, Any]], state: dict[str, Any], release: bool = False
+        self, messages: list[dict[str, Any]], state: dict[str, Any], *, release: bool = False
     ) -> None:
         held = self.held
-        self.version = await self._store.append(
-            self._conversation_id,
-            start=self.saved,
-            messages=messages,
-            state=state,
-            expected_version=self.version,
-            lease=None if held is None else held.lease,
-            release=release and held is not None,
-        )
+        if held is not None and not held.taken:  # the turn's first write takes the lease
+            lease = await self._store.acquire_and_append(
+                self._conversation_id,
+                owner=held.owner,
+                ttl=held.ttl,
+                start=self.saved,
+                messages=messages,
+                state=state,
+                expected_version=self.version,
+                release=release,
+            )
+            if lease is None:
+                raise ConversationBusyError(self._conversation_id)
+            held.acquired(lease)
+            self.version = lease.version
+        else:
+            self.version = await self._store.append(
+                self._conversation_id,
+                start=self.saved,
+                messages=messages,
+                state=state,
+                expected_version=self.version,
+                lease=None if held is None else held.lease,
+                release=release and held is not None,
+            )
         self._written = state
         if release and held is not None:
             held.released_by_write()
@@ -313,6 +330,10 @@ class ConversationHost:
         check_conversation_id(conversation_id)
         _check_key(idempotency_key)
         messages = _messages(message)
+        if conversation_id in self._live:
+            done = await self._send_live(conversation_id, messages, wait, idempotency_key)
+            if done is not None:
+                return done
         async with self._hold(conversation_id, wait) as held:
             workflow, host = await self._open(conversation_id, held)
             if idempotency_key is not None:
@@ -329,6 +350,43 @@ class ConversationHost:
             result.recovered = recovered
             self._keep(conversation_id, workflow, host)
             return result
+
+    async def _send_live(
+        self,
+        conversation_id: str,
+        messages: list[Message],
+        wait: bool,  # noqa: FBT001
+        key: str | None,
+    ) -> HandoffTurnResult | None:
+        """A turn of a conversation this worker keeps live, its lease taken with its first write.
+
+        Nothing runs before that write (the first agent is called after it), so when the write
+        finds the conversation busy or changed since (another worker wrote), the turn is given
+        up unseen and ``None`` returned: the caller runs it the usual way (lease first, reload).
+        """
+        workflow, host, journal = self._live.pop(conversation_id)
+        if host.turn_open:  # not kept that way; reload to be sure
+            return None
+        if key is not None:
+            receipt = journal.receipt(key)  # receipts only ever grow: a found one holds
+            if receipt is not None:
+                self._live[conversation_id] = (workflow, host, journal)
+                return _replayed(receipt, host.history)
+        held = LeaseHold(self.store, conversation_id, new_owner(self.worker_id), self.lease_ttl)
+        journal.held = held
+        self._last_step(host, key)
+        turn = self._user_turn(conversation_id, host, messages)
+        try:
+            events = await self._attempt(workflow, host, turn)
+        except (ConversationBusyError, ConversationConflictError) as error:
+            if held.taken or (isinstance(error, ConversationBusyError) and not wait):
+                raise
+            return None  # not written, nothing called: run it the usual way
+        finally:
+            await held.close()
+        result = _turn_result(conversation_id, host, events)
+        self._keep(conversation_id, workflow, host)
+        return result
 
     async def respond(
         self,

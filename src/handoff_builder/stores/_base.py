@@ -94,6 +94,30 @@ class ConversationStore(Protocol):
         """
         ...
 
+    async def acquire_and_append(
+        self,
+        conversation_id: str,
+        *,
+        owner: str,
+        ttl: float,
+        start: int,
+        messages: Sequence[Mapping[str, Any]],
+        state: Mapping[str, Any],
+        expected_version: int,
+        release: bool = False,
+    ) -> Lease | None:
+        """Take the lease and write, in one statement: the first write of a turn.
+
+        Only for a stored conversation (``expected_version`` >= 1) whose lease is free or expired
+        and whose version is still ``expected_version``; ``release`` gives the lease back in the
+        same statement (a turn with one write). Returns the lease (``version`` is the new one);
+        ``None`` when another owner holds an unexpired lease (nothing was written).
+
+        Raises:
+            ConversationConflictError: the version moved (nothing was written).
+        """
+        ...
+
     async def renew(self, lease: Lease, *, ttl: float) -> bool:
         """Extend the lease to ``ttl`` seconds from now; ``False`` if it is no longer held."""
         ...

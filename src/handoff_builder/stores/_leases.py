@@ -35,22 +35,60 @@ def new_owner(worker_id: str | None = None) -> str:
 
 
 class LeaseHold:
-    """What :func:`hold` holds: the :class:`Lease`, and whether it was already given back.
+    """A conversation's lease as a block of code holds it; renewed while held.
 
-    A turn's last write can release the lease in the same statement
-    (``store.append(..., lease=hold.lease, release=True)``); mark it with :meth:`released_by_write`
-    so that :func:`hold` does not release it again.
+    :func:`hold` takes the lease first. A host may also take it with its first write
+    (``store.acquire_and_append``, then :meth:`acquired`). A turn's last write can give it back in
+    the same statement (``store.append(..., release=True)``, then :meth:`released_by_write`), so
+    that :meth:`close` does not release it again.
     """
 
-    __slots__ = ("lease", "released")
-
-    def __init__(self, lease: Lease) -> None:
-        self.lease = lease
+    def __init__(
+        self,
+        store: ConversationStore,
+        conversation_id: str,
+        owner: str,
+        ttl: float,
+        lease: Lease | None = None,
+    ) -> None:
+        self.store = store
+        self.conversation_id = conversation_id
+        self.owner = owner
+        self.ttl = ttl
         self.released = False
+        self._lease: Lease | None = None
+        self._renewer: _Renewer | None = None
+        if lease is not None:
+            self.acquired(lease)
+
+    @property
+    def taken(self) -> bool:
+        """Whether the lease was taken (a host that takes it with its first write may not yet)."""
+        return self._lease is not None
+
+    @property
+    def lease(self) -> Lease:
+        """The lease; ``RuntimeError`` before it was taken."""
+        if self._lease is None:
+            raise RuntimeError(f"The lease on {self.conversation_id!r} was not taken yet.")
+        return self._lease
+
+    def acquired(self, lease: Lease) -> None:
+        """The lease was taken (by :func:`hold`, or with a first write): renew it from now on."""
+        self._lease = lease
+        self._renewer = _Renewer(self.store, lease, self.ttl)
 
     def released_by_write(self) -> None:
         """The lease was given back with the last write."""
         self.released = True
+
+    async def close(self) -> None:
+        """Stop renewing and give the lease back (unless a write did, or it was never taken)."""
+        if self._renewer is not None:
+            await self._renewer.stop()
+        if self._lease is not None and not self.released:
+            self.released = True
+            await _release(self.store, self.conversation_id, self.owner)
 
 
 @asynccontextmanager
@@ -79,14 +117,11 @@ async def hold(
         # Cancelled (or failed) while asking: the store may have granted it all the same.
         await _release(store, conversation_id, holder)
         raise
-    held = LeaseHold(lease)
-    renewer = _Renewer(store, lease, ttl)
+    held = LeaseHold(store, conversation_id, holder, ttl, lease)
     try:
         yield held
     finally:
-        await renewer.stop()
-        if not held.released:
-            await _release(store, conversation_id, holder)
+        await held.close()
 
 
 class _Renewer:

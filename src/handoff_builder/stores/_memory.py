@@ -76,6 +76,34 @@ class InMemoryConversationStore:
         self._rows[conversation_id] = row
         return row.version
 
+    async def acquire_and_append(
+        self,
+        conversation_id: str,
+        *,
+        owner: str,
+        ttl: float,
+        start: int,
+        messages: Sequence[Mapping[str, Any]],
+        state: Mapping[str, Any],
+        expected_version: int,
+        release: bool = False,
+    ) -> Lease | None:
+        """Take the lease and write, if the lease is free and the version still matches."""
+        row = self._rows.get(conversation_id)
+        if row is not None and row.owner is not None and row.expires > time.monotonic():
+            return None
+        found = 0 if row is None else row.version
+        log = self._messages.get(conversation_id, [])
+        if row is None or found != expected_version or found == 0 or len(log) != start:
+            raise ConversationConflictError(conversation_id, expected_version, found)
+        row.owner, row.token, row.expires = owner, row.token + 1, time.monotonic() + ttl
+        lease = Lease(conversation_id, owner, row.token, row.version)
+        version = await self.append(
+            conversation_id, start=start, messages=messages, state=state,
+            expected_version=expected_version, lease=lease, release=release,
+        )  # fmt: skip
+        return Lease(conversation_id, owner, row.token, version)
+
     async def acquire(self, conversation_id: str, *, owner: str, ttl: float) -> Lease | None:
         """Take the lease if it is free or expired."""
         now = time.monotonic()

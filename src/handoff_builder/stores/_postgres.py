@@ -29,6 +29,7 @@ from ._base import (
 try:
     import psycopg
     from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict
     from psycopg_pool import AsyncConnectionPool, PoolTimeout
 except ImportError as missing:  # pragma: no cover - exercised only without the extra
     raise ImportError(
@@ -66,11 +67,16 @@ class PostgresConversationStore:
         max_size: int = 10,
         connect_timeout: float = 5.0,
         statement_timeout: float = 10.0,
+        synchronous_commit: bool = True,
     ) -> None:
         """Connect lazily to ``dsn``; tables are ``<table_prefix>conversations``/``messages``.
 
         ``statement_timeout`` bounds each statement, including the wait for a pooled
-        connection, in seconds.
+        connection, in seconds. ``synchronous_commit=False`` lets a write return before the
+        server has flushed it to its disk (PostgreSQL's ``synchronous_commit=off``): a worker
+        crash still loses nothing, but a crash of the database server (or its machine) may lose
+        the last writes of the last moment (the database stays consistent), as with the SQLite
+        store's default ``synchronous="normal"``; each write saves a disk flush.
         """
         if not _NAME.match(table_prefix):
             raise ValueError(
@@ -88,6 +94,7 @@ class PostgresConversationStore:
         self._q = _queries(*(sql.Identifier(name) for name in self.tables))
         self._timeout = connect_timeout
         self._statement_timeout = statement_timeout
+        self.synchronous_commit = synchronous_commit
         self._sizes = (min_size, max_size)
         self._pool = self._new_pool()
         self._ready = False
@@ -108,6 +115,11 @@ class PostgresConversationStore:
             f"-c statement_timeout={limit_ms} -c lock_timeout={limit_ms} "
             f"-c idle_in_transaction_session_timeout={limit_ms * 3}"
         )
+        if not self.synchronous_commit:
+            options += " -c synchronous_commit=off"
+        given = conninfo_to_dict(self.dsn).get("options")  # the DSN's own options are kept
+        if given:
+            options = f"{given} {options}"
         return AsyncConnectionPool(
             self.dsn,
             min_size=min_size,
@@ -240,6 +252,43 @@ class PostgresConversationStore:
             raise ConversationBusyError(conversation_id)
         raise ConversationConflictError(conversation_id, expected_version, int(version))
 
+    async def acquire_and_append(
+        self,
+        conversation_id: str,
+        *,
+        owner: str,
+        ttl: float,
+        start: int,
+        messages: Sequence[Mapping[str, Any]],
+        state: Mapping[str, Any],
+        expected_version: int,
+        release: bool = False,
+    ) -> Lease | None:
+        """Take the lease and write with one statement (``None``: another owner holds it)."""
+        params = {
+            "id": conversation_id,
+            "schema": RECORD_SCHEMA_VERSION,
+            "state": encode(dict(state)),
+            "start": start,
+            "expected": expected_version,
+            "owner": owner,
+            "ttl": ttl,
+            "release": release,
+            "positions": list(range(start, start + len(messages))),
+            "bodies": [encode(message) for message in messages],
+        }
+        try:
+            row = await self._one("acquire_and_write", params)
+        except psycopg.errors.UniqueViolation:
+            row = None
+        if row is not None and row[0] is not None:
+            return Lease(conversation_id, owner, int(row[1]), int(row[0]))
+        found = await self._one("why_not", (conversation_id,))
+        version, held_by, _, alive = found if found is not None else (0, None, 0, False)
+        if held_by is not None and alive:
+            return None
+        raise ConversationConflictError(conversation_id, expected_version, int(version))
+
     async def acquire(self, conversation_id: str, *, owner: str, ttl: float) -> Lease | None:
         """Take the lease with one statement, if it is free or expired (the server's clock)."""
         row = await self._one("acquire", (conversation_id, RECORD_SCHEMA_VERSION, owner, ttl))
@@ -323,6 +372,18 @@ def _queries(conversations: sql.Identifier, messages: sql.Identifier) -> dict[st
         "UPDATE SET version = c.version + 1, state = EXCLUDED.state, schema_version = "
         f"EXCLUDED.schema_version, updated_at = now() WHERE c.version = 0 AND {_FENCE} AND "
         f"{_LOG_ENDS_AT_START} RETURNING c.version)" + _WITH_MESSAGES,
+        "acquire_and_write": "WITH w AS (UPDATE {c} c SET version = c.version + 1, "  # noqa: S608
+        "state = %(state)s, schema_version = %(schema)s, updated_at = now(), "
+        "lease_token = c.lease_token + 1, "
+        "lease_owner = CASE WHEN %(release)s THEN NULL ELSE %(owner)s END, "
+        "lease_expires = CASE WHEN %(release)s THEN NULL "
+        "ELSE now() + make_interval(secs => %(ttl)s) END "
+        "WHERE c.conversation_id = %(id)s AND c.version = %(expected)s AND c.version > 0 "
+        f"AND (c.lease_owner IS NULL OR c.lease_expires < now()) AND {_LOG_ENDS_AT_START} "
+        "RETURNING c.version, c.lease_token), ins AS (INSERT INTO {m} (conversation_id, position, "
+        "body) SELECT %(id)s, p, b FROM w, unnest(%(positions)s::int[], %(bodies)s::text[]) "
+        "AS t(p, b) RETURNING 1) SELECT (SELECT version FROM w), (SELECT lease_token FROM w), "
+        "(SELECT COUNT(*) FROM ins)",
         "why_not": "SELECT version, lease_owner, lease_token, lease_expires >= now() FROM {c} "
         "WHERE conversation_id = %s",
         "acquire": "INSERT INTO {c} AS c (conversation_id, schema_version, version, state, "

@@ -84,6 +84,18 @@ _UPDATE = (
     f"WHERE conversation_id = ?1 AND version = ?5 AND {_FENCE} AND ?4 = "
     "(SELECT COALESCE(MAX(position) + 1, 0) FROM handoff_messages WHERE conversation_id = ?1)"
 )
+# The first write of a turn takes the lease with it (?6 owner, ?8 now, ?10 ttl; ?9 releases it
+# again: a turn with one write), if the lease is free or expired and the version still matches.
+_ACQUIRE_AND_UPDATE = (
+    "UPDATE handoff_conversations SET schema_version = ?2, version = version + 1, state = ?3, "
+    "updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), lease_token = lease_token + 1, "
+    "lease_owner = CASE WHEN ?9 THEN NULL ELSE ?6 END, "
+    "lease_expires = CASE WHEN ?9 THEN NULL ELSE ?8 + ?10 END "
+    "WHERE conversation_id = ?1 AND version = ?5 AND ?5 > 0 AND ?7 IS NULL "
+    "AND (lease_owner IS NULL OR lease_expires < ?8) AND ?4 = "
+    "(SELECT COALESCE(MAX(position) + 1, 0) FROM handoff_messages WHERE conversation_id = ?1) "
+    "RETURNING lease_token"
+)
 _INSERT = "INSERT INTO handoff_messages VALUES (?, ?, ?)"
 _WHY_NOT = (
     "SELECT version, lease_owner, lease_token, lease_expires FROM handoff_conversations "
@@ -362,6 +374,49 @@ class SqliteConversationStore:
         else:  # readers in other processes held part of the WAL back: try again soon
             self._writes = _CHECKPOINT_EVERY - _CHECKPOINT_RETRY
         return version
+
+    async def acquire_and_append(
+        self,
+        conversation_id: str,
+        *,
+        owner: str,
+        ttl: float,
+        start: int,
+        messages: Sequence[Mapping[str, Any]],
+        state: Mapping[str, Any],
+        expected_version: int,
+        release: bool = False,
+    ) -> Lease | None:
+        """Take the lease and write in one transaction (``None``: another owner holds it)."""
+        bodies = [(conversation_id, start + i, encode(m)) for i, m in enumerate(messages)]
+        params = (
+            conversation_id, RECORD_SCHEMA_VERSION, encode(dict(state)), start, expected_version,
+            owner, None, time.time(), release, ttl,
+        )  # fmt: skip
+
+        def write(db: sqlite3.Connection) -> Lease | None:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                taken = db.execute(_ACQUIRE_AND_UPDATE, params).fetchall()
+                if not taken:
+                    db.execute("ROLLBACK")
+                    found = db.execute(_WHY_NOT, (conversation_id,)).fetchone()
+                    version, holder, _, expires = found or (0, None, 0, None)
+                    if holder is not None and expires is not None and expires >= params[7]:
+                        return None
+                    raise ConversationConflictError(conversation_id, expected_version, version)
+                db.executemany(_INSERT, bodies)
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+            return Lease(conversation_id, owner, int(taken[0][0]), expected_version + 1)
+
+        inline = self._inline and len(bodies) <= _INLINE_MESSAGES
+        lease = await self._run(conversation_id, write, inline=inline)
+        self._writes += 1
+        return lease
 
     async def acquire(self, conversation_id: str, *, owner: str, ttl: float) -> Lease | None:
         """Take the lease with one statement, if it is free or expired."""
