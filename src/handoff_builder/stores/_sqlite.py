@@ -206,7 +206,7 @@ class SqliteConversationStore:
                     timeout=_BUSY_TIMEOUT_MS / 1000,
                 )
                 try:
-                    (journal,) = db.execute("PRAGMA journal_mode=WAL").fetchone()
+                    journal = _wal_mode(db)
                     db.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
                     db.executescript(_SCHEMA)
                     _add_lease_columns(db)
@@ -483,12 +483,41 @@ class SqliteConversationStore:
         await asyncio.to_thread(close)
 
 
+def _wal_mode(db: sqlite3.Connection) -> str:
+    """Switch the file to WAL mode: the journal mode it is in after that.
+
+    The switch needs the write lock while it already holds a read lock, and SQLite then answers
+    "busy" at once instead of waiting (its deadlock rule): several processes opening a new file
+    together must ask again. This runs in a worker thread, so it may sleep.
+    """
+    deadline = time.monotonic() + _BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            (journal,) = db.execute("PRAGMA journal_mode=WAL").fetchone()
+            return str(journal)
+        except sqlite3.OperationalError as error:
+            if not _is_busy(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
+
+
 def _add_lease_columns(db: sqlite3.Connection) -> None:
-    """Give a database from the first release the lease columns (a no-op once they exist)."""
-    present = {row[1] for row in db.execute("PRAGMA table_info(handoff_conversations)")}
-    for name, declaration in _LEASE_COLUMNS.items():
-        if name not in present:
-            db.execute(f"ALTER TABLE handoff_conversations ADD COLUMN {name} {declaration}")
+    """Give a database from the first release the lease columns (a no-op once they exist).
+
+    Checked and altered in one write transaction: processes opening the file together add each
+    column once.
+    """
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        present = {row[1] for row in db.execute("PRAGMA table_info(handoff_conversations)")}
+        for name, declaration in _LEASE_COLUMNS.items():
+            if name not in present:
+                db.execute(f"ALTER TABLE handoff_conversations ADD COLUMN {name} {declaration}")
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
 
 
 def _text(body: bytes | str | None) -> str | bytes | None:
