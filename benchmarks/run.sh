@@ -8,6 +8,7 @@
 #   bash benchmarks/run.sh checkpoint --budget 60   # one benchmark: turn | checkpoint | memory | import | tracing
 #   BUDGET=120 SIZES=0,10,100,1000 bash benchmarks/run.sh --json /tmp/turn.json
 #   PYTHON=python3.12 VENV=/tmp/venv bash benchmarks/run.sh
+#   .venv/bin/python benchmarks/bench_hosted.py --seconds 5 --rounds 2   # ConversationHost: SQLite vs PostgreSQL (needs a server; not run here)
 #
 # Without a benchmark name, or with `turn`, extra arguments go to bench_turn.py; after
 # `checkpoint`, `memory`, `import` or `tracing` they go to that script. `all` takes no extra arguments; its

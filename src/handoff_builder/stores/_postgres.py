@@ -234,8 +234,7 @@ class PostgresConversationStore:
             "owner": owner,
             "token": token,
             "release": release and lease is not None,
-            "positions": list(range(start, start + len(messages))),
-            "bodies": [encode(message) for message in messages],
+            "bodies": encode(list(messages)),  # one JSON array: PostgreSQL splits it
         }
         name = "write_new" if expected_version == 0 and lease is None else "write"
         try:
@@ -274,8 +273,7 @@ class PostgresConversationStore:
             "owner": owner,
             "ttl": ttl,
             "release": release,
-            "positions": list(range(start, start + len(messages))),
-            "bodies": [encode(message) for message in messages],
+            "bodies": encode(list(messages)),  # one JSON array: PostgreSQL splits it
         }
         try:
             row = await self._one("acquire_and_write", params)
@@ -334,7 +332,8 @@ _LOG_ENDS_AT_START = (
 # The messages of a write go in with its state row, in the same statement (so, atomically).
 _WITH_MESSAGES = (
     ", ins AS (INSERT INTO {m} (conversation_id, position, body) "
-    "SELECT %(id)s, p, b FROM w, unnest(%(positions)s::int[], %(bodies)s::text[]) AS t(p, b) "
+    "SELECT %(id)s, %(start)s + o - 1, b::text FROM w, "
+    "json_array_elements(%(bodies)s::json) WITH ORDINALITY AS t(b, o) "
     "RETURNING 1) SELECT (SELECT version FROM w), (SELECT COUNT(*) FROM ins)"
 )
 
@@ -381,8 +380,8 @@ def _queries(conversations: sql.Identifier, messages: sql.Identifier) -> dict[st
         "WHERE c.conversation_id = %(id)s AND c.version = %(expected)s AND c.version > 0 "
         f"AND (c.lease_owner IS NULL OR c.lease_expires < now()) AND {_LOG_ENDS_AT_START} "
         "RETURNING c.version, c.lease_token), ins AS (INSERT INTO {m} (conversation_id, position, "
-        "body) SELECT %(id)s, p, b FROM w, unnest(%(positions)s::int[], %(bodies)s::text[]) "
-        "AS t(p, b) RETURNING 1) SELECT (SELECT version FROM w), (SELECT lease_token FROM w), "
+        "body) SELECT %(id)s, %(start)s + o - 1, b::text FROM w, "
+        "json_array_elements(%(bodies)s::json) WITH ORDINALITY AS t(b, o) RETURNING 1) SELECT (SELECT version FROM w), (SELECT lease_token FROM w), "
         "(SELECT COUNT(*) FROM ins)",
         "why_not": "SELECT version, lease_owner, lease_token, lease_expires >= now() FROM {c} "
         "WHERE conversation_id = %s",
