@@ -540,3 +540,128 @@ async def test_a_live_conversation_held_elsewhere_is_busy_or_waited_for(
     assert (await waiting).text == "two"
     assert len(client_of(billing).calls) == 2  # the busy attempt called nobody
     assert [m.text for m in received(billing).messages if m.role == "user"][-1] == "again"
+
+
+# -- what the review found ---------------------------------------------------------------------
+
+
+class SilentAfterCommit:
+    """A store whose first-write-takes-the-lease commits, then never answers (a cut network)."""
+
+    def __init__(self, inner: ConversationStore) -> None:
+        self.inner = inner
+        self.committed = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def acquire_and_append(self, conversation_id: str, **kwargs: Any) -> Any:
+        await self.inner.acquire_and_append(conversation_id, **kwargs)
+        self.committed.set()
+        await asyncio.Event().wait()
+
+
+async def test_a_send_cancelled_while_its_first_write_takes_the_lease_gives_it_back(
+    store: ConversationStore,
+) -> None:
+    builder, _, _ = desk([handoff_to("billing")], [reply("one"), reply("never")])
+    silent = SilentAfterCommit(store)
+    host = ConversationHost(builder, silent)  # pyright: ignore[reportArgumentType]
+    await host.send("c", "hi")
+    sending = asyncio.ensure_future(host.send("c", "again"))
+    await silent.committed.wait()
+    sending.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await sending
+    async with hold(store, "c"):  # free at once, not after the 30 s lease
+        pass
+
+
+async def test_an_agents_own_timeout_error_is_a_failure_not_a_deadline(
+    store: ConversationStore,
+) -> None:
+    def provider_timeout(call: ModelCall) -> Step:
+        del call
+        raise TimeoutError("the provider timed out")
+
+    builder, _, _ = desk([handoff_to("billing")], [provider_timeout], agent_call=30)
+    with pytest.raises(TimeoutError, match="the provider timed out"):
+        await ConversationHost(builder, store).send("c", "hi")
+    record = await store.load("c")
+    assert record is not None
+    assert record.state["failures"] == 1  # counted, to be retried
+
+
+async def test_an_approved_tool_that_hangs_ends_the_turn_at_its_deadline(
+    store: ConversationStore,
+) -> None:
+    from agent_framework import tool
+
+    @tool(approval_mode="always_require")
+    async def refund(amount: int) -> str:
+        """Refund money."""
+        await asyncio.Event().wait()
+        return "never"
+
+    triage = scripted_agent("triage", call_tool("refund", amount=5), reply("Hello again."))
+    triage.default_options["tools"] = [refund]
+    host = ConversationHost(HandoffWorkflowBuilder(triage).with_timeouts(turn=0.3), store)
+    with pytest.raises(PendingRequestsError) as waiting:
+        await host.send("c", "refund 5")
+    [request] = waiting.value.requests
+    answer = {str(request.id): request.to_function_approval_response(approved=True)}
+    result = await asyncio.wait_for(host.respond("c", answer), 10)
+    assert (result.status, result.timeout) == (
+        "turn_timeout",
+        TurnTimeoutEvent("turn", "triage", 0.3),
+    )
+    assert answered_everywhere(result.conversation)
+    async with hold(store, "c"):
+        pass
+    assert (await host.send("c", "hi")).text == "Hello again."
+
+
+@pytest.mark.parametrize(
+    ("host_state", "problem"),
+    [
+        ({"pending": {"agent": "triage", "requests": [{"no": "type"}]}}, "does not load"),
+        ({"speaker": 7}, "speaker"),
+    ],
+    ids=["pending-request-without-type", "speaker-not-a-string"],
+)
+async def test_a_bad_host_state_is_a_corrupt_conversation(
+    store: ConversationStore, host_state: dict[str, Any], problem: str
+) -> None:
+    builder, triage, _ = desk([reply("hello")], [])
+    host = ConversationHost(builder, store, live_conversations=0)
+    await host.send("c", "hi")
+    record = await store.load("c")
+    assert record is not None
+    state = {**record.state, "host": {**record.state["host"], **host_state}}
+    await store.append(
+        "c", start=len(record.messages), messages=[], state=state, expected_version=record.version
+    )
+    with pytest.raises(CorruptConversationError, match=problem):
+        await host.send("c", "again")
+    with pytest.raises(CorruptConversationError):
+        await host.abandon("c")
+    assert len(client_of(triage).calls) == 1
+
+
+async def test_a_last_activity_without_a_time_zone_is_a_corrupt_conversation(
+    store: ConversationStore,
+) -> None:
+    builder, _, _ = desk([reply("hello")], [])
+    host = ConversationHost(builder, store, live_conversations=0)
+    await host.send("c", "hi")
+    record = await store.load("c")
+    assert record is not None
+    await store.append(
+        "c",
+        start=len(record.messages),
+        messages=[],
+        state={**record.state, "last_activity": "2026-12-01T10:00:00"},
+        expected_version=record.version,
+    )
+    with pytest.raises(CorruptConversationError, match="last_activity"):
+        await host.send("c", "again")

@@ -184,3 +184,23 @@ asyncio.run(main())
     assert list(tmp_path.iterdir()) == [tmp_path / "c.db"] or all(
         p.name.startswith("c.db") for p in tmp_path.iterdir()
     )  # the database and its WAL files, no lock directory
+
+
+async def test_a_read_only_database_is_store_unavailable() -> None:
+    """A failover to a read-only standby: the write fails as StoreUnavailableError, typed."""
+    dsn = postgres_dsn()
+    prefix = unique_prefix()
+    writable = PostgresConversationStore(dsn, table_prefix=prefix)
+    await writable.acquire("warm", owner="x", ttl=0.01)  # creates the tables
+    separator = "&" if "?" in dsn else "?"
+    read_only = PostgresConversationStore(
+        f"{dsn}{separator}options=-c%20default_transaction_read_only%3Don", table_prefix=prefix
+    )
+    try:
+        with pytest.raises(StoreUnavailableError, match="read-only") as caught:
+            await read_only.acquire("c", owner="y", ttl=30)
+        assert isinstance(caught.value.__cause__, psycopg.errors.ReadOnlySqlTransaction)
+    finally:
+        await read_only.close()
+        await writable.drop_tables()
+        await writable.close()

@@ -6,7 +6,6 @@ No ``from __future__ import annotations`` here: agent_framework reads handler an
 import asyncio
 import copy
 import logging
-import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -53,7 +52,7 @@ from ._payloads import validate_arguments
 from ._requests import PendingRequests, dangling_calls, requests_in, settle, unanswered
 from ._state import Continuation, HostState, TurnState
 from ._telemetry import TurnTrace
-from ._timeouts import within
+from ._timeouts import DeadlinePassedError, within
 from ._views import AgentView, HandoffToolCallFiltering
 from ._workflow import MessageBatch
 from .exceptions import CorruptStateError
@@ -367,7 +366,6 @@ class GroupChatHost(Executor):
         limit, seconds = self._time_left()
         if seconds is not None and seconds <= 0:
             return self._timed_out(limit, name)
-        started = time.monotonic()
         try:
             with self._turn_trace().active():
                 response, calls, disabled = await within(
@@ -376,9 +374,7 @@ class GroupChatHost(Executor):
                         view, self._update_sink(name, ctx), self._manager.review_handoff, gate
                     ),
                 )
-        except TimeoutError:
-            if seconds is None or time.monotonic() - started < seconds:
-                raise  # the agent's own timeout, not the deadline
+        except DeadlinePassedError:  # not a TimeoutError of the agent's own: that one is raised
             return self._timed_out(limit, name)
         delta = list(response.messages)
         for message in delta:
@@ -568,11 +564,18 @@ class GroupChatHost(Executor):
         then = self._pending.then or Continuation(name)
         participant = self._participants[name]
         gate = self._gate_for(participant)
+        limit, seconds = self._time_left()
         try:
             with self._turn_trace().active():  # approved handoffs' spans are the turn's
-                messages, calls = await self._pending.resolve(
-                    participant, self._manager.review_handoff, gate
+                messages, calls = await within(
+                    seconds, self._pending.resolve(participant, self._manager.review_handoff, gate)
                 )
+        except DeadlinePassedError:  # an approved tool that hangs: the turn ends, its calls settled
+            requests = list(self._pending.requests.values())
+            self._history.extend(unanswered(requests, name, "timed out"))
+            self._pending = PendingRequests()
+            await self._carry_out(self._timed_out(limit, name), ctx)
+            return
         except BaseException:
             # Not applied (a hook raised): the requests wait again, to be reissued and answered.
             self._pending.answers = {}

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, cast
 
 from agent_framework import Content, Message, Workflow, WorkflowEvent
+from pydantic import AwareDatetime
 
 from ._builder import HandoffWorkflowBuilder
 from ._events import (
@@ -99,7 +100,7 @@ class _Receipt:
 class _Hosted:
     """What the hosting layer keeps in a conversation's state row beside the host's state."""
 
-    last_activity: datetime | None = None
+    last_activity: AwareDatetime | None = None
     turn_keys: tuple[str, ...] = ()  # idempotency keys of the calls that ran the open turn
     failures: int = 0  # failed attempts of the open turn
     last_error: str | None = None
@@ -185,6 +186,7 @@ class _StoreJournal:
     ) -> None:
         held = self.held
         if held is not None and not held.taken:  # the turn's first write takes the lease
+            held.asking()
             lease = await self._store.acquire_and_append(
                 self._conversation_id,
                 owner=held.owner,
@@ -568,6 +570,9 @@ class ConversationHost:
                 host.load(history, state)
             except CorruptStateError as error:  # the manager's own state
                 detail = f"{error.where}: {error.detail}"
+                raise CorruptConversationError(conversation_id, detail) from error
+            except (ValueError, TypeError, KeyError, AttributeError) as error:  # pending requests
+                detail = f"the host state does not load ({type(error).__name__}: {error})"
                 raise CorruptConversationError(conversation_id, detail) from error
             version, saved = record.version, len(history)
         journal = _StoreJournal(

@@ -208,15 +208,26 @@ def record_from_rows(
     rows: Sequence[tuple[int, str | bytes | None]],
 ) -> ConversationRecord:
     """A checked record from a backend's state row and its ``(position, body)`` message rows."""
-    state = decode_state(conversation_id, int(schema_version), raw_state)
-    check_positions(conversation_id, [int(position) for position, _ in rows])
+    schema, counter = (
+        _integer(conversation_id, "schema_version", schema_version),
+        _integer(conversation_id, "version", version),
+    )
+    state = decode_state(conversation_id, schema, raw_state)
+    positions = [_integer(conversation_id, "a message position", p) for p, _ in rows]
+    check_positions(conversation_id, positions)
     return ConversationRecord(
-        conversation_id, decode_messages(conversation_id, rows), state, int(version)
+        conversation_id, decode_messages(conversation_id, rows), state, counter
     )
 
 
+def _integer(conversation_id: str, what: str, value: object) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise CorruptConversationError(conversation_id, f"{what} is {value!r}, not an integer")
+
+
 def decode_messages(
-    conversation_id: str, rows: Sequence[tuple[int, str | bytes | None]]
+    conversation_id: str, rows: Sequence[tuple[Any, str | bytes | None]]
 ) -> list[dict[str, Any]]:
     """The message log, checked: each row must be exactly one JSON object with a ``role``.
 
@@ -225,8 +236,8 @@ def decode_messages(
     where the row ends.
     """
     messages: list[dict[str, Any]] = []
-    for position, body in rows:
-        messages.append(_decode_message(conversation_id, int(position), body))
+    for position, (_, body) in enumerate(rows):  # positions were checked: 0, 1, 2, ...
+        messages.append(_decode_message(conversation_id, position, body))
     return messages
 
 

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
 
-from handoff_builder.exceptions import ConversationBusyError, HandoffBuilderError
+from handoff_builder.exceptions import ConversationBusyError
 
 from ._base import ConversationStore, Lease
 
@@ -56,6 +56,7 @@ class LeaseHold:
         self.owner = owner
         self.ttl = ttl
         self.released = False
+        self.asked = lease is not None  # the store may hold it for us: release by owner at the end
         self._lease: Lease | None = None
         self._renewer: _Renewer | None = None
         if lease is not None:
@@ -73,6 +74,13 @@ class LeaseHold:
             raise RuntimeError(f"The lease on {self.conversation_id!r} was not taken yet.")
         return self._lease
 
+    def asking(self) -> None:
+        """A write that takes the lease is under way; :meth:`close` releases by owner after it.
+
+        That covers a write that ends unclear: cancelled, or the store failing after it committed.
+        """
+        self.asked = True
+
     def acquired(self, lease: Lease) -> None:
         """The lease was taken (by :func:`hold`, or with a first write): renew it from now on."""
         self._lease = lease
@@ -86,7 +94,7 @@ class LeaseHold:
         """Stop renewing and give the lease back (unless a write did, or it was never taken)."""
         if self._renewer is not None:
             await self._renewer.stop()
-        if self._lease is not None and not self.released:
+        if self.asked and not self.released:  # release is fenced by owner: a no-op if not ours
             self.released = True
             await _release(self.store, self.conversation_id, self.owner)
 
@@ -133,8 +141,9 @@ class _Renewer:
         self._timer: asyncio.TimerHandle | None = None
         self._schedule()
 
-    def _schedule(self) -> None:
-        self._timer = asyncio.get_running_loop().call_later(self._ttl / 3, self._start)
+    def _schedule(self, delay: float | None = None) -> None:
+        wait = self._ttl / 3 if delay is None else delay
+        self._timer = asyncio.get_running_loop().call_later(wait, self._start)
 
     def _start(self) -> None:
         self._task = asyncio.ensure_future(self._renew())
@@ -148,11 +157,13 @@ class _Renewer:
                     lease.conversation_id, lease.owner,
                 )  # fmt: skip
                 return  # the next fenced write says so
-        except HandoffBuilderError as error:  # the store is unreachable: try again soon
+        except Exception as error:  # the store is unreachable: try again soon, not in ttl / 3
             logger.warning(
                 "conversation %s: could not renew lease %s: %s",
                 lease.conversation_id, lease.owner, error,
             )  # fmt: skip
+            self._schedule(min(1.0, self._ttl / 10))
+            return
         self._schedule()
 
     async def stop(self) -> None:

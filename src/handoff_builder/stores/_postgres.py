@@ -10,7 +10,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from handoff_builder._timeouts import within
+from handoff_builder._timeouts import DeadlinePassedError, within
 from handoff_builder.exceptions import (
     ConversationBusyError,
     ConversationConflictError,
@@ -148,7 +148,7 @@ class PostgresConversationStore:
         except BaseException as error:  # unreachable, or cancelled midway: start afresh later
             pool, self._pool = self._pool, self._new_pool()
             await asyncio.shield(pool.close())  # stops its reconnect attempts
-            if isinstance(error, _UNAVAILABLE):
+            if isinstance(error, (*_UNAVAILABLE, psycopg.Error)):
                 raise _unavailable(error) from error
             raise
         self._ready = True
@@ -169,12 +169,14 @@ class PostgresConversationStore:
                     return await within(limit + 0.5, work(db))
                 finally:
                     cut.cancel()
-        except TimeoutError as error:
+        except DeadlinePassedError as error:
             raise StoreUnavailableError(
                 "PostgreSQL", f"no answer from the server within {limit:g} s (the connection "
                 "was closed)"
             ) from error  # fmt: skip
-        except _UNAVAILABLE as error:
+        except psycopg.errors.UniqueViolation:  # a write's own business (the log moved on)
+            raise
+        except (*_UNAVAILABLE, psycopg.Error) as error:  # a read-only standby, dropped tables...
             raise _unavailable(error) from error
 
     async def _one(self, name: str, params: Any) -> tuple[Any, ...] | None:
@@ -381,7 +383,8 @@ def _queries(conversations: sql.Identifier, messages: sql.Identifier) -> dict[st
         f"AND (c.lease_owner IS NULL OR c.lease_expires < now()) AND {_LOG_ENDS_AT_START} "
         "RETURNING c.version, c.lease_token), ins AS (INSERT INTO {m} (conversation_id, position, "
         "body) SELECT %(id)s, %(start)s + o - 1, b::text FROM w, "
-        "json_array_elements(%(bodies)s::json) WITH ORDINALITY AS t(b, o) RETURNING 1) SELECT (SELECT version FROM w), (SELECT lease_token FROM w), "
+        "json_array_elements(%(bodies)s::json) WITH ORDINALITY AS t(b, o) RETURNING 1) "
+        "SELECT (SELECT version FROM w), (SELECT lease_token FROM w), "
         "(SELECT COUNT(*) FROM ins)",
         "why_not": "SELECT version, lease_owner, lease_token, lease_expires >= now() FROM {c} "
         "WHERE conversation_id = %s",
