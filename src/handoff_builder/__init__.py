@@ -58,6 +58,7 @@ from ._host import (
     UserTurn,
 )
 from ._instructions import DEFAULT_HANDOFF_INSTRUCTIONS, HANDOFF_TOOLS_PLACEHOLDER
+from ._lint import LintFinding, LintSeverity
 from ._logging import DEFAULT_LOGGED_ARGUMENT_LENGTH
 from ._manager import (
     DEFAULT_MAX_HANDOFFS_PER_TURN,
@@ -182,6 +183,8 @@ __all__ = [
     "HandoffWorkflowBuilder",
     "LeaseLostError",
     "LimitReachedEvent",
+    "LintFinding",
+    "LintSeverity",
     "ManagerSettings",
     "MessageBatch",
     "NextAgent",

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import logging
+from collections.abc import Iterable, Mapping, Sequence
 from typing import overload
 
 from agent_framework import Agent
@@ -14,12 +15,14 @@ from ._compile import (
     HandBack,
     ManagerFactory,
     compile_workflow,
+    lint,
     to_mermaid,
 )
 from ._handoff_manager import DEFAULT_AUTONOMOUS_PROMPT, DEFAULT_AUTONOMOUS_TURN_LIMIT
 from ._hooks import EdgePolicy, HandoffHook, HandoffPredicate
 from ._host import DEFAULT_AGENT_TIMEOUT, DEFAULT_TURN_TIMEOUT
 from ._instructions import DEFAULT_HANDOFF_INSTRUCTIONS
+from ._lint import LintFinding
 from ._logging import DEFAULT_LOGGED_ARGUMENT_LENGTH, ArgumentLogging
 from ._manager import TerminationCondition
 from ._validation import Edge
@@ -27,6 +30,8 @@ from ._views import HandoffToolCallFiltering
 from ._workflow import HandoffWorkflow
 
 __all__ = ["HandoffWorkflowBuilder"]
+
+logger = logging.getLogger("handoff_builder")
 
 
 def _agents_of(value: Agent | Iterable[Agent] | None, what: str) -> list[Agent]:
@@ -66,6 +71,7 @@ class HandoffWorkflowBuilder:
         if initial_agent is None:  # pyright: ignore[reportUnnecessaryComparison]
             raise TypeError("initial_agent must be an agent, not None.")
         self._config = BuildConfig(initial_agent, {id(initial_agent): initial_agent})
+        self._reported: set[str] = set()  # lint findings already logged by build()
 
     # -- participants and edges -------------------------------------------------------------------
 
@@ -459,16 +465,39 @@ class HandoffWorkflowBuilder:
 
     # -- build ------------------------------------------------------------------------------------
 
-    def build(self) -> HandoffWorkflow:
+    def lint(self) -> list[LintFinding]:
+        """What the topology lint finds: a graph that builds but is likely a mistake.
+
+        Each :class:`~handoff_builder.LintFinding` has a ``severity`` (``"error"``: the graph
+        contradicts itself; ``"warning"``), a ``code``, the ``agents`` and a ``message`` saying how
+        to fix it: an agent no handoff leads to (``unreachable-agent``, an error; not checked
+        with a manager of your own), a specialist that cannot give the conversation back in a
+        hand-back workflow (``no-way-back``), tools of one agent with the same description
+        (``same-tool-description``).
+
+        Raises:
+            HandoffConfigurationError: the configuration does not build at all.
+        """
+        return lint(self._config)
+
+    def build(self, *, strict: bool = False) -> HandoffWorkflow:
         """Check the configuration and compile it into a :class:`HandoffWorkflow`.
 
         The result is an ``agent_framework.Workflow``: run it, stream it, checkpoint it or wrap it
-        with ``as_agent()`` as usual.
+        with ``as_agent()`` as usual. The :meth:`lint` findings are logged as warnings on the
+        ``handoff_builder`` logger (each once per builder); with ``strict=True`` its errors make
+        the build fail.
 
         Raises:
             HandoffConfigurationError: listing every problem found, each naming the agents.
         """
-        return compile_workflow(self._config)
+        return compile_workflow(self._config, strict=strict, report=self._report)
+
+    def _report(self, findings: Sequence[LintFinding]) -> None:
+        for finding in findings:
+            if str(finding) not in self._reported:
+                self._reported.add(str(finding))
+                logger.warning("handoff workflow lint: %s", finding)
 
     def to_mermaid(self) -> str:
         """The handoff graph as a Mermaid flowchart.

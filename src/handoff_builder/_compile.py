@@ -21,6 +21,7 @@ from ._host import (
     Participant,
 )
 from ._instructions import DEFAULT_HANDOFF_INSTRUCTIONS, render_instructions
+from ._lint import LintFinding, lint_graph
 from ._logging import ArgumentLogging
 from ._manager import (
     DEFAULT_MAX_HANDOFFS_PER_TURN,
@@ -132,6 +133,7 @@ class _Plan(NamedTuple):
     autonomous: AutonomousMode | None
     output_agents: frozenset[str] | None
     intermediate_agents: frozenset[str]
+    findings: tuple[LintFinding, ...] = ()
 
 
 class Caps(NamedTuple):
@@ -168,9 +170,23 @@ def effective_caps(
     return Caps(iterations, handoffs)
 
 
-def compile_workflow(config: BuildConfig) -> HandoffWorkflow:
-    """Validate ``config`` (all problems at once) and assemble the workflow."""
+def compile_workflow(
+    config: BuildConfig,
+    *,
+    strict: bool = False,
+    report: Callable[[Sequence[LintFinding]], None] | None = None,
+) -> HandoffWorkflow:
+    """Validate ``config`` (all problems at once) and assemble the workflow.
+
+    The lint's findings go to ``report``; with ``strict`` its errors are problems too.
+    """
     plan = _plan(config)
+    if strict and any(finding.severity == "error" for finding in plan.findings):
+        raise HandoffConfigurationError(
+            [str(finding) for finding in plan.findings if finding.severity == "error"]
+        )
+    if report is not None and plan.findings:
+        report(plan.findings)
     caps = effective_caps(config, plan.routes, plan.autonomous)
     settings = ManagerSettings(
         initial_agent=plan.initial,
@@ -298,15 +314,25 @@ def _plan(config: BuildConfig) -> _Plan:
         if not edge.policy.is_plain:
             policies.setdefault(source, {})[tool] = edge.policy
     agents = {str(agent.name): agent for agent in participants}
+    initial = str(config.initial.name)
+    findings = lint_graph(initial, agents, routes)
+    if config.manager_factory is not None:  # a manager of its own may pick any agent
+        findings = [f for f in findings if f.code != "unreachable-agent"]
     return _Plan(
-        str(config.initial.name),
+        initial,
         agents,
         routes,
         policies,
         autonomous,
         output_agents,
         intermediate_agents,
+        tuple(findings),
     )
+
+
+def lint(config: BuildConfig) -> list[LintFinding]:
+    """The topology lint's findings (after the checks that make ``build()`` fail)."""
+    return list(_plan(config).findings)
 
 
 def _designated(

@@ -1,0 +1,147 @@
+"""Topology lint: findings about a handoff graph that builds, but will not behave as meant.
+
+``build()`` refuses what cannot run (see :mod:`._validation`); the lint finds what runs but is
+likely a mistake: an agent nothing leads to, a specialist that cannot give the conversation back
+in a hand-back workflow, tools of one agent that the model cannot tell apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+from agent_framework import Agent
+from typing_extensions import override
+
+from ._routes import HandoffRoute
+
+__all__ = ["LintFinding", "LintSeverity", "lint_graph"]
+
+LintSeverity = Literal["error", "warning"]
+"""``"error"``: the graph contradicts itself (``build(strict=True)`` refuses it);
+``"warning"``: it is likely to confuse the model or the user."""
+
+
+@dataclass(frozen=True)
+class LintFinding:
+    """One finding of :meth:`HandoffWorkflowBuilder.lint`.
+
+    ``code`` names the rule (``"unreachable-agent"``, ``"no-way-back"``,
+    ``"same-tool-description"``); ``agents`` are the agents it is about; ``message`` says what is
+    wrong and how to fix it.
+    """
+
+    severity: LintSeverity
+    code: str
+    agents: tuple[str, ...]
+    message: str
+
+    @override
+    def __str__(self) -> str:
+        return f"{self.severity} [{self.code}] {self.message}"
+
+
+def lint_graph(
+    initial: str,
+    agents: Mapping[str, Agent],
+    routes: Mapping[str, Mapping[str, HandoffRoute]],
+) -> list[LintFinding]:
+    """Every finding about the compiled graph, errors first, each rule in agent order."""
+    findings = [*_unreachable(initial, agents, routes), *_no_way_back(initial, agents, routes)]
+    findings += _same_descriptions(agents, routes)
+    return sorted(findings, key=lambda finding: finding.severity != "error")
+
+
+def _unreachable(
+    initial: str, agents: Mapping[str, Agent], routes: Mapping[str, Mapping[str, HandoffRoute]]
+) -> list[LintFinding]:
+    reached = {initial}
+    frontier = [initial]
+    while frontier:
+        for route in routes.get(frontier.pop(), {}).values():
+            if route.target not in reached:
+                reached.add(route.target)
+                frontier.append(route.target)
+    return [
+        LintFinding(
+            "error",
+            "unreachable-agent",
+            (name,),
+            f"Agent {name!r} cannot be reached from the initial agent {initial!r}: no chain of "
+            f"handoffs leads to it, so it never runs. Add a handoff to it (for example "
+            f"with_handoff({initial}, {name})) or remove it from the workflow.",
+        )
+        for name in agents
+        if name not in reached
+    ]
+
+
+def _no_way_back(
+    initial: str, agents: Mapping[str, Agent], routes: Mapping[str, Mapping[str, HandoffRoute]]
+) -> list[LintFinding]:
+    """In a hand-back workflow, a specialist with no edge out keeps the conversation."""
+    returns_to = {
+        route.target for by in routes.values() for route in by.values() if route.edge.returns
+    }
+    if not returns_to:  # not a hand-back workflow: specialists that answer and stay are normal
+        return []
+    receivers = {route.target for by in routes.values() for route in by.values()}
+    return [
+        LintFinding(
+            "warning",
+            "no-way-back",
+            (name,),
+            f"Agent {name!r} receives handoffs but has no edge out, in a workflow where other "
+            f"agents hand back to {_names(sorted(returns_to))}: once it has the conversation it "
+            f"keeps it. Give it a way back (with_hand_back({_names(sorted(returns_to))}, "
+            f"[{name}]) or a handoff), or leave it as a final stop on purpose.",
+        )
+        for name in agents
+        if name in receivers and name != initial and not routes.get(name)
+    ]
+
+
+def _same_descriptions(
+    agents: Mapping[str, Agent], routes: Mapping[str, Mapping[str, HandoffRoute]]
+) -> list[LintFinding]:
+    findings: list[LintFinding] = []
+    for name, agent in agents.items():
+        by_description: dict[str, list[str]] = {}
+        tools = [*_own_tools(agent), *((r.tool_name, r.description) for r in _of(routes, name))]
+        for tool, description in tools:
+            key = " ".join(description.split()).casefold()
+            if key:
+                by_description.setdefault(key, []).append(tool)
+        for description, names in by_description.items():
+            if len(names) > 1:
+                findings.append(
+                    LintFinding(
+                        "warning",
+                        "same-tool-description",
+                        (name,),
+                        f"Agent {name!r} has {len(names)} tools with the same description "
+                        f"({_names(names)}: {description!r}): its model cannot tell them apart. "
+                        "Pass reason= to with_handoff, or describe the agents differently.",
+                    )
+                )
+    return findings
+
+
+def _of(routes: Mapping[str, Mapping[str, HandoffRoute]], name: str) -> Iterable[HandoffRoute]:
+    return routes.get(name, {}).values()
+
+
+def _own_tools(agent: Agent) -> list[tuple[str, str]]:
+    tools: Any = (agent.default_options or {}).get("tools") or []
+    items: Sequence[Any] = cast("Sequence[Any]", tools) if isinstance(tools, Sequence) else [tools]
+    found: list[tuple[str, str]] = []
+    for item in items:
+        tool_name, description = getattr(item, "name", None), getattr(item, "description", None)
+        if isinstance(tool_name, str) and isinstance(description, str):
+            found.append((tool_name, description))
+    return found
+
+
+def _names(names: Sequence[str]) -> str:
+    return ", ".join(names)

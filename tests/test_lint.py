@@ -1,0 +1,98 @@
+"""The topology lint: graphs that build, but will not behave as meant."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from agent_framework import tool
+
+from handoff_builder import (
+    HandoffConfigurationError,
+    HandoffManager,
+    HandoffWorkflowBuilder,
+    LintFinding,
+)
+from handoff_builder.testing import reply, scripted_agent
+
+
+def test_a_clean_graph_has_no_findings() -> None:
+    triage, billing, tech = (scripted_agent(n, description=f"{n} help") for n in ("t", "b", "x"))
+    builder = HandoffWorkflowBuilder(triage).with_handoffs(triage, [billing, tech])
+    builder.with_hand_back(triage)
+    assert builder.lint() == []
+
+
+def test_an_agent_no_handoff_leads_to_is_an_error_that_strict_builds_refuse(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    triage, billing, orphan = (scripted_agent(n) for n in ("triage", "billing", "orphan"))
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+    builder.with_handoff(orphan, billing).add_participants(orphan)
+    [finding] = builder.lint()
+    assert (finding.severity, finding.code, finding.agents) == (
+        "error",
+        "unreachable-agent",
+        ("orphan",),
+    )
+    assert "with_handoff(triage, orphan)" in finding.message
+
+    with caplog.at_level(logging.WARNING, logger="handoff_builder"):
+        builder.build()
+        builder.build()  # logged once per builder, not on every build
+    lines = [r.getMessage() for r in caplog.records if "lint" in r.getMessage()]
+    assert lines == [f"handoff workflow lint: {finding}"]
+
+    with pytest.raises(HandoffConfigurationError, match=r"unreachable-agent.*'orphan'"):
+        builder.build(strict=True)
+
+
+def test_a_manager_of_its_own_may_reach_any_agent() -> None:
+    triage, billing, other = (scripted_agent(n) for n in ("triage", "billing", "other"))
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+    builder.with_handoff(other, billing).with_manager(HandoffManager)
+    assert builder.lint() == []
+    builder.build(strict=True)
+
+
+def test_a_specialist_with_no_way_back_in_a_hand_back_workflow() -> None:
+    triage, billing, tech = (scripted_agent(n) for n in ("triage", "billing", "tech"))
+    builder = HandoffWorkflowBuilder(triage).with_handoffs(triage, [billing, tech])
+    builder.with_hand_back(triage, [billing])  # tech was forgotten
+    [finding] = builder.lint()
+    assert (finding.severity, finding.code, finding.agents) == ("warning", "no-way-back", ("tech",))
+    assert "with_hand_back(triage, [tech])" in finding.message
+    builder.build(strict=True)  # a warning does not fail a strict build
+
+
+def test_a_handoff_without_hand_backs_may_end_at_a_specialist() -> None:
+    triage, billing = scripted_agent("triage"), scripted_agent("billing")
+    assert HandoffWorkflowBuilder(triage).with_handoff(triage, billing).lint() == []
+
+
+def test_tools_of_one_agent_with_the_same_description() -> None:
+    @tool
+    def look_up(order: str) -> str:
+        """Billing questions."""
+        return order
+
+    triage = scripted_agent("triage", tools=[look_up])
+    billing, refunds = scripted_agent("billing"), scripted_agent("refunds")
+    builder = HandoffWorkflowBuilder(triage)
+    builder.with_handoff(triage, billing, "Billing questions.")
+    builder.with_handoff(triage, refunds, "billing  QUESTIONS.")  # the same, to a model
+    [finding] = builder.lint()
+    assert (finding.code, finding.agents) == ("same-tool-description", ("triage",))
+    assert "3 tools with the same description" in finding.message
+    assert "look_up, handoff_to_billing, handoff_to_refunds" in finding.message
+
+
+def test_findings_read_as_sentences() -> None:
+    finding = LintFinding("warning", "no-way-back", ("tech",), "Agent 'tech' keeps it.")
+    assert str(finding) == "warning [no-way-back] Agent 'tech' keeps it."
+
+
+def test_lint_reports_what_does_not_build_as_build_does() -> None:
+    a = scripted_agent("a", reply("hi"))
+    with pytest.raises(HandoffConfigurationError, match="cannot hand off to itself"):
+        HandoffWorkflowBuilder(a).with_handoff(a, a).lint()
