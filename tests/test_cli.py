@@ -86,3 +86,62 @@ def test_graph_prints_mermaid() -> None:
         "    a2 -.->|transfer_back_to_triage| a0",
     ]
     assert "a1 -->|handoff_to_refunds| a2" in run_cli("graph", "--workflow", "demo").stdout
+
+
+MY_DESK = """
+from handoff_builder import HandoffWorkflowBuilder
+from handoff_builder.testing import scripted_agent
+
+triage, billing, tech = (scripted_agent(n) for n in ("triage", "billing", "tech"))
+builder = HandoffWorkflowBuilder(triage).with_handoffs(triage, [billing, tech])
+builder.with_hand_back(triage, [billing])
+
+def make():
+    return builder
+
+def broken():
+    raise RuntimeError("no builder today")
+"""
+
+
+def graph_of(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "my_desk.py").write_text(MY_DESK, encoding="utf-8")
+    return subprocess.run(  # noqa: S603 - this interpreter, our module
+        [sys.executable, "-m", "handoff_builder.cli", "graph", *args],
+        cwd=tmp_path, capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("attribute", ["builder", "make"])
+def test_graph_draws_your_builder_and_lints_it(tmp_path: Path, attribute: str) -> None:
+    done = graph_of(tmp_path, f"my_desk:{attribute}")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "flowchart LR",
+        '    a0(["triage"])',
+        '    a1["billing"]',
+        '    a2["tech"]',
+        "    a0 -->|handoff_to_billing| a1",
+        "    a0 -->|handoff_to_tech| a2",
+        "    a1 -.->|transfer_back_to_triage| a0",
+    ]
+    [lint] = done.stderr.splitlines()
+    assert lint.startswith("handoff-builder: lint: warning [no-way-back] Agent 'tech'")
+
+
+@pytest.mark.parametrize(
+    ("spec", "error"),
+    [
+        ("my_desk", "expected MODULE:ATTRIBUTE"),
+        ("no_such_module:builder", "cannot import 'no_such_module'"),
+        ("my_desk:nope", "'my_desk' has no attribute 'nope'"),
+        ("my_desk:triage", "is an object of type Agent, not a HandoffWorkflowBuilder"),
+        ("my_desk:broken", "calling my_desk:broken raised RuntimeError: no builder today"),
+    ],
+)
+def test_graph_of_something_else_is_one_line(tmp_path: Path, spec: str, error: str) -> None:
+    done = graph_of(tmp_path, spec)
+    assert done.returncode == 1
+    [line] = done.stderr.splitlines()
+    assert line.startswith("handoff-builder: error: ")
+    assert error in line

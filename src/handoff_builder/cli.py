@@ -6,9 +6,13 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from .exceptions import HandoffBuilderError
 from .providers import PROVIDERS
+
+if TYPE_CHECKING:
+    from ._builder import HandoffWorkflowBuilder
 
 __all__ = ["main"]
 
@@ -49,15 +53,74 @@ def _parser() -> argparse.ArgumentParser:
     graph = commands.add_parser(
         "graph",
         help="print a workflow's handoff graph as Mermaid",
-        description="Print the handoff graph of a built-in workflow as a Mermaid flowchart.",
+        description="Print the handoff graph of your builder (module:attribute) or of a built-in "
+        "workflow as a Mermaid flowchart; the topology lint's findings go to stderr.",
+    )
+    graph.add_argument(
+        "builder",
+        nargs="?",
+        metavar="MODULE:ATTRIBUTE",
+        help="your HandoffWorkflowBuilder, or a function that returns one, e.g. "
+        "myapp.desk:builder (imported with the current directory on the path)",
     )
     graph.add_argument(
         "--workflow",
         choices=("support-desk", "demo"),
         default="support-desk",
-        help="support-desk (what chat runs; the default) or demo (what demo runs)",
+        help="without MODULE:ATTRIBUTE, a built-in workflow: support-desk (what chat runs; the "
+        "default) or demo (what demo runs)",
     )
     return parser
+
+
+def _load_builder(spec: str) -> HandoffWorkflowBuilder:
+    """The builder ``module:attribute`` names (an attribute path; a function is called)."""
+    import importlib
+    import os
+
+    from ._builder import HandoffWorkflowBuilder
+
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"expected MODULE:ATTRIBUTE (e.g. myapp.desk:builder), got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        value: object = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"cannot import {module_name!r}: {error}") from error
+    except Exception as error:  # the module's own code failed
+        raise ValueError(
+            f"importing {module_name!r} raised {type(error).__name__}: {error}"
+        ) from error
+    for part in attribute.split("."):
+        if not hasattr(value, part):
+            raise ValueError(f"{module_name!r} has no attribute {attribute!r}")
+        value = getattr(value, part)
+    if callable(value) and not isinstance(value, HandoffWorkflowBuilder):
+        try:
+            value = value()
+        except Exception as error:
+            raise ValueError(f"calling {spec} raised {type(error).__name__}: {error}") from error
+    if not isinstance(value, HandoffWorkflowBuilder):
+        raise ValueError(
+            f"{spec} is an object of type {type(value).__name__}, not a HandoffWorkflowBuilder "
+            "(or a function that returns one)"
+        )
+    return value
+
+
+def _graph(spec: str | None, workflow: str) -> None:
+    if spec is not None:
+        builder = _load_builder(spec)
+    else:
+        from ._demo import demo_builder
+        from ._support_desk import support_desk
+
+        builder = support_desk() if workflow == "support-desk" else demo_builder()
+    sys.stdout.write(builder.to_mermaid())
+    for finding in builder.lint():
+        sys.stderr.write(f"handoff-builder: lint: {finding}\n")
 
 
 def _stdin_lines() -> Iterator[str]:
@@ -94,11 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "chat":
             asyncio.run(_chat(args.provider, args.store, args.conversation))
         else:
-            from ._demo import demo_builder
-            from ._support_desk import support_desk
-
-            builder = support_desk() if args.workflow == "support-desk" else demo_builder()
-            sys.stdout.write(builder.to_mermaid())
+            _graph(args.builder, args.workflow)
     except (HandoffBuilderError, ValueError) as error:
         sys.stderr.write(f"handoff-builder: error: {error}\n")
         return 1
