@@ -217,7 +217,8 @@ async def test_a_cap_is_an_event_on_the_turns_span(spans: InMemorySpanExporter) 
 
     [turn] = named(spans, "invoke_workflow caps")
     assert dict(turn.attributes or {})["handoff_builder.turn.status"] == "handoff_cap"
-    assert [(e.name, dict(e.attributes or {})) for e in turn.events] == [
+    events = [(e.name, dict(e.attributes or {})) for e in turn.events]
+    assert [e for e in events if e[0] != "handoff_builder.step"] == [
         (
             "handoff_builder.escalated",
             {
@@ -227,6 +228,16 @@ async def test_a_cap_is_an_event_on_the_turns_span(spans: InMemorySpanExporter) 
             },
         )
     ]
+    assert events[-2] == (  # the cap's step, decided by code, then its escalation event
+        "handoff_builder.step",
+        {
+            "handoff_builder.step.kind": "escalate",
+            "handoff_builder.decided_by": "code",
+            "handoff_builder.decided_by.what": "handoff_cap",
+            "handoff_builder.source": "b",
+            "handoff_builder.limit": 1,
+        },
+    )
     [capped] = named(spans, "execute_tool handoff_to_a")  # b's call, which tripped the cap
     assert dict(capped.attributes or {})["handoff_builder.handoff.outcome"] == "escalated"
     assert [e.name for e in capped.events] == ["handoff_builder.escalated"]
@@ -387,3 +398,23 @@ async def test_metrics_count_handoffs_blocks_and_hops(spans: InMemorySpanExporte
         1,
     )
     assert 0 < seconds < 60
+
+
+async def test_each_routing_step_is_an_event_of_the_turns_span(
+    spans: InMemorySpanExporter,
+) -> None:
+    await desk().build().run("I was charged twice")
+    [turn] = named(spans, "invoke_workflow desk")
+    steps = [dict(e.attributes or {}) for e in turn.events if e.name == "handoff_builder.step"]
+    assert [(s["handoff_builder.step.kind"], s["handoff_builder.decided_by"]) for s in steps] == [
+        ("start", "code"),
+        ("blocked", "code"),
+        ("handoff", "model"),
+        ("end", "model"),
+    ]
+    assert steps[1]["handoff_builder.decided_by.what"] == "empty_goal"
+    assert steps[2]["handoff_builder.decided_by.what"] == "handoff_to_billing"
+    assert (steps[2]["handoff_builder.source"], steps[2]["handoff_builder.target"]) == (
+        "triage",
+        "billing",
+    )

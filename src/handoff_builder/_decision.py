@@ -30,6 +30,7 @@ from ._events import (
     HandoffBlockedEvent,
     HandoffEvent,
     LimitReachedEvent,
+    RoutingStep,
     TurnStatus,
     TurnTimeoutEvent,
 )
@@ -167,6 +168,7 @@ class NextAgent:
     handoff: HandoffEvent | None = None
     input: tuple[Message, ...] = ()
     events: tuple[Event, ...] = ()
+    step: RoutingStep | None = None  # who decided it; the host names it when a manager does not
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,7 @@ class EndTurn:
 
     status: TurnStatus = "completed"
     events: tuple[Event, ...] = ()
+    step: RoutingStep | None = None
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,7 @@ class Escalate:
 
     escalation: EscalationEvent
     events: tuple[Event, ...] = ()
+    step: RoutingStep | None = None
 
     @property
     def status(self) -> TurnStatus:

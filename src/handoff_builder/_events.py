@@ -21,11 +21,14 @@ __all__ = [
     "HANDOFF_TIMEOUT_EVENT",
     "HANDOFF_TURN_ABANDONED_EVENT",
     "HANDOFF_TURN_EVENT",
+    "DecidedBy",
     "EscalationEvent",
     "HandoffBlockedEvent",
     "HandoffEvent",
     "HandoffTurnResult",
     "LimitReachedEvent",
+    "RoutingStep",
+    "StepKind",
     "TurnAbandonedEvent",
     "TurnStatus",
     "TurnTimeoutEvent",
@@ -81,6 +84,21 @@ a deadline that cut it short (``"agent_timeout"``, ``"turn_timeout"``: see
 up on demand, was closed (see :class:`TurnAbandonedEvent`)."""
 
 
+DecidedBy = Literal["model", "code"]
+"""Who made a routing step: the model (it called a handoff tool, or answered without one) or code
+(the initial or remembered agent, a cap, a block, autonomous mode, a termination condition, a
+deadline, a manager of your own)."""
+
+StepKind = Literal[
+    "start", "handoff", "hand_back", "continue", "blocked", "end", "escalate", "limit", "timeout"
+]
+"""What a routing step did: ``"start"`` (the turn's first agent), ``"handoff"`` / ``"hand_back"``
+(an accepted handoff call), ``"continue"`` (an autonomous continuation: the same agent again),
+``"blocked"`` (a refused handoff call: the agent goes on), ``"end"`` (the turn went back to the
+user), ``"escalate"`` (a cap handed it to a human), ``"limit"`` (a limit ended it without an
+escalation), ``"timeout"`` (a deadline ended it)."""
+
+
 def _payload_json(payload: Any) -> Any:
     return payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload
 
@@ -105,6 +123,7 @@ class HandoffEvent:
     call_id: str
     kind: HandoffKind = "handoff"
     payload: PayloadField = None
+    decided_by: DecidedBy = "model"
 
 
 @dataclass(frozen=True)
@@ -157,6 +176,30 @@ class LimitReachedEvent:
 
 
 @dataclass(frozen=True)
+class RoutingStep:
+    """One routing step of a turn, in :attr:`HandoffTurnResult.trace`.
+
+    ``decided_by`` says whether the model or code made it, and ``by`` what exactly: the handoff
+    tool the model called (``"handoff_to_billing"``), or, for code, ``"initial_agent"``,
+    ``"previous_agent"``, ``"reply"`` (the agent answered without a handoff: the model's choice),
+    ``"termination_condition"``, ``"autonomous_mode"``, a cap (``"handoff_cap"``,
+    ``"max_iterations"``, ``"rejected_handoffs"``, ``"autonomous_turns"``), a block reason
+    (``"not_granted"``, ``"empty_goal"``...), ``"agent_call"`` / ``"turn"`` (a deadline), or the
+    manager's class name for a manager of your own. ``source`` is the agent whose reply led to it
+    (``None`` at the start), ``target`` the agent that runs next (``None``: the turn ended there).
+    ``limit`` and ``count`` are the cap and how far the turn got, for caps.
+    """
+
+    kind: StepKind
+    decided_by: DecidedBy
+    by: str
+    source: str | None = None
+    target: str | None = None
+    limit: int | None = None
+    count: int | None = None
+
+
+@dataclass(frozen=True)
 class TurnTimeoutEvent:
     """A deadline cut the turn short; the turn ended without the late agent's reply.
 
@@ -202,6 +245,8 @@ class HandoffTurnResult(AgentResponse):
     * ``escalation``: why the turn was escalated to a human, or ``None``; ``escalated`` is the flag;
     * ``timeout``: the deadline that cut the turn short, or ``None``;
     * ``abandoned``: why a hosted turn was given up, or ``None``;
+    * ``trace``: the turn's routing steps (:class:`RoutingStep`), each saying whether the model
+      or code decided it;
     * ``recovered``: in a hosted conversation, the result of an earlier turn that this call
       finished (after a crash) or abandoned before it ran the new message, or ``None``;
     * ``conversation``: the whole shared conversation at the end of the turn.
@@ -219,6 +264,7 @@ class HandoffTurnResult(AgentResponse):
         timeout: TurnTimeoutEvent | None = None,
         abandoned: TurnAbandonedEvent | None = None,
         recovered: HandoffTurnResult | None = None,
+        trace: Sequence[RoutingStep] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(messages=list(messages), **kwargs)
@@ -228,6 +274,7 @@ class HandoffTurnResult(AgentResponse):
         self.timeout = timeout
         self.abandoned = abandoned
         self.recovered = recovered
+        self.trace: tuple[RoutingStep, ...] = tuple(trace)
         self.status: TurnStatus = status or (escalation.reason if escalation else "completed")
         self.conversation: tuple[Message, ...] = tuple(conversation)
 

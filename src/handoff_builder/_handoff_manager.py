@@ -38,6 +38,7 @@ from ._events import (
     HandoffBlockedEvent,
     HandoffEvent,
     LimitReachedEvent,
+    RoutingStep,
 )
 from ._manager import GroupChatManager, ManagerSettings
 from ._routes import EDGE_KINDS
@@ -217,7 +218,9 @@ class HandoffManager(GroupChatManager):
         """A new user message: fresh counters; start at the initial or the previous agent."""
         del history
         self._state = _FRESH_TURN
-        return NextAgent(self._first_speaker(start))
+        first = self._first_speaker(start)
+        by = "initial_agent" if first == self.initial_agent else "previous_agent"
+        return NextAgent(first, step=RoutingStep("start", "code", by, None, first))
 
     @override
     async def decide(self, history: Sequence[Message], reply: AgentReply) -> Decision:
@@ -300,7 +303,8 @@ class HandoffManager(GroupChatManager):
             if inspect.isawaitable(verdict):
                 verdict = await verdict
             if verdict:
-                return self._end_loop(speaker, EndTurn(events=tuple(events)))
+                step = RoutingStep("end", "code", "termination_condition", speaker)
+                return self._end_loop(speaker, EndTurn(events=tuple(events), step=step))
         mode = self.settings.autonomous
         if mode is None or not mode.allows(speaker):
             return EndTurn(events=tuple(events)) if events else _COMPLETED
@@ -315,7 +319,10 @@ class HandoffManager(GroupChatManager):
             autonomous_turns={**self._state.autonomous_turns, speaker: turns + 1},
         )
         prompt = Message(role="user", contents=[mode.prompt(speaker)])
-        return NextAgent(speaker, input=(prompt,), events=tuple(events))
+        step = RoutingStep(
+            "continue", "code", "autonomous_mode", speaker, speaker, mode.limit(speaker), turns + 1
+        )
+        return NextAgent(speaker, input=(prompt,), events=tuple(events), step=step)
 
     def _end_loop(self, speaker: str, decision: EndTurn) -> EndTurn:
         turns = self._state.autonomous_turns

@@ -40,6 +40,9 @@ from ._events import (
     HandoffBlockedEvent,
     HandoffEvent,
     HandoffTurnResult,
+    LimitReachedEvent,
+    RoutingStep,
+    StepKind,
     TurnAbandonedEvent,
     TurnStatus,
     TurnTimeoutEvent,
@@ -411,17 +414,19 @@ class GroupChatHost(Executor):
         the next. A :class:`NextAgent` past the manager's ``max_iterations`` ends the turn with an
         escalation instead, whatever the manager.
         """
+        source = self._speaker if ran_agent or carrying_on else None  # whose reply decided
         while isinstance(decision, NextAgent):
             turn = self._turn or TurnState(start=len(self._history))
             if decision.handoff is not None:
                 turn = turn.with_handoff(decision.handoff)
             if not carrying_on:
+                turn = self._with_steps(turn, self._steps_of(decision, source, turn))
                 if turn.invocations >= self._manager.max_iterations:
                     self._turn = turn
                     await self._emit(decision.events, ctx)
                     decision = self._past_invocation_cap(decision)
                     break
-                turn = TurnState(turn.start, turn.handoffs, turn.invocations + 1)
+                turn = replace(turn, invocations=turn.invocations + 1)
             carrying_on = False
             self._turn = turn
             if decision.input:
@@ -433,15 +438,69 @@ class GroupChatHost(Executor):
                 await ctx.send_message(_Hop(decision.agent))
                 return
             ran_agent = True
+            source = decision.agent
             decision = await self._run_agent(decision.agent, ctx)
-        if decision is None:
-            return
+        if decision is not None:
+            await self._conclude(decision, source, ctx)
+
+    async def _conclude(
+        self, decision: EndTurn | Escalate, source: str | None, ctx: HostContext
+    ) -> None:
+        """The turn ends: its last steps and events, then its result."""
+        turn = self._turn or TurnState(start=len(self._history))
+        self._turn = self._with_steps(turn, self._steps_of(decision, source, turn))
         await self._emit(decision.events, ctx)
         if isinstance(decision, Escalate):
             await self._end_turn(ctx, decision.status, decision.escalation)
         else:
             timeout = next((e for e in decision.events if isinstance(e, TurnTimeoutEvent)), None)
             await self._end_turn(ctx, decision.status, timeout=timeout)
+
+    def _with_steps(self, turn: TurnState, steps: Sequence[RoutingStep]) -> TurnState:
+        """The turn with these steps in its trace (and as span events of the turn)."""
+        trace = self._turn_trace()
+        for step in steps:
+            trace.step(step)
+            turn = turn.with_step(step)
+        return turn
+
+    def _steps_of(
+        self, decision: Decision, source: str | None, turn: TurnState
+    ) -> list[RoutingStep]:
+        """The routing steps a decision makes: its refused calls, then the decision itself.
+
+        A manager may say who decided (``decision.step``); otherwise the host names it from the
+        decision: a handoff is the model's; ending after a reply is the model's (it answered); the
+        rest is code, named after the manager.
+        """
+        steps = [
+            RoutingStep("blocked", "code", event.reason, event.source, event.target)
+            for event in decision.events
+            if isinstance(event, HandoffBlockedEvent)
+        ]
+        if decision.step is not None:
+            steps.append(decision.step)
+        elif isinstance(decision, NextAgent):
+            handoff = decision.handoff
+            if handoff is not None:
+                steps.append(
+                    RoutingStep(handoff.kind, handoff.decided_by, handoff.tool_name,
+                                handoff.source, handoff.target)
+                )  # fmt: skip
+            else:
+                kind: StepKind = "start" if source is None else "continue"
+                by = type(self._manager).__name__
+                steps.append(RoutingStep(kind, "code", by, source, decision.agent))
+        elif isinstance(decision, Escalate):
+            escalation = decision.escalation
+            count = {"handoff_cap": len(turn.handoffs), "max_iterations": turn.invocations}
+            steps.append(
+                RoutingStep("escalate", "code", escalation.reason, source or escalation.agent,
+                            None, escalation.limit, count.get(escalation.reason))
+            )  # fmt: skip
+        else:
+            steps.append(_end_step(decision, source))
+        return steps
 
     def _time_left(self) -> tuple[Literal["agent_call", "turn"], float | None]:
         """Which deadline the next agent call runs against, and its seconds (``None``: none)."""
@@ -646,6 +705,7 @@ class GroupChatHost(Executor):
             conversation=self._history,
             status=status,
             timeout=timeout,
+            trace=turn.steps,
         )
         self._turn, self._next, self._deadline = None, None, None
         self.last_result = result
@@ -720,7 +780,7 @@ class GroupChatHost(Executor):
                     )
                 handoff = replace(handoff, payload=payload)
             handoffs.append(handoff)
-        return TurnState(turn.start, tuple(handoffs), turn.invocations)
+        return replace(turn, handoffs=tuple(handoffs))
 
     async def _record(self) -> None:
         """Let the journal (a hosted conversation's store) save what changed, if there is one."""
@@ -748,6 +808,17 @@ class GroupChatHost(Executor):
         host_state = decode_host_state({k: v for k, v in state.items() if k != "history"}, where)
         self.load([Message.from_dict(item) for item in saved], host_state)
         self._saved = saved
+
+
+def _end_step(decision: EndTurn, source: str | None) -> RoutingStep:
+    """The step of an :class:`EndTurn` a manager did not describe."""
+    timeout = next((e for e in decision.events if isinstance(e, TurnTimeoutEvent)), None)
+    if timeout is not None:
+        return RoutingStep("timeout", "code", timeout.limit, source or timeout.agent)
+    limit = next((e for e in decision.events if isinstance(e, LimitReachedEvent)), None)
+    if limit is not None:
+        return RoutingStep("limit", "code", limit.kind, source or limit.agent, None, limit.limit)
+    return RoutingStep("end", "model", "reply", source)  # the agent answered without a handoff
 
 
 def _status(decision: Decision) -> TurnStatus:

@@ -19,6 +19,7 @@ from ._events import (
     EscalationEvent,
     HandoffEvent,
     HandoffTurnResult,
+    RoutingStep,
     TurnAbandonedEvent,
     TurnStatus,
     TurnTimeoutEvent,
@@ -94,6 +95,7 @@ class _Receipt:
     escalation: EscalationEvent | None = None
     timeout: TurnTimeoutEvent | None = None
     abandoned: TurnAbandonedEvent | None = None
+    trace: tuple[RoutingStep, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -219,7 +221,7 @@ class _StoreJournal:
         receipt = _Receipt(
             tuple(self.turn_keys), end - len(result.messages), end, result.status,
             result.active_agent, result.handoffs, result.escalation, result.timeout,
-            result.abandoned,
+            result.abandoned, result.trace,
         )  # fmt: skip
         self.receipts = [*self.receipts, _encode(_Receipt, receipt)][-_KEPT_RECEIPTS:]
         self._receipted = result
@@ -783,6 +785,7 @@ def _replayed(receipt: _Receipt, history: Sequence[Message]) -> HandoffTurnResul
         status=receipt.status,
         timeout=receipt.timeout,
         abandoned=receipt.abandoned,
+        trace=receipt.trace,
     )
 
 

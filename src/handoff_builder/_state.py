@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from agent_framework import Content
 
-from ._events import HandoffEvent
+from ._events import HandoffEvent, RoutingStep
 from ._payloads import payload_label
 from ._routes import EDGE_KINDS, HandoffKind
 from .exceptions import CorruptStateError, SchemaVersionError
@@ -71,10 +71,15 @@ class TurnState:
     start: int
     handoffs: tuple[HandoffEvent, ...] = ()
     invocations: int = 0
+    steps: tuple[RoutingStep, ...] = ()
 
     def with_handoff(self, handoff: HandoffEvent) -> TurnState:
         """This turn with one more handoff."""
-        return TurnState(self.start, (*self.handoffs, handoff), self.invocations)
+        return replace(self, handoffs=(*self.handoffs, handoff))
+
+    def with_step(self, step: RoutingStep) -> TurnState:
+        """This turn with one more routing step."""
+        return replace(self, steps=(*self.steps, step))
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ from ._events import (
     HandoffBlockedEvent,
     HandoffEvent,
     LimitReachedEvent,
+    RoutingStep,
     TurnTimeoutEvent,
 )
 
@@ -90,6 +91,10 @@ BLOCKED_EVENT = "handoff_builder.handoff.blocked"
 ESCALATED_EVENT = "handoff_builder.escalated"
 LIMIT_EVENT = "handoff_builder.limit_reached"
 TIMEOUT_EVENT = "handoff_builder.timed_out"
+STEP_EVENT = "handoff_builder.step"
+DECIDED_BY = "handoff_builder.decided_by"
+DECIDED_BY_WHAT = "handoff_builder.decided_by.what"
+STEP_KIND = "handoff_builder.step.kind"
 
 _NO_CALL_SPAN = frozenset({"not_granted", "unknown_target", "disabled"})
 
@@ -203,6 +208,21 @@ class TurnTrace:
             self.span.add_event(
                 TIMEOUT_EVENT, {REASON: event.limit, AGENT_NAME: event.agent, LIMIT: event.seconds}
             )
+
+    def step(self, step: RoutingStep) -> None:
+        """A span event for one routing step: what it did, and whether the model or code decided."""
+        if not self.span.is_recording():
+            return
+        attributes: dict[str, str | int] = {
+            STEP_KIND: step.kind, DECIDED_BY: step.decided_by, DECIDED_BY_WHAT: step.by
+        }  # fmt: skip
+        if step.source is not None:
+            attributes[SOURCE] = step.source
+        if step.target is not None:
+            attributes[TARGET] = step.target
+        if step.limit is not None:
+            attributes[LIMIT] = step.limit
+        self.span.add_event(STEP_EVENT, attributes)
 
     def end(self, status: str, hops: int) -> None:
         """End the turn: its status, and the hop and duration metrics."""
