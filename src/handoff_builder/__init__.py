@@ -67,8 +67,10 @@ from ._manager import (
     DEFAULT_MAX_HANDOFFS_PER_TURN,
     DEFAULT_MAX_ITERATIONS,
     DEFAULT_MAX_REJECTED_HANDOFFS,
+    CodeRoute,
     GroupChatManager,
     ManagerSettings,
+    RouteFunction,
     TerminationCondition,
 )
 from ._payloads import HandBackSummary, HandoffGoal
@@ -153,6 +155,7 @@ __all__ = [
     "MAX_IDEMPOTENCY_KEY_LENGTH",
     "AgentReply",
     "AutonomousMode",
+    "CodeRoute",
     "ConversationBusyError",
     "ConversationConflictError",
     "ConversationHost",
@@ -196,6 +199,7 @@ __all__ = [
     "PendingRequestsError",
     "ReissueRequests",
     "ResumeTurn",
+    "RouteFunction",
     "RoutingStep",
     "SchemaVersionError",
     "ScriptExhaustedError",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from typing import overload
+from typing import Any, cast, overload
 
 from agent_framework import Agent
 from pydantic import BaseModel
@@ -24,7 +24,7 @@ from ._host import DEFAULT_AGENT_TIMEOUT, DEFAULT_TURN_TIMEOUT
 from ._instructions import DEFAULT_HANDOFF_INSTRUCTIONS
 from ._lint import LintFinding
 from ._logging import DEFAULT_LOGGED_ARGUMENT_LENGTH, ArgumentLogging
-from ._manager import TerminationCondition
+from ._manager import RouteFunction, TerminationCondition
 from ._validation import Edge
 from ._views import HandoffToolCallFiltering
 from ._workflow import HandoffWorkflow
@@ -285,6 +285,33 @@ class HandoffWorkflowBuilder:
         cannot loop.
         """
         self._config.max_rejected = _at_least_one("max_rejected", max_rejected)
+        return self
+
+    def with_route(
+        self, source: Agent, route: Agent[Any] | str | RouteFunction, /
+    ) -> HandoffWorkflowBuilder:
+        """After ``source`` replies without a handoff, code picks the next agent.
+
+        ``route`` is the agent that runs next (an agent or its name: checked when the workflow is
+        built), or a function (sync or async) called with the conversation and the
+        :class:`~handoff_builder.AgentReply`; it returns the next agent's name (or the agent), or
+        ``None`` to end the turn. A name that is not a participant (or ``source`` itself) is
+        refused at run time: a ``handoff_blocked`` event (``reason="unknown_target"``) and the
+        turn ends. A route is a hop like a handoff (the handoff cap and ``max_iterations``
+        count it); the trace records it as ``RoutingStep("route", "code", "route:<name>")`` and
+        its ``HandoffEvent`` has ``decided_by="code"``. A handoff the model makes comes first: the
+        route only runs when ``source`` answered without one, after the termination condition
+        and before autonomous mode. One route per source.
+        """
+        (source_agent,) = _agents_of(source, "source agents")
+        self.add_participants(source_agent)
+        if isinstance(route, Agent):
+            self.add_participants(cast("Agent", route))
+        elif not isinstance(route, str) and not callable(route):
+            raise TypeError(
+                f"route must be an agent, its name or a function, not {type(route).__name__}."
+            )
+        self._config.code_routes.append((source_agent, cast(Any, route)))
         return self
 
     def with_timeouts(

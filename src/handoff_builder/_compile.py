@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from agent_framework import Agent, WorkflowBuilder
 from typing_extensions import override
@@ -27,6 +27,7 @@ from ._manager import (
     DEFAULT_MAX_HANDOFFS_PER_TURN,
     DEFAULT_MAX_ITERATIONS,
     DEFAULT_MAX_REJECTED_HANDOFFS,
+    CodeRoute,
     GroupChatManager,
     ManagerSettings,
     TerminationCondition,
@@ -102,6 +103,7 @@ class BuildConfig:
     argument_logging: ArgumentLogging = field(default_factory=ArgumentLogging)
     agent_timeout: float | None = DEFAULT_AGENT_TIMEOUT
     turn_timeout: float | None = DEFAULT_TURN_TIMEOUT
+    code_routes: list[tuple[Any, Any]] = field(default_factory=list[tuple[Any, Any]])
 
 
 class _HopEdgeNotice(logging.Filter):
@@ -127,6 +129,7 @@ logging.getLogger("agent_framework._workflows._validation").addFilter(_HopEdgeNo
 
 class _Plan(NamedTuple):
     initial: str
+    code_routes: dict[str, CodeRoute]
     agents: dict[str, Agent]
     routes: dict[str, dict[str, HandoffRoute]]
     policies: dict[str, dict[str, EdgePolicy]]
@@ -199,6 +202,7 @@ def compile_workflow(
         return_to_previous=config.return_to_previous,
         autonomous=plan.autonomous,
         termination_condition=config.termination_condition,
+        code_routes=plan.code_routes,
     )
     manager = (config.manager_factory or HandoffManager)(settings)
     if not isinstance(manager, GroupChatManager):  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -256,13 +260,17 @@ def _participant(
 
 
 def _all_edges(config: BuildConfig, participants: Sequence[Any]) -> list[Edge]:
-    """Declared handoff edges (else the default mesh), then the hand-back edges."""
-    edges = config.edges or [
-        Edge(source, target)
-        for source in participants
-        for target in participants
-        if source is not target
-    ]
+    """Declared handoff edges (else, with no route either, the default mesh), then hand-backs."""
+    edges = (
+        config.edges
+        if config.edges or config.code_routes
+        else [
+            Edge(source, target)
+            for source in participants
+            for target in participants
+            if source is not target
+        ]
+    )
     for hand_back in config.hand_backs:
         coordinator = hand_back.coordinator
         specialists = hand_back.specialists
@@ -298,6 +306,7 @@ def _plan(config: BuildConfig) -> _Plan:
     problems += tool_name_problems(tool_names)
     autonomous, autonomous_problems = _autonomous(config, participants)
     problems += autonomous_problems
+    code_routes = _code_routes(config, participants, problems)
     output_agents = _designated(config.output_from, config, problems)
     intermediate_agents = _designated(config.intermediate_from, config, problems) or frozenset()
     if problems:
@@ -315,11 +324,12 @@ def _plan(config: BuildConfig) -> _Plan:
             policies.setdefault(source, {})[tool] = edge.policy
     agents = {str(agent.name): agent for agent in participants}
     initial = str(config.initial.name)
-    findings = lint_graph(initial, agents, routes)
+    findings = lint_graph(initial, agents, routes, code_routes)
     if config.manager_factory is not None:  # a manager of its own may pick any agent
         findings = [f for f in findings if f.code != "unreachable-agent"]
     return _Plan(
         initial,
+        code_routes,
         agents,
         routes,
         policies,
@@ -328,6 +338,37 @@ def _plan(config: BuildConfig) -> _Plan:
         intermediate_agents,
         tuple(findings),
     )
+
+
+def _code_routes(
+    config: BuildConfig, participants: Sequence[Any], problems: list[str]
+) -> dict[str, CodeRoute]:
+    """``with_route`` routes by source name; a constant target must be a participant."""
+    names = {str(getattr(agent, "name", "")) for agent in participants}
+    found: dict[str, CodeRoute] = {}
+    for source, route in config.code_routes:
+        source_name = str(getattr(source, "name", ""))
+        if source_name in found:
+            problems.append(
+                f"Agent {label(source)} has two routes (with_route); keep one: a single function "
+                "can choose between several agents."
+            )
+            continue
+        if callable(route) and not isinstance(route, Agent):
+            name = getattr(route, "__name__", type(route).__name__)
+            found[source_name] = CodeRoute(source_name, str(name), function=cast(Any, route))
+            continue
+        target = str(route.name) if isinstance(route, Agent) else str(route)
+        if target not in names:
+            problems.append(
+                f"The route from {label(source)} names {target!r}, which is not a participant in "
+                "this handoff workflow; name one of its agents, or add that agent."
+            )
+        elif target == source_name:
+            problems.append(f"The route from {label(source)} leads to itself; remove it.")
+        else:
+            found[source_name] = CodeRoute(source_name, target, target=target)
+    return found
 
 
 def lint(config: BuildConfig) -> list[LintFinding]:
@@ -401,4 +442,9 @@ def to_mermaid(config: BuildConfig) -> str:
         for route in routes.values():
             arrow = route.edge.arrow
             lines.append(f"    {ids[source]} {arrow}|{route.tool_name}| {ids[route.target]}")
+    for source, code in plan.code_routes.items():
+        if code.target is not None:
+            lines.append(f"    {ids[source]} ==>|route| {ids[code.target]}")
+        else:
+            lines.append(f"    %% {source}: route:{code.name}, decided by code at run time")
     return "\n".join(lines) + "\n"

@@ -90,10 +90,20 @@ DecidedBy = Literal["model", "code"]
 deadline, a manager of your own)."""
 
 StepKind = Literal[
-    "start", "handoff", "hand_back", "continue", "blocked", "end", "escalate", "limit", "timeout"
+    "start",
+    "handoff",
+    "hand_back",
+    "route",
+    "continue",
+    "blocked",
+    "end",
+    "escalate",
+    "limit",
+    "timeout",
 ]
 """What a routing step did: ``"start"`` (the turn's first agent), ``"handoff"`` / ``"hand_back"``
-(an accepted handoff call), ``"continue"`` (an autonomous continuation: the same agent again),
+(an accepted handoff call), ``"route"`` (a route of ``with_route``: code picked the next agent),
+``"continue"`` (an autonomous continuation: the same agent again),
 ``"blocked"`` (a refused handoff call: the agent goes on), ``"end"`` (the turn went back to the
 user), ``"escalate"`` (a cap handed it to a human), ``"limit"`` (a limit ended it without an
 escalation), ``"timeout"`` (a deadline ended it)."""

@@ -13,8 +13,9 @@ import inspect
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import cast
 
-from agent_framework import Content, Message
+from agent_framework import Agent, Content, Message
 from typing_extensions import override
 
 from ._decision import (
@@ -40,9 +41,10 @@ from ._events import (
     LimitReachedEvent,
     RoutingStep,
 )
-from ._manager import GroupChatManager, ManagerSettings
+from ._manager import CodeRoute, GroupChatManager, ManagerSettings
 from ._routes import EDGE_KINDS
 from ._state import HandoffState, decode_handoff_state, encode_handoff_state
+from .exceptions import HandoffHookError
 
 __all__ = [
     "DEFAULT_AUTONOMOUS_PROMPT",
@@ -237,7 +239,7 @@ class HandoffManager(GroupChatManager):
         elif reply.unfinished:
             decision = NextAgent(speaker, events=tuple(events))  # the same invocation goes on
         else:
-            decision = await self._after_reply(history, speaker, events)
+            decision = await self._after_reply(history, reply, events)
         # Past the cap, the turn goes no further; an agent that answered keeps its answer.
         if isinstance(decision, NextAgent) and tally.rejected > self.settings.max_rejected_handoffs:
             return self._escalate("rejected_handoffs", speaker, events)
@@ -294,9 +296,10 @@ class HandoffManager(GroupChatManager):
         return NextAgent(route.target, handoff=handoff, events=(*events, handoff))
 
     async def _after_reply(
-        self, history: Sequence[Message], speaker: str, events: list[Event]
+        self, history: Sequence[Message], reply: AgentReply, events: list[Event]
     ) -> Decision:
-        """A finished reply without a handoff: the termination condition, then autonomous mode."""
+        """A finished reply without a handoff: termination, the speaker's route, autonomy."""
+        speaker = reply.agent
         condition = self.settings.termination_condition
         if condition is not None:
             verdict = condition(history)
@@ -305,6 +308,9 @@ class HandoffManager(GroupChatManager):
             if verdict:
                 step = RoutingStep("end", "code", "termination_condition", speaker)
                 return self._end_loop(speaker, EndTurn(events=tuple(events), step=step))
+        route = self.settings.code_routes.get(speaker)
+        if route is not None:
+            return await self._route(route, history, reply, events)
         mode = self.settings.autonomous
         if mode is None or not mode.allows(speaker):
             return EndTurn(events=tuple(events)) if events else _COMPLETED
@@ -323,6 +329,42 @@ class HandoffManager(GroupChatManager):
             "continue", "code", "autonomous_mode", speaker, speaker, mode.limit(speaker), turns + 1
         )
         return NextAgent(speaker, input=(prompt,), events=tuple(events), step=step)
+
+    async def _route(
+        self, route: CodeRoute, history: Sequence[Message], reply: AgentReply, events: list[Event]
+    ) -> Decision:
+        """Code picks the next agent (``with_route``); a hop like a handoff, counted and capped."""
+        speaker, by = reply.agent, f"route:{route.name}"
+        found: object = route.target
+        if route.function is not None:
+            try:
+                found = route.function(history, reply)
+                if inspect.isawaitable(found):
+                    found = await found
+            except Exception as error:
+                raise HandoffHookError(speaker, "?", by, "route", error) from error
+        if isinstance(found, Agent):
+            found = found.name
+        if found is None:
+            return EndTurn(events=tuple(events), step=RoutingStep("end", "code", by, speaker))
+        if not isinstance(found, str) or found not in self.agents or found == speaker:  # pyright: ignore[reportUnnecessaryIsInstance] - a function may return anything
+            named = found if isinstance(found, str) else None  # pyright: ignore[reportUnnecessaryIsInstance]
+            blocked = HandoffBlockedEvent(speaker, by, "unknown_target", "", named, repr(found))
+            return EndTurn(events=(*events, blocked), step=RoutingStep("end", "code", by, speaker))
+        target = found
+        state = self._state
+        for cap, count, limit in (
+            ("handoff_cap", state.handoffs, self.settings.max_handoffs_per_turn),
+            ("max_iterations", state.invocations, self.max_iterations),
+        ):
+            if count >= limit:
+                escalation = EscalationEvent(cast(EscalationReason, cap), speaker, limit, target)
+                step = RoutingStep("escalate", "code", cap, speaker, None, limit, count)
+                return Escalate(escalation, events=(*events, escalation), step=step)
+        handoff = HandoffEvent(speaker, target, "", by, "", "handoff", None, "code")
+        self._update(invocations=state.invocations + 1, handoffs=state.handoffs + 1)
+        step = RoutingStep("route", "code", by, speaker, target)
+        return NextAgent(target, handoff=handoff, events=(*events, handoff), step=step)
 
     def _end_loop(self, speaker: str, decision: EndTurn) -> EndTurn:
         turns = self._state.autonomous_turns

@@ -14,6 +14,7 @@ from typing import Any, Literal, cast
 from agent_framework import Agent
 from typing_extensions import override
 
+from ._manager import CodeRoute
 from ._routes import HandoffRoute
 
 __all__ = ["LintFinding", "LintSeverity", "lint_graph"]
@@ -46,23 +47,39 @@ def lint_graph(
     initial: str,
     agents: Mapping[str, Agent],
     routes: Mapping[str, Mapping[str, HandoffRoute]],
+    code_routes: Mapping[str, CodeRoute] | None = None,
 ) -> list[LintFinding]:
-    """Every finding about the compiled graph, errors first, each rule in agent order."""
-    findings = [*_unreachable(initial, agents, routes), *_no_way_back(initial, agents, routes)]
+    """Every finding about the compiled graph, errors first, each rule in agent order.
+
+    A route whose function picks the agent at run time may lead anywhere: with one, no agent is
+    reported unreachable.
+    """
+    code = code_routes or {}
+    findings: list[LintFinding] = []
+    if all(route.target is not None for route in code.values()):
+        findings += _unreachable(initial, agents, routes, code)
+    findings += _no_way_back(initial, agents, routes, code)
     findings += _same_descriptions(agents, routes)
     return sorted(findings, key=lambda finding: finding.severity != "error")
 
 
 def _unreachable(
-    initial: str, agents: Mapping[str, Agent], routes: Mapping[str, Mapping[str, HandoffRoute]]
+    initial: str,
+    agents: Mapping[str, Agent],
+    routes: Mapping[str, Mapping[str, HandoffRoute]],
+    code: Mapping[str, CodeRoute],
 ) -> list[LintFinding]:
     reached = {initial}
     frontier = [initial]
     while frontier:
-        for route in routes.get(frontier.pop(), {}).values():
-            if route.target not in reached:
-                reached.add(route.target)
-                frontier.append(route.target)
+        source = frontier.pop()
+        targets = [route.target for route in routes.get(source, {}).values()]
+        if source in code and code[source].target is not None:
+            targets.append(str(code[source].target))
+        for target in targets:
+            if target not in reached:
+                reached.add(target)
+                frontier.append(target)
     return [
         LintFinding(
             "error",
@@ -78,7 +95,10 @@ def _unreachable(
 
 
 def _no_way_back(
-    initial: str, agents: Mapping[str, Agent], routes: Mapping[str, Mapping[str, HandoffRoute]]
+    initial: str,
+    agents: Mapping[str, Agent],
+    routes: Mapping[str, Mapping[str, HandoffRoute]],
+    code: Mapping[str, CodeRoute],
 ) -> list[LintFinding]:
     """In a hand-back workflow, a specialist with no edge out keeps the conversation."""
     returns_to = {
@@ -98,7 +118,7 @@ def _no_way_back(
             f"[{name}]) or a handoff), or leave it as a final stop on purpose.",
         )
         for name in agents
-        if name in receivers and name != initial and not routes.get(name)
+        if name in receivers and name != initial and not routes.get(name) and name not in code
     ]
 
 

@@ -27,8 +27,10 @@ __all__ = [
     "DEFAULT_MAX_HANDOFFS_PER_TURN",
     "DEFAULT_MAX_ITERATIONS",
     "DEFAULT_MAX_REJECTED_HANDOFFS",
+    "CodeRoute",
     "GroupChatManager",
     "ManagerSettings",
+    "RouteFunction",
     "TerminationCondition",
 ]
 
@@ -39,6 +41,24 @@ DEFAULT_MAX_REJECTED_HANDOFFS = 3
 
 TerminationCondition = Callable[[Sequence[Message]], "bool | Awaitable[bool]"]
 """Called with the whole conversation after an agent reply without a handoff; true ends the turn."""
+
+RouteFunction = Callable[[Sequence[Message], AgentReply], "str | Awaitable[str | None] | None"]
+"""Called after the route's source replied without a handoff, with the conversation and the reply;
+returns the name of the agent that runs next, or ``None`` to end the turn."""
+
+
+@dataclass(frozen=True)
+class CodeRoute:
+    """A route decided by code (``with_route``).
+
+    After ``source`` replies without a handoff, ``target`` runs (a constant), or the agent
+    ``function`` names.
+    """
+
+    source: str
+    name: str  # what decided it, as the trace shows it: the function's or the target's name
+    target: str | None = None
+    function: RouteFunction | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +82,7 @@ class ManagerSettings:
     return_to_previous: bool = False
     autonomous: AutonomousMode | None = None
     termination_condition: TerminationCondition | None = None
+    code_routes: Mapping[str, CodeRoute] = field(default_factory=dict[str, CodeRoute])
 
 
 class GroupChatManager(ABC):
