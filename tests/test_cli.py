@@ -101,11 +101,20 @@ def make():
 
 def broken():
     raise RuntimeError("no builder today")
+
+async def later():
+    return builder
+"""
+
+EXITS = """
+import sys
+sys.exit("usage: somebody else's program")
 """
 
 
 def graph_of(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "my_desk.py").write_text(MY_DESK, encoding="utf-8")
+    (tmp_path / "exits.py").write_text(EXITS, encoding="utf-8")
     return subprocess.run(  # noqa: S603 - this interpreter, our module
         [sys.executable, "-m", "handoff_builder.cli", "graph", *args],
         cwd=tmp_path, capture_output=True, text=True, check=False, timeout=60,
@@ -137,6 +146,8 @@ def test_graph_draws_your_builder_and_lints_it(tmp_path: Path, attribute: str) -
         ("my_desk:nope", "'my_desk' has no attribute 'nope'"),
         ("my_desk:triage", "is an object of type Agent, not a HandoffWorkflowBuilder"),
         ("my_desk:broken", "calling my_desk:broken raised RuntimeError: no builder today"),
+        ("my_desk:later", "my_desk:later is async; name a builder"),
+        ("exits:builder", "importing 'exits' raised SystemExit: usage: somebody else's program"),
     ],
 )
 def test_graph_of_something_else_is_one_line(tmp_path: Path, spec: str, error: str) -> None:

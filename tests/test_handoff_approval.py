@@ -119,6 +119,11 @@ async def test_a_declined_handoff_is_a_tool_result_and_the_caller_carries_on() -
     [blocked] = [e.data for e in second if e.type == "handoff_blocked"]
     assert (blocked.reason, blocked.target) == ("declined", "refunds")
     assert json.loads(blocked.arguments) == BIG  # what was declined, as the model sent it
+    assert [(s.kind, s.decided_by, s.by) for s in result.trace] == [
+        ("start", "code", "initial_agent"),
+        ("blocked", "code", "declined"),  # a person said no
+        ("end", "model", "reply"),
+    ]
     assert (
         received(billing)
         .rendered.splitlines()[-1]

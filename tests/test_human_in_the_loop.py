@@ -159,6 +159,12 @@ async def test_a_handoff_beside_an_external_call_is_followed_once_it_is_answered
         ("billing", "refunds"),
     ]
     assert len(client_of(agents["billing"]).calls) == 1  # billing is not asked again
+    assert [(s.kind, s.decided_by, s.by, s.source, s.target) for s in result.trace] == [
+        ("start", "code", "initial_agent", None, "triage"),
+        ("handoff", "model", "handoff_to_billing", "triage", "billing"),
+        ("handoff", "model", "handoff_to_refunds", "billing", "refunds"),  # made with the call
+        ("end", "model", "reply", "refunds", None),
+    ]
     # Refunds reads the answered call, then the handoff with its goal.
     assert client_of(agents["refunds"]).calls[0].rendered.splitlines()[-3:] == [
         'assistant[billing]: -> order_status({"order": "A-1"})',

@@ -41,7 +41,8 @@ async def test_a_constant_route_runs_the_next_agent_on_the_reply() -> None:
     [hop] = result.handoffs
     assert hop == HandoffEvent("writer", "reviewer", "", "route:reviewer", "", decided_by="code")
     assert "Draft: flush the cache for tenant 7." in received(reviewer).rendered  # it sees the work
-    assert client_of(writer).calls[0].tool_names == ()  # a route is no tool of the writer's
+    # a route is no tool of the writer's (it has the default mesh's handoff tool: no edge declared)
+    assert client_of(writer).calls[0].tool_names == ("handoff_to_reviewer",)
 
 
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
@@ -147,3 +148,29 @@ def test_routes_in_the_graph_and_the_lint() -> None:
     dynamic.add_participants(b)
     assert "%% a: route:<lambda>, decided by code at run time" in dynamic.to_mermaid()
     assert dynamic.lint() == []  # a function may lead anywhere
+    # ... once it is reached: a function route from an agent nothing leads to proves nothing
+    orphan = scripted_agent("orphan")
+    unreached = HandoffWorkflowBuilder(a).with_handoff(a, b).with_route(orphan, lambda c, r: "a")
+    assert [(f.code, f.agents) for f in unreached.lint()] == [("unreachable-agent", ("orphan",))]
+
+
+def test_a_route_is_a_way_back_and_a_way_in_for_the_lint() -> None:
+    triage, billing, closer = (scripted_agent(n) for n in ("triage", "billing", "closer"))
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+    builder.with_hand_back(triage, [billing]).with_route(billing, closer)
+    [finding] = builder.lint()  # the closer gets the conversation from a route, and keeps it
+    assert (finding.code, finding.agents) == ("no-way-back", ("closer",))
+
+
+def test_a_route_with_a_manager_of_your_own_is_a_warning() -> None:
+    from handoff_builder import HandoffManager
+
+    a, b = scripted_agent("a"), scripted_agent("b")
+    builder = HandoffWorkflowBuilder(a).with_handoff(a, b).with_route(b, a)
+    builder.with_manager(HandoffManager)
+    [finding] = builder.lint()
+    assert (finding.severity, finding.code, finding.agents) == (
+        "warning",
+        "route-with-manager",
+        ("b",),
+    )

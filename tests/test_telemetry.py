@@ -236,6 +236,7 @@ async def test_a_cap_is_an_event_on_the_turns_span(spans: InMemorySpanExporter) 
             "handoff_builder.decided_by.what": "handoff_cap",
             "handoff_builder.source": "b",
             "handoff_builder.limit": 1,
+            "handoff_builder.count": 1,
         },
     )
     [capped] = named(spans, "execute_tool handoff_to_a")  # b's call, which tripped the cap

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
+
 from handoff_builder import (
     ConversationHost,
     HandoffTurnResult,
@@ -104,3 +108,43 @@ async def test_a_hosted_turn_keeps_its_trace_across_a_resume_and_a_replay() -> N
     assert [s.kind for s in first.trace] == ["start", "handoff", "timeout"]
     replay = await ConversationHost(builder, store).send("c", "hi", idempotency_key="k")
     assert replay.trace == first.trace
+
+
+async def test_an_abandoned_turn_keeps_its_trace() -> None:
+    store = InMemoryConversationStore()
+    triage = scripted_agent("triage", handoff_to("billing"))
+    billing = scripted_agent("billing", never_answer())
+    host = ConversationHost(HandoffWorkflowBuilder(triage).with_handoff(triage, billing), store)
+    sending = asyncio.ensure_future(host.send("c", "hi"))
+    await asyncio.sleep(0.2)
+    sending.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await sending
+    abandoned = await host.abandon("c")
+    assert abandoned is not None
+    assert [(s.kind, s.by) for s in abandoned.trace] == [
+        ("start", "initial_agent"),
+        ("handoff", "handoff_to_billing"),
+    ]
+
+
+async def test_a_manager_of_your_own_is_named_in_the_steps_it_decides() -> None:
+    from collections.abc import Sequence
+
+    from agent_framework import Message
+    from typing_extensions import override
+
+    from handoff_builder import AgentReply, Decision, EndTurn, HandoffManager, NextAgent
+
+    class WriterThenCritic(HandoffManager):
+        @override
+        async def decide(self, history: Sequence[Message], reply: AgentReply) -> Decision:
+            return NextAgent("critic") if reply.agent == "writer" else EndTurn()
+
+    writer, critic = scripted_agent("writer", reply("draft")), scripted_agent("critic", reply("ok"))
+    builder = HandoffWorkflowBuilder(writer).add_participants(critic)
+    [result] = await run(builder.with_manager(WriterThenCritic), "write")
+    assert result.trace[1:] == (
+        RoutingStep("route", "code", "WriterThenCritic", "writer", "critic"),
+        RoutingStep("end", "code", "WriterThenCritic", "critic"),
+    )

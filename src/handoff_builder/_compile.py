@@ -260,17 +260,13 @@ def _participant(
 
 
 def _all_edges(config: BuildConfig, participants: Sequence[Any]) -> list[Edge]:
-    """Declared handoff edges (else, with no route either, the default mesh), then hand-backs."""
-    edges = (
-        config.edges
-        if config.edges or config.code_routes
-        else [
-            Edge(source, target)
-            for source in participants
-            for target in participants
-            if source is not target
-        ]
-    )
+    """Declared handoff edges (else the default mesh: routes are not handoffs), then hand-backs."""
+    edges = config.edges or [
+        Edge(source, target)
+        for source in participants
+        for target in participants
+        if source is not target
+    ]
     for hand_back in config.hand_backs:
         coordinator = hand_back.coordinator
         specialists = hand_back.specialists
@@ -327,6 +323,17 @@ def _plan(config: BuildConfig) -> _Plan:
     findings = lint_graph(initial, agents, routes, code_routes)
     if config.manager_factory is not None:  # a manager of its own may pick any agent
         findings = [f for f in findings if f.code != "unreachable-agent"]
+        findings += [
+            LintFinding(
+                "warning",
+                "route-with-manager",
+                (source,),
+                f"The route from {source!r} is not followed: a manager of your own "
+                "(with_manager) decides who speaks; read settings.code_routes in it, or remove "
+                "the route.",
+            )
+            for source in code_routes
+        ]
     return _Plan(
         initial,
         code_routes,

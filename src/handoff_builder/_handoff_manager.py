@@ -88,7 +88,6 @@ CAP_RESULTS: dict[EscalationReason, str] = {
     ),
 }
 _FRESH_TURN = HandoffState(invocations=1)  # frozen; its dict is never changed in place
-_COMPLETED = EndTurn()
 
 # Names that read as handoffs even when no such tool exists (they are audited as blocked).
 HANDOFF_LIKE_PREFIXES = (*(kind.tool_prefix for kind in EDGE_KINDS.values()), "transfer_to_")
@@ -312,8 +311,8 @@ class HandoffManager(GroupChatManager):
         if route is not None:
             return await self._route(route, history, reply, events)
         mode = self.settings.autonomous
-        if mode is None or not mode.allows(speaker):
-            return EndTurn(events=tuple(events)) if events else _COMPLETED
+        if mode is None or not mode.allows(speaker):  # the agent answered: the model's choice
+            return EndTurn(events=tuple(events), step=RoutingStep("end", "model", "reply", speaker))
         turns = self._state.autonomous_turns.get(speaker, 0)
         if turns >= mode.limit(speaker):
             limit = LimitReachedEvent("autonomous_turns", speaker, mode.limit(speaker))

@@ -404,6 +404,8 @@ class GroupChatHost(Executor):
         *,
         ran_agent: bool = False,
         carrying_on: bool = False,
+        traced: bool = False,
+        source: str | None = None,
     ) -> None:
         """Apply decisions until the turn ends or waits.
 
@@ -412,15 +414,23 @@ class GroupChatHost(Executor):
         emits its events, then its agent runs: in this superstep, or, when every hop is its own
         superstep (``superstep_per_hop``) and an agent already ran in this one (``ran_agent``), in
         the next. A :class:`NextAgent` past the manager's ``max_iterations`` ends the turn with an
-        escalation instead, whatever the manager.
+        escalation instead, whatever the manager. Each decision's routing steps go into the
+        turn's trace, except for the first one when it was traced already (``traced``: the hop a
+        turn that waited for answers now makes); an agent that carries on adds only its refused
+        calls. ``source`` is the agent whose reply led to the first decision.
         """
-        source = self._speaker if ran_agent or carrying_on else None  # whose reply decided
+        if source is None and (ran_agent or carrying_on):
+            source = self._speaker
         while isinstance(decision, NextAgent):
             turn = self._turn or TurnState(start=len(self._history))
             if decision.handoff is not None:
                 turn = turn.with_handoff(decision.handoff)
+            steps = [] if traced else self._steps_of(decision, source, turn)
+            if carrying_on:
+                steps = [step for step in steps if step.kind == "blocked"]
+            turn = self._with_steps(turn, steps)
+            traced = False
             if not carrying_on:
-                turn = self._with_steps(turn, self._steps_of(decision, source, turn))
                 if turn.invocations >= self._manager.max_iterations:
                     self._turn = turn
                     await self._emit(decision.events, ctx)
@@ -487,8 +497,10 @@ class GroupChatHost(Executor):
                     RoutingStep(handoff.kind, handoff.decided_by, handoff.tool_name,
                                 handoff.source, handoff.target)
                 )  # fmt: skip
-            else:
+            else:  # a manager's own choice: the first agent, the same one again, or another
                 kind: StepKind = "start" if source is None else "continue"
+                if source is not None and decision.agent != source:
+                    kind = "route"
                 by = type(self._manager).__name__
                 steps.append(RoutingStep(kind, "code", by, source, decision.agent))
         elif isinstance(decision, Escalate):
@@ -499,7 +511,7 @@ class GroupChatHost(Executor):
                             None, escalation.limit, count.get(escalation.reason))
             )  # fmt: skip
         else:
-            steps.append(_end_step(decision, source))
+            steps.append(_end_step(decision, source, type(self._manager).__name__))
         return steps
 
     def _time_left(self) -> tuple[Literal["agent_call", "turn"], float | None]:
@@ -541,6 +553,7 @@ class GroupChatHost(Executor):
             conversation=self._history,
             status="abandoned",
             abandoned=event,
+            trace=turn.steps,
         )
         self._turn, self._next, self._deadline = None, None, None
         self.last_result = result
@@ -585,6 +598,11 @@ class GroupChatHost(Executor):
         """
         carried = tuple(message.to_dict() for message in then.input)
         self._pending.open(name, requests, Continuation(then.agent, then.handoff, carried))
+        if self._turn is not None:
+            steps = self._steps_of(then, name, self._turn)
+            if then.handoff is None and then.step is None and then.agent == name:
+                steps = [step for step in steps if step.kind == "blocked"]  # no hop: it waits
+            self._turn = self._with_steps(self._turn, steps)
         if then.handoff is not None and self._turn is not None:
             self._turn = self._turn.with_handoff(then.handoff)
         self._next = None
@@ -651,7 +669,9 @@ class GroupChatHost(Executor):
             and decision.handoff is None
             and then.handoff is None
         )
-        await self._carry_out(decision, ctx, carrying_on=carrying_on)
+        # The hop decided with the requests was traced when the turn began to wait.
+        traced = not (calls and then.handoff is None) and not carrying_on
+        await self._carry_out(decision, ctx, carrying_on=carrying_on, traced=traced, source=name)
 
     def _gate_for(self, participant: Participant) -> HandoffGate:
         """What the participant's edges allow in this run, asked with the conversation so far."""
@@ -810,15 +830,15 @@ class GroupChatHost(Executor):
         self._saved = saved
 
 
-def _end_step(decision: EndTurn, source: str | None) -> RoutingStep:
-    """The step of an :class:`EndTurn` a manager did not describe."""
+def _end_step(decision: EndTurn, source: str | None, manager: str) -> RoutingStep:
+    """The step of an :class:`EndTurn` no manager described: a deadline, a limit, its own end."""
     timeout = next((e for e in decision.events if isinstance(e, TurnTimeoutEvent)), None)
     if timeout is not None:
         return RoutingStep("timeout", "code", timeout.limit, source or timeout.agent)
     limit = next((e for e in decision.events if isinstance(e, LimitReachedEvent)), None)
     if limit is not None:
         return RoutingStep("limit", "code", limit.kind, source or limit.agent, None, limit.limit)
-    return RoutingStep("end", "model", "reply", source)  # the agent answered without a handoff
+    return RoutingStep("end", "code", manager, source)
 
 
 def _status(decision: Decision) -> TurnStatus:

@@ -29,8 +29,8 @@ class LintFinding:
     """One finding of :meth:`HandoffWorkflowBuilder.lint`.
 
     ``code`` names the rule (``"unreachable-agent"``, ``"no-way-back"``,
-    ``"same-tool-description"``); ``agents`` are the agents it is about; ``message`` says what is
-    wrong and how to fix it.
+    ``"same-tool-description"``, ``"route-with-manager"``); ``agents`` are the agents it is
+    about; ``message`` says what is wrong and how to fix it.
     """
 
     severity: LintSeverity
@@ -51,13 +51,11 @@ def lint_graph(
 ) -> list[LintFinding]:
     """Every finding about the compiled graph, errors first, each rule in agent order.
 
-    A route whose function picks the agent at run time may lead anywhere: with one, no agent is
-    reported unreachable.
+    A route whose function picks the agent at run time may lead anywhere: once the walk from the
+    initial agent reaches one, no agent is reported unreachable.
     """
     code = code_routes or {}
-    findings: list[LintFinding] = []
-    if all(route.target is not None for route in code.values()):
-        findings += _unreachable(initial, agents, routes, code)
+    findings = _unreachable(initial, agents, routes, code)
     findings += _no_way_back(initial, agents, routes, code)
     findings += _same_descriptions(agents, routes)
     return sorted(findings, key=lambda finding: finding.severity != "error")
@@ -74,7 +72,9 @@ def _unreachable(
     while frontier:
         source = frontier.pop()
         targets = [route.target for route in routes.get(source, {}).values()]
-        if source in code and code[source].target is not None:
+        if source in code:
+            if code[source].target is None:  # a function reached: it may lead anywhere
+                return []
             targets.append(str(code[source].target))
         for target in targets:
             if target not in reached:
@@ -107,6 +107,7 @@ def _no_way_back(
     if not returns_to:  # not a hand-back workflow: specialists that answer and stay are normal
         return []
     receivers = {route.target for by in routes.values() for route in by.values()}
+    receivers |= {str(route.target) for route in code.values() if route.target is not None}
     return [
         LintFinding(
             "warning",

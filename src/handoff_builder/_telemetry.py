@@ -85,6 +85,7 @@ REASON = "handoff_builder.reason"
 SOURCE = "handoff_builder.source"
 TARGET = "handoff_builder.target"
 LIMIT = "handoff_builder.limit"
+COUNT = "handoff_builder.count"
 TURN_STATUS = "handoff_builder.turn.status"
 AWAITING_INPUT = "awaiting_input"  # the turn status of a run that ends waiting for answers
 BLOCKED_EVENT = "handoff_builder.handoff.blocked"
@@ -222,6 +223,8 @@ class TurnTrace:
             attributes[TARGET] = step.target
         if step.limit is not None:
             attributes[LIMIT] = step.limit
+        if step.count is not None:
+            attributes[COUNT] = step.count
         self.span.add_event(STEP_EVENT, attributes)
 
     def end(self, status: str, hops: int) -> None:

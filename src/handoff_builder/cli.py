@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
@@ -78,8 +79,6 @@ def _load_builder(spec: str) -> HandoffWorkflowBuilder:
     import importlib
     import os
 
-    from ._builder import HandoffWorkflowBuilder
-
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise ValueError(f"expected MODULE:ATTRIBUTE (e.g. myapp.desk:builder), got {spec!r}")
@@ -89,7 +88,7 @@ def _load_builder(spec: str) -> HandoffWorkflowBuilder:
         value: object = importlib.import_module(module_name)
     except ImportError as error:
         raise ValueError(f"cannot import {module_name!r}: {error}") from error
-    except Exception as error:  # the module's own code failed
+    except (Exception, SystemExit) as error:  # the module's own code failed, or exited
         raise ValueError(
             f"importing {module_name!r} raised {type(error).__name__}: {error}"
         ) from error
@@ -97,11 +96,22 @@ def _load_builder(spec: str) -> HandoffWorkflowBuilder:
         if not hasattr(value, part):
             raise ValueError(f"{module_name!r} has no attribute {attribute!r}")
         value = getattr(value, part)
+    return _called(value, spec)
+
+
+def _called(value: object, spec: str) -> HandoffWorkflowBuilder:
+    """``value`` as a builder: itself, or what calling it (a plain function) returns."""
+    from ._builder import HandoffWorkflowBuilder
+
     if callable(value) and not isinstance(value, HandoffWorkflowBuilder):
         try:
             value = value()
-        except Exception as error:
+        except (Exception, SystemExit) as error:  # reported in one line
             raise ValueError(f"calling {spec} raised {type(error).__name__}: {error}") from error
+        if inspect.isawaitable(value):
+            if inspect.iscoroutine(value):
+                value.close()  # never awaited: say so plainly, not with a RuntimeWarning
+            raise ValueError(f"{spec} is async; name a builder, or a plain function returning one")
     if not isinstance(value, HandoffWorkflowBuilder):
         raise ValueError(
             f"{spec} is an object of type {type(value).__name__}, not a HandoffWorkflowBuilder "
