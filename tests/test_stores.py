@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typing_extensions import override
 
 from handoff_builder import (
     ConversationBusyError,
@@ -20,6 +21,8 @@ from handoff_builder import (
 )
 from handoff_builder.stores import (
     ConversationStore,
+    InMemoryConversationStore,
+    Lease,
     PostgresConversationStore,
     SqliteConversationStore,
     hold,
@@ -495,3 +498,47 @@ async def test_postgres_connection_settings_keep_the_dsns_own_options() -> None:
     finally:
         await store.drop_tables()
         await store.close()
+
+
+class FlakyRenewals(InMemoryConversationStore):
+    """A store whose renewals fail a given number of times, then work; records when."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+        self.renewals: list[float] = []
+
+    @override
+    async def renew(self, lease: Lease, *, ttl: float) -> bool:
+        self.renewals.append(asyncio.get_running_loop().time())
+        if self.failures:
+            self.failures -= 1
+            raise StoreUnavailableError("test", "renewal refused")
+        return await super().renew(lease, ttl=ttl)
+
+
+async def test_a_failed_renewal_is_tried_again_soon_and_the_lease_holds(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = FlakyRenewals(failures=2)
+    started = asyncio.get_running_loop().time()
+    async with hold(store, "c1", ttl=3.0):  # renewals every 1 s; after a failure in 0.3 s
+        await asyncio.sleep(1.9)
+        assert await store.acquire("c1", owner="other", ttl=30) is None  # still held
+    first, second, third = store.renewals[:3]
+    assert 0.9 <= first - started < 1.5  # the first renewal comes after ttl / 3
+    assert second - first < 0.5  # a failed one is tried again soon, not after another ttl / 3
+    assert third - second < 0.5
+    assert sum("could not renew lease" in r.getMessage() for r in caplog.records) == 2
+
+
+async def test_a_lost_lease_is_logged_and_not_renewed_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = InMemoryConversationStore()
+    async with hold(store, "c1", ttl=0.3) as held:
+        await store.release("c1", held.lease.owner)  # taken away under it
+        assert await store.acquire("c1", owner="thief", ttl=30) is not None
+        await asyncio.sleep(0.35)
+    assert any("was lost" in r.getMessage() for r in caplog.records)
+    assert await store.acquire("c1", owner="third", ttl=30) is None  # the thief still holds it
