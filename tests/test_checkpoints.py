@@ -113,6 +113,7 @@ async def test_checkpoint_state_is_versioned_json(storage: CheckpointStorage) ->
         "rejected": 0,
         "autonomous_turns": {},
         "last_hand_back": None,
+        "forced": None,
     }
     assert state["speaker"] == "triage"
     assert state["next"] == "billing"

@@ -9,7 +9,7 @@ use, so a program that only builds and runs workflows does not load it (nor ``sq
 
 import typing as _typing
 
-from ._builder import HandoffWorkflowBuilder
+from ._builder import HandoffWorkflowBuilder, Outcome
 from ._decision import (
     AgentReply,
     Decision,
@@ -67,6 +67,7 @@ from ._manager import (
     DEFAULT_MAX_HANDOFFS_PER_TURN,
     DEFAULT_MAX_ITERATIONS,
     DEFAULT_MAX_REJECTED_HANDOFFS,
+    CapOutcome,
     CodeRoute,
     GroupChatManager,
     ManagerSettings,
@@ -155,6 +156,7 @@ __all__ = [
     "MAX_IDEMPOTENCY_KEY_LENGTH",
     "AgentReply",
     "AutonomousMode",
+    "CapOutcome",
     "CodeRoute",
     "ConversationBusyError",
     "ConversationConflictError",
@@ -195,6 +197,7 @@ __all__ = [
     "ManagerSettings",
     "MessageBatch",
     "NextAgent",
+    "Outcome",
     "Participant",
     "PendingRequestsError",
     "ReissueRequests",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, cast, overload
+from typing import Any, TypeAlias, cast, overload
 
 from agent_framework import Agent
 from pydantic import BaseModel
@@ -24,12 +24,15 @@ from ._host import DEFAULT_AGENT_TIMEOUT, DEFAULT_TURN_TIMEOUT
 from ._instructions import DEFAULT_HANDOFF_INSTRUCTIONS
 from ._lint import LintFinding
 from ._logging import DEFAULT_LOGGED_ARGUMENT_LENGTH, ArgumentLogging
-from ._manager import RouteFunction, TerminationCondition
+from ._manager import CapOutcome, RouteFunction, TerminationCondition
 from ._validation import Edge
 from ._views import HandoffToolCallFiltering
 from ._workflow import HandoffWorkflow
 
-__all__ = ["HandoffWorkflowBuilder"]
+__all__ = ["HandoffWorkflowBuilder", "Outcome"]
+
+Outcome: TypeAlias = "CapOutcome | Agent[Any]"
+"""A cap's outcome: a :class:`CapOutcome`, or an agent (the safe agent)."""
 
 logger = logging.getLogger("handoff_builder")
 
@@ -250,42 +253,86 @@ class HandoffWorkflowBuilder:
         )
         return self
 
-    def with_max_iterations(self, max_iterations: int) -> HandoffWorkflowBuilder:
-        """At most this many agent invocations per user message; then escalate.
+    def with_max_iterations(
+        self, max_iterations: int, *, outcome: Outcome | None = None
+    ) -> HandoffWorkflowBuilder:
+        """At most this many agent invocations per user message; then the ``outcome``.
 
         Without this call the cap is 40, or, with autonomous mode, enough for every agent that
         runs in a turn to use all of its autonomous continuations (see ``docs/termination.md``).
+        ``outcome`` (``None`` keeps the last one set; at first :attr:`CapOutcome.ESCALATE`): see
+        :meth:`with_blocked_handoff_outcome`.
         """
         self._config.max_iterations = _at_least_one("max_iterations", max_iterations)
+        self._outcome("max_iterations", outcome)
         return self
 
     def with_max_handoffs_per_turn(
-        self, max_handoffs: int, *, escalation_message: str | None = None
+        self,
+        max_handoffs: int,
+        *,
+        escalation_message: str | None = None,
+        outcome: Outcome | None = None,
     ) -> HandoffWorkflowBuilder:
-        """At most this many handoffs per user message, hand-backs included.
+        """At most this many handoffs per user message, hand-backs and routes included.
 
-        One more handoff ends the turn: the user gets ``escalation_message`` (a short apology;
-        ``None`` keeps the default) and the turn is escalated to a human. Without this call the
-        cap is 4 when the workflow has hand-back edges (the seeds' hand-back pattern), else 3.
+        One more handoff ends the turn with the ``outcome``; by default the user gets
+        ``escalation_message`` (a short apology; ``None`` keeps the default) and the turn is
+        escalated to a human. Without this call the cap is 4 when the workflow has hand-back
+        edges (the seeds' hand-back pattern), else 3.
         """
         self._config.max_handoffs = _at_least_one("max_handoffs", max_handoffs)
         if escalation_message is not None:
             if not escalation_message.strip():
                 raise ValueError("escalation_message must not be blank; the user must be told.")
             self._config.escalation_message = escalation_message
+        self._outcome("handoff_cap", outcome)
         return self
 
-    def with_max_rejected_handoffs(self, max_rejected: int) -> HandoffWorkflowBuilder:
-        """At most this many refused handoff attempts per user message (default 3); then escalate.
+    def with_max_rejected_handoffs(
+        self, max_rejected: int, *, outcome: Outcome | None = None
+    ) -> HandoffWorkflowBuilder:
+        """At most this many refused handoff attempts per message (default 3); then ``outcome``.
 
         A refused attempt is a handoff call with an empty goal or summary, to a tool the agent was
         not granted or that does not exist, or straight back after a hand-back. The agent gets a
-        tool error each time and may try again; one more refused attempt ends the turn with the
-        apology and an escalation (``reason="rejected_handoffs"``), so a model that keeps retrying
-        cannot loop.
+        tool error each time and may try again; one more refused attempt ends the turn (by
+        default with the apology and an escalation, ``reason="rejected_handoffs"``), so a model
+        that keeps retrying cannot loop.
         """
         self._config.max_rejected = _at_least_one("max_rejected", max_rejected)
+        self._outcome("rejected_handoffs", outcome)
         return self
+
+    def with_blocked_handoff_outcome(self, outcome: Outcome) -> HandoffWorkflowBuilder:
+        """What a blocked handoff does to the turn (by default: nothing, the agent carries on).
+
+        A blocked handoff is a refused handoff call (the agent was not granted the tool, it does
+        not exist, its arguments were invalid, a hook vetoed it...; not one a person declined).
+        The outcome, like a cap's:
+
+        * :attr:`CapOutcome.ESCALATE`: the turn goes to a human, with the apology;
+        * :attr:`CapOutcome.RETURN_TO_USER`: the turn ends with the last reply;
+        * an agent (the safe agent): it runs once, with no handoff tools, and the turn ends with
+          its reply (status ``"blocked_handoff"``), so a run that tried to leave the graph still
+          answers.
+        """
+        if outcome is None:  # pyright: ignore[reportUnnecessaryComparison]
+            raise TypeError("outcome must be a CapOutcome or an agent, not None.")
+        self._outcome("blocked_handoff", outcome)
+        return self
+
+    def _outcome(self, cap: str, outcome: Outcome | None) -> None:
+        if outcome is None:
+            return
+        if isinstance(outcome, Agent):
+            self.add_participants(cast("Agent", outcome))
+        elif not isinstance(outcome, CapOutcome):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(
+                f"outcome must be a CapOutcome or an agent (the safe agent), not "
+                f"{type(outcome).__name__}."
+            )
+        self._config.cap_outcomes[cap] = outcome
 
     def with_route(
         self, source: Agent, route: Agent[Any] | str | RouteFunction, /

@@ -27,6 +27,7 @@ from ._manager import (
     DEFAULT_MAX_HANDOFFS_PER_TURN,
     DEFAULT_MAX_ITERATIONS,
     DEFAULT_MAX_REJECTED_HANDOFFS,
+    CapOutcome,
     CodeRoute,
     GroupChatManager,
     ManagerSettings,
@@ -104,6 +105,7 @@ class BuildConfig:
     agent_timeout: float | None = DEFAULT_AGENT_TIMEOUT
     turn_timeout: float | None = DEFAULT_TURN_TIMEOUT
     code_routes: list[tuple[Any, Any]] = field(default_factory=list[tuple[Any, Any]])
+    cap_outcomes: dict[str, Any] = field(default_factory=dict[str, Any])
 
 
 class _HopEdgeNotice(logging.Filter):
@@ -203,6 +205,10 @@ def compile_workflow(
         autonomous=plan.autonomous,
         termination_condition=config.termination_condition,
         code_routes=plan.code_routes,
+        cap_outcomes={
+            cap: outcome if isinstance(outcome, CapOutcome) else str(outcome.name)
+            for cap, outcome in config.cap_outcomes.items()
+        },
     )
     manager = (config.manager_factory or HandoffManager)(settings)
     if not isinstance(manager, GroupChatManager):  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -320,7 +326,8 @@ def _plan(config: BuildConfig) -> _Plan:
             policies.setdefault(source, {})[tool] = edge.policy
     agents = {str(agent.name): agent for agent in participants}
     initial = str(config.initial.name)
-    findings = lint_graph(initial, agents, routes, code_routes)
+    safe = [str(o.name) for o in config.cap_outcomes.values() if isinstance(o, Agent)]
+    findings = lint_graph(initial, agents, routes, code_routes, safe)
     if config.manager_factory is not None:  # a manager of its own may pick any agent
         findings = [f for f in findings if f.code != "unreachable-agent"]
         findings += [

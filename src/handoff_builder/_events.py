@@ -65,13 +65,14 @@ BlockReason = Literal[
     "vetoed",
     "declined",
 ]
-EscalationReason = Literal["handoff_cap", "max_iterations", "rejected_handoffs"]
+EscalationReason = Literal["handoff_cap", "max_iterations", "rejected_handoffs", "blocked_handoff"]
 TurnStatus = Literal[
     "completed",
     "autonomous_limit",
     "handoff_cap",
     "max_iterations",
     "rejected_handoffs",
+    "blocked_handoff",
     "agent_timeout",
     "turn_timeout",
     "abandoned",
@@ -177,10 +178,14 @@ class LimitReachedEvent:
     """A limit ended the turn, and the user gets the last reply (no escalation).
 
     ``kind`` is ``"autonomous_turns"``: ``agent`` used every autonomous continuation it was
-    allowed (``limit``), so the turn went back to the user (.NET's behaviour).
+    allowed (``limit``), so the turn went back to the user (.NET's behaviour); or a cap whose
+    outcome is :attr:`~handoff_builder.CapOutcome.RETURN_TO_USER` (``"handoff_cap"``,
+    ``"max_iterations"``, ``"rejected_handoffs"``, ``"blocked_handoff"``).
     """
 
-    kind: Literal["autonomous_turns"]
+    kind: Literal[
+        "autonomous_turns", "handoff_cap", "max_iterations", "rejected_handoffs", "blocked_handoff"
+    ]
     agent: str
     limit: int
 

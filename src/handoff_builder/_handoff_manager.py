@@ -40,8 +40,9 @@ from ._events import (
     HandoffEvent,
     LimitReachedEvent,
     RoutingStep,
+    TurnStatus,
 )
-from ._manager import CodeRoute, GroupChatManager, ManagerSettings
+from ._manager import CapOutcome, CodeRoute, GroupChatManager, ManagerSettings
 from ._routes import EDGE_KINDS
 from ._state import HandoffState, decode_handoff_state, encode_handoff_state
 from .exceptions import HandoffHookError
@@ -73,6 +74,18 @@ AWAITING_NOT_PERFORMED_RESULT = (
     "Not performed: only one handoff per response is followed ({followed} waits for a person's "
     "approval)."
 )
+_HUMAN_TAKES_OVER = "A human colleague will take over the conversation."
+SAFE_AGENT_NOTE = (
+    "The conversation was passed to you ({agent}) because {why}. Answer the user yourself in "
+    "this reply: you cannot hand off now."
+)
+"""What a safe agent is told when a cap (or a blocked handoff) passes the turn to it."""
+SAFE_AGENT_REASONS: dict[EscalationReason, str] = {
+    "handoff_cap": "the limit of {limit} handoffs for this user message was reached",
+    "max_iterations": "this user message used all {limit} agent invocations it is allowed",
+    "rejected_handoffs": "{limit} handoff attempts were refused for this user message",
+    "blocked_handoff": "a handoff was refused",
+}
 CAP_RESULTS: dict[EscalationReason, str] = {
     "handoff_cap": (
         "Not transferred: the limit of {limit} handoffs for this user message was reached. "
@@ -203,6 +216,11 @@ class HandoffManager(GroupChatManager):
         self, request: HandoffRequest, cap: EscalationReason, blocked: BlockReason | None = None
     ) -> HandoffCall:
         text = CAP_RESULTS[cap].format(limit=self._limit(cap))
+        outcome = self.settings.cap_outcomes.get(cap, CapOutcome.ESCALATE)
+        if outcome == CapOutcome.RETURN_TO_USER:
+            text = text.replace(_HUMAN_TAKES_OVER, "The turn ends here; answer the user yourself.")
+        elif outcome != CapOutcome.ESCALATE:
+            text = text.replace(_HUMAN_TAKES_OVER, f"The conversation goes to {outcome}.")
         return _call(request, "escalated", text, blocked=blocked, escalation=cap)
 
     def _limit(self, cap: EscalationReason) -> int:
@@ -210,6 +228,8 @@ class HandoffManager(GroupChatManager):
             return self.settings.max_handoffs_per_turn
         if cap == "rejected_handoffs":
             return self.settings.max_rejected_handoffs
+        if cap == "blocked_handoff":
+            return 0  # not a count: the first blocked handoff takes the outcome
         return self.max_iterations
 
     # -- decisions --------------------------------------------------------------------------------
@@ -231,18 +251,66 @@ class HandoffManager(GroupChatManager):
         events = tally.events
         if tally.rejected != self._state.rejected:
             self._update(rejected=tally.rejected)
+        forced = self._state.forced
+        if forced is not None and forced[0] == speaker and not reply.unfinished:
+            # The safe agent answered: the turn ends with its reply, as the cap's outcome.
+            step = RoutingStep("end", "code", "safe_agent", speaker)
+            return EndTurn(cast(TurnStatus, forced[1]), events=tuple(events), step=step)
         if tally.tripped is not None and tally.tripped.escalation is not None:
-            return self._escalate(tally.tripped.escalation, speaker, events, tally.tripped)
+            return self._at_cap(tally.tripped.escalation, speaker, events, tally.tripped)
         if tally.accepted is not None:
             decision = self._hand_over(tally.accepted, events)
+        elif self._blocked_outcome(events) and not reply.unfinished:
+            return self._at_cap("blocked_handoff", speaker, events)
         elif reply.unfinished:
             decision = NextAgent(speaker, events=tuple(events))  # the same invocation goes on
         else:
             decision = await self._after_reply(history, reply, events)
         # Past the cap, the turn goes no further; an agent that answered keeps its answer.
         if isinstance(decision, NextAgent) and tally.rejected > self.settings.max_rejected_handoffs:
-            return self._escalate("rejected_handoffs", speaker, events)
+            return self._at_cap("rejected_handoffs", speaker, events)
         return decision
+
+    def _blocked_outcome(self, events: list[Event]) -> bool:
+        """A blocked handoff (not one a person declined) with an outcome of its own."""
+        if "blocked_handoff" not in self.settings.cap_outcomes or self._state.forced is not None:
+            return False
+        return any(
+            isinstance(event, HandoffBlockedEvent) and event.reason != "declined"
+            for event in events
+        )
+
+    def _at_cap(
+        self,
+        cap: EscalationReason,
+        speaker: str,
+        events: list[Event],
+        call: HandoffCall | None = None,
+    ) -> Decision:
+        """What the cap's outcome says: escalate (the default), end the turn, or the safe agent."""
+        outcome = self.settings.cap_outcomes.get(cap, CapOutcome.ESCALATE)
+        limit = self._limit(cap)
+        count = self._count(cap)
+        if outcome == CapOutcome.ESCALATE:
+            return self._escalate(cap, speaker, events, call)
+        if outcome == CapOutcome.RETURN_TO_USER:
+            reached = LimitReachedEvent(cap, speaker, limit)
+            step = RoutingStep("limit", "code", cap, speaker, None, limit, count)
+            return EndTurn(cast(TurnStatus, cap), events=(*events, reached), step=step)
+        safe = str(outcome)
+        self._update(forced=(safe, cap))
+        step = RoutingStep("route", "code", cap, speaker, safe, limit, count)
+        note = SAFE_AGENT_NOTE.format(agent=safe, why=SAFE_AGENT_REASONS[cap].format(limit=limit))
+        told = Message(role="user", contents=[note])
+        return NextAgent(safe, input=(told,), events=tuple(events), step=step, last=True)
+
+    def _count(self, cap: EscalationReason) -> int | None:
+        state = self._state
+        return {
+            "handoff_cap": state.handoffs,
+            "max_iterations": state.invocations,
+            "rejected_handoffs": state.rejected,
+        }.get(cap)
 
     def _update(self, **changes: object) -> None:
         self._state = replace(self._state, **changes)
@@ -318,7 +386,7 @@ class HandoffManager(GroupChatManager):
             limit = LimitReachedEvent("autonomous_turns", speaker, mode.limit(speaker))
             return self._end_loop(speaker, EndTurn("autonomous_limit", events=(*events, limit)))
         if self._state.invocations >= self.max_iterations:
-            return self._escalate("max_iterations", speaker, events)
+            return self._at_cap("max_iterations", speaker, events)
         self._update(
             invocations=self._state.invocations + 1,
             autonomous_turns={**self._state.autonomous_turns, speaker: turns + 1},
@@ -357,9 +425,7 @@ class HandoffManager(GroupChatManager):
             ("max_iterations", state.invocations, self.max_iterations),
         ):
             if count >= limit:
-                escalation = EscalationEvent(cast(EscalationReason, cap), speaker, limit, target)
-                step = RoutingStep("escalate", "code", cap, speaker, None, limit, count)
-                return Escalate(escalation, events=(*events, escalation), step=step)
+                return self._at_cap(cast(EscalationReason, cap), speaker, events)
         handoff = HandoffEvent(speaker, target, "", by, "", "handoff", None, "code")
         self._update(invocations=state.invocations + 1, handoffs=state.handoffs + 1)
         step = RoutingStep("route", "code", by, speaker, target)

@@ -81,17 +81,21 @@ _T = TypeVar("_T")
 class HandoffGate:
     """Asks one run's edges what they allow; made by the host for each agent run."""
 
-    __slots__ = ("_conversation", "_conversation_id", "_policies")
+    __slots__ = ("_conversation", "_conversation_id", "_policies", "closed")
 
     def __init__(
         self,
         policies: dict[str, EdgePolicy],
         conversation: Sequence[Message],
         conversation_id: str | None,
+        *,
+        closed: bool = False,
     ) -> None:
         self._policies = policies
         self._conversation = conversation
         self._conversation_id = conversation_id
+        self.closed = closed
+        """No handoff tool is offered in this run (a safe agent's run)."""
 
     @property
     def runs_code(self) -> bool:
@@ -116,6 +120,8 @@ class HandoffGate:
 
     async def disabled(self, routes: Sequence[HandoffRoute]) -> frozenset[str]:
         """The tool names of ``routes`` whose ``is_enabled`` says no for this run."""
+        if self.closed:
+            return frozenset(route.tool_name for route in routes)
         off: set[str] = set()
         for route in routes:
             enabled = self._policy(route).is_enabled

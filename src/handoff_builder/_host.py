@@ -125,6 +125,7 @@ class _Hop(_Command):
     """Self-addressed message: run ``agent`` next (one superstep, so one checkpoint, per hop)."""
 
     agent: str
+    closed: bool = False  # run it with no handoff tools (a safe agent)
 
 
 for _command in (UserTurn, ResumeTurn, ReissueRequests, _Hop):
@@ -224,6 +225,7 @@ class GroupChatHost(Executor):
         self._intermediate_agents = intermediate_agents
         self._logging = argument_logging or ArgumentLogging()
         self._next: str | None = None
+        self._next_closed = False  # the next agent runs with no handoff tools
         self.journal: TurnJournal | None = None
         self._workflow_name = workflow_name
         self._trace: TurnTrace | None = None
@@ -300,7 +302,8 @@ class GroupChatHost(Executor):
     async def handle_hop(self, hop: _Hop, ctx: HostContext) -> None:
         """Run the next speaker of the current turn."""
         with self._failing_turn():
-            await self._carry_out(await self._run_agent(hop.agent, ctx), ctx, ran_agent=True)
+            decision = await self._run_agent(hop.agent, ctx, closed=hop.closed)
+            await self._carry_out(decision, ctx, ran_agent=True)
 
     @handler
     async def handle_resume(self, message: ResumeTurn, ctx: HostContext) -> None:
@@ -308,7 +311,8 @@ class GroupChatHost(Executor):
         del message
         if self._turn is not None and self._next is not None and not self._pending.requests:
             with self._failing_turn():
-                await self._carry_out(await self._run_agent(self._next, ctx), ctx, ran_agent=True)
+                decision = await self._run_agent(self._next, ctx, closed=self._next_closed)
+                await self._carry_out(decision, ctx, ran_agent=True)
 
     @handler
     async def handle_reissue(self, message: ReissueRequests, ctx: HostContext) -> None:
@@ -357,15 +361,20 @@ class GroupChatHost(Executor):
                 self._trace = None
             raise
 
-    async def _run_agent(self, name: str, ctx: HostContext) -> Decision | None:
-        """Run one agent and return the manager's decision (``None``: the turn waits)."""
+    async def _run_agent(
+        self, name: str, ctx: HostContext, *, closed: bool = False
+    ) -> Decision | None:
+        """Run one agent and return the manager's decision (``None``: the turn waits).
+
+        ``closed``: it runs with no handoff tools (a safe agent the manager forced).
+        """
         participant = self._participants.get(name)
         if participant is None:
             warning = f"The manager selected unknown agent {name!r}."
             return EndTurn(events=(warning,))
         self._speaker = name
         view = self._view(name).update(self._history)
-        gate = self._gate_for(participant)
+        gate = self._gate_for(participant, closed=closed)
         limit, seconds = self._time_left()
         if seconds is not None and seconds <= 0:
             return self._timed_out(limit, name)
@@ -431,7 +440,7 @@ class GroupChatHost(Executor):
             turn = self._with_steps(turn, steps)
             traced = False
             if not carrying_on:
-                if turn.invocations >= self._manager.max_iterations:
+                if turn.invocations >= self._manager.max_iterations and not decision.last:
                     self._turn = turn
                     await self._emit(decision.events, ctx)
                     decision = self._past_invocation_cap(decision)
@@ -441,15 +450,15 @@ class GroupChatHost(Executor):
             self._turn = turn
             if decision.input:
                 self._history.extend(decision.input)
-            self._next = decision.agent
+            self._next, self._next_closed = decision.agent, decision.last
             await self._record()  # the next agent is saved before it is called
             await self._emit(decision.events, ctx)
             if self.superstep_per_hop and ran_agent:
-                await ctx.send_message(_Hop(decision.agent))
+                await ctx.send_message(_Hop(decision.agent, decision.last))
                 return
             ran_agent = True
             source = decision.agent
-            decision = await self._run_agent(decision.agent, ctx)
+            decision = await self._run_agent(decision.agent, ctx, closed=decision.last)
         if decision is not None:
             await self._conclude(decision, source, ctx)
 
@@ -556,6 +565,7 @@ class GroupChatHost(Executor):
             trace=turn.steps,
         )
         self._turn, self._next, self._deadline = None, None, None
+        self._next_closed = False
         self.last_result = result
         return result
 
@@ -673,9 +683,9 @@ class GroupChatHost(Executor):
         traced = not (calls and then.handoff is None) and not carrying_on
         await self._carry_out(decision, ctx, carrying_on=carrying_on, traced=traced, source=name)
 
-    def _gate_for(self, participant: Participant) -> HandoffGate:
+    def _gate_for(self, participant: Participant, *, closed: bool = False) -> HandoffGate:
         """What the participant's edges allow in this run, asked with the conversation so far."""
-        return HandoffGate(participant.policies, self._history, self.conversation_id)
+        return HandoffGate(participant.policies, self._history, self.conversation_id, closed=closed)
 
     def _turn_trace(self) -> TurnTrace:
         """The open turn's trace (a turn restored from a checkpoint or a store starts a new one)."""
@@ -728,6 +738,7 @@ class GroupChatHost(Executor):
             trace=turn.steps,
         )
         self._turn, self._next, self._deadline = None, None, None
+        self._next_closed = False
         self.last_result = result
         await self._record()
         await ctx.add_event(WorkflowEvent(cast(Any, HANDOFF_TURN_EVENT), data=result))
@@ -756,6 +767,7 @@ class GroupChatHost(Executor):
         return HostState(
             speaker=self._speaker,
             next=self._next,
+            next_closed=self._next_closed,
             turn=self._turn,
             pending=self._pending.to_state(),
             manager=self._manager.save_state(),
@@ -775,7 +787,7 @@ class GroupChatHost(Executor):
         self._views.clear()  # rebuilt from the restored history on each agent's next run
         self._manager.restore_state(state.manager)
         self._speaker = state.speaker
-        self._next = state.next
+        self._next, self._next_closed = state.next, state.next_closed
         self._pending = PendingRequests.from_state(state.pending)
         self._turn = turn
 

@@ -48,6 +48,7 @@ def lint_graph(
     agents: Mapping[str, Agent],
     routes: Mapping[str, Mapping[str, HandoffRoute]],
     code_routes: Mapping[str, CodeRoute] | None = None,
+    safe_agents: Iterable[str] = (),
 ) -> list[LintFinding]:
     """Every finding about the compiled graph, errors first, each rule in agent order.
 
@@ -55,7 +56,7 @@ def lint_graph(
     initial agent reaches one, no agent is reported unreachable.
     """
     code = code_routes or {}
-    findings = _unreachable(initial, agents, routes, code)
+    findings = _unreachable(initial, agents, routes, code, frozenset(safe_agents))
     findings += _no_way_back(initial, agents, routes, code)
     findings += _same_descriptions(agents, routes)
     return sorted(findings, key=lambda finding: finding.severity != "error")
@@ -66,9 +67,10 @@ def _unreachable(
     agents: Mapping[str, Agent],
     routes: Mapping[str, Mapping[str, HandoffRoute]],
     code: Mapping[str, CodeRoute],
+    safe_agents: frozenset[str],
 ) -> list[LintFinding]:
-    reached = {initial}
-    frontier = [initial]
+    reached = {initial, *safe_agents}  # a cap's safe agent is reached by the cap
+    frontier = list(reached)
     while frontier:
         source = frontier.pop()
         targets = [route.target for route in routes.get(source, {}).values()]

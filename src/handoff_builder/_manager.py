@@ -5,6 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from agent_framework import Message
@@ -27,6 +28,7 @@ __all__ = [
     "DEFAULT_MAX_HANDOFFS_PER_TURN",
     "DEFAULT_MAX_ITERATIONS",
     "DEFAULT_MAX_REJECTED_HANDOFFS",
+    "CapOutcome",
     "CodeRoute",
     "GroupChatManager",
     "ManagerSettings",
@@ -45,6 +47,19 @@ TerminationCondition = Callable[[Sequence[Message]], "bool | Awaitable[bool]"]
 RouteFunction = Callable[[Sequence[Message], AgentReply], "str | Awaitable[str | None] | None"]
 """Called after the route's source replied without a handoff, with the conversation and the reply;
 returns the name of the agent that runs next, or ``None`` to end the turn."""
+
+
+class CapOutcome(str, Enum):
+    """What a cap (or a blocked handoff) does to the turn, unless a safe agent is named.
+
+    ``ESCALATE``: the turn goes to a human, the user gets the apology (the default for caps).
+    ``RETURN_TO_USER``: the turn ends with the last reply, no apology, no escalation.
+    Naming an agent instead (the safe agent) runs it once, with no handoff tools, and the turn
+    ends with its reply.
+    """
+
+    ESCALATE = "escalate"
+    RETURN_TO_USER = "return_to_user"
 
 
 @dataclass(frozen=True)
@@ -83,6 +98,12 @@ class ManagerSettings:
     autonomous: AutonomousMode | None = None
     termination_condition: TerminationCondition | None = None
     code_routes: Mapping[str, CodeRoute] = field(default_factory=dict[str, CodeRoute])
+    cap_outcomes: Mapping[str, CapOutcome | str] = field(
+        default_factory=dict[str, "CapOutcome | str"]
+    )
+    """Per cap (``"handoff_cap"``, ``"max_iterations"``, ``"rejected_handoffs"``,
+    ``"blocked_handoff"``): its outcome, or the safe agent's name. A cap not named escalates; a
+    blocked handoff not named lets the agent carry on."""
 
 
 class GroupChatManager(ABC):

@@ -71,7 +71,7 @@ class Participant:
         disabled = frozenset[str]()
         if self.routes:
             middleware = [HandoffToolMiddleware(self.routes, review, gate, calls), *middleware]
-            if self.policies:
+            if self.policies or gate.closed:
                 disabled = await gate.disabled(list(self.routes.values()))
             if disabled:
                 tools = [tool for tool in tools if tool.name not in disabled]

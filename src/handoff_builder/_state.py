@@ -116,6 +116,7 @@ class HostState:
     schema_version: int = STATE_SCHEMA_VERSION
     speaker: str | None = None
     next: str | None = None
+    next_closed: bool = False  # the next agent runs with no handoff tools (a safe agent)
     turn: TurnState | None = None
     pending: PendingState | None = None
     manager: dict[str, Any] = field(default_factory=dict[str, Any])
@@ -136,6 +137,7 @@ class HandoffState:
     rejected: int = 0
     autonomous_turns: dict[str, int] = field(default_factory=dict[str, int])
     last_hand_back: tuple[str, str] | None = None
+    forced: tuple[str, str] | None = None  # (safe agent, cap): it runs once, then the turn ends
 
 
 @functools.cache

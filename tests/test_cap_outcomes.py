@@ -1,0 +1,178 @@
+"""Cap outcomes: escalate (the default), return to the user, or force a safe agent."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from agent_framework import Agent, tool
+
+from handoff_builder import (
+    HANDOFF_LIMIT_EVENT,
+    CapOutcome,
+    ConversationHost,
+    HandoffTurnResult,
+    HandoffWorkflowBuilder,
+    LimitReachedEvent,
+    RoutingStep,
+)
+from handoff_builder.stores import InMemoryConversationStore
+from handoff_builder.testing import (
+    call_tool,
+    client_of,
+    handoff_to,
+    never_answer,
+    received,
+    reply,
+    scripted_agent,
+)
+
+
+def ping_pong() -> tuple[HandoffWorkflowBuilder, Agent, Agent]:
+    a = scripted_agent("a", handoff_to("b", goal="One."), reply("a answers"))
+    b = scripted_agent("b", handoff_to("a", goal="Two."))
+    return HandoffWorkflowBuilder(a).with_handoff(a, b).with_handoff(b, a), a, b
+
+
+def results_of(result: HandoffTurnResult) -> str:
+    """Every tool result of the conversation, as text."""
+    return "\n".join(
+        str(content.result)
+        for message in result.conversation
+        for content in message.contents
+        if content.type == "function_result"
+    )
+
+
+async def outcome_of(builder: HandoffWorkflowBuilder, message: str = "go") -> HandoffTurnResult:
+    return (await builder.build().run(message)).get_outputs()[-1]
+
+
+async def test_the_default_is_still_an_escalation() -> None:
+    builder, _, _ = ping_pong()
+    result = await outcome_of(builder.with_max_handoffs_per_turn(1))
+    assert (result.status, result.escalated) == ("handoff_cap", True)
+
+
+async def test_return_to_user_ends_the_turn_with_the_last_reply_and_no_apology() -> None:
+    builder, _, b = ping_pong()
+    builder.with_max_handoffs_per_turn(1, outcome=CapOutcome.RETURN_TO_USER)
+    events = [e async for e in builder.build().run("go", stream=True)]
+    [result] = [e.data for e in events if isinstance(e.data, HandoffTurnResult)]
+    assert (result.status, result.escalated, result.active_agent) == ("handoff_cap", False, "b")
+    assert "human colleague" not in result.text  # no apology
+    [limit] = [e.data for e in events if e.type == HANDOFF_LIMIT_EVENT]
+    assert limit == LimitReachedEvent("handoff_cap", "b", 1)
+    assert result.trace[-1] == RoutingStep("limit", "code", "handoff_cap", "b", None, 1, 1)
+    # b's call that tripped the cap was told what happens instead of a human taking over
+    assert "The turn ends here; answer the user yourself." in results_of(result)
+    del b
+
+
+async def test_a_safe_agent_runs_once_with_no_handoff_tools_and_answers() -> None:
+    @tool
+    def runbook(topic: str) -> str:
+        """Look up the safe runbook."""
+        return f"runbook for {topic}"
+
+    builder, a, b = ping_pong()
+    safe = scripted_agent("safe", reply("Here is what I can safely say."), tools=[runbook])
+    builder.with_handoff(safe, a)  # it has a handoff tool of its own, which it is not given
+    builder.with_max_handoffs_per_turn(1, outcome=safe)
+    result = await outcome_of(builder)
+    assert (result.status, result.escalated, result.active_agent) == ("handoff_cap", False, "safe")
+    assert result.messages[-1].text == "Here is what I can safely say."
+    [call] = client_of(safe).calls
+    assert call.tool_names == ("runbook",)  # its own tools, no handoff tool
+    assert result.trace[-2:] == (
+        RoutingStep("route", "code", "handoff_cap", "b", "safe", 1, 1),
+        RoutingStep("end", "code", "safe_agent", "safe"),
+    )
+    assert "The conversation goes to safe." in results_of(result)
+    assert received(safe).user_text == (  # the safe agent is told why it runs
+        "The conversation was passed to you (safe) because the limit of 1 handoffs for this "
+        "user message was reached. Answer the user yourself in this reply: you cannot hand off "
+        "now."
+    )
+    del b
+
+
+async def test_a_blocked_handoff_forces_the_safe_agent_and_the_run_still_answers() -> None:
+    """The seed's supervisor names a node outside the allowlist: blocked, forced to safety."""
+    supervisor = scripted_agent(
+        "supervisor", call_tool("handoff_to_delete_database", goal="Clean up."), reply("done")
+    )
+    investigator, safe = scripted_agent("investigator"), scripted_agent("safe", reply("Safe plan."))
+    builder = HandoffWorkflowBuilder(supervisor).with_handoff(supervisor, investigator)
+    builder.with_blocked_handoff_outcome(safe)
+    result = await outcome_of(builder, "the cache is full")
+    assert (result.status, result.active_agent) == ("blocked_handoff", "safe")
+    assert result.messages[-1].text == "Safe plan."
+    assert [(s.kind, s.decided_by, s.by) for s in result.trace] == [
+        ("start", "code", "initial_agent"),
+        ("blocked", "code", "unknown_target"),
+        ("route", "code", "blocked_handoff"),
+        ("end", "code", "safe_agent"),
+    ]
+    assert client_of(investigator).calls == []
+    assert client_of(safe).calls[0].tool_names == ()
+
+
+async def test_a_blocked_handoff_may_escalate() -> None:
+    supervisor = scripted_agent(
+        "supervisor", call_tool("handoff_to_nowhere", goal="x"), reply("ok")
+    )
+    other = scripted_agent("other")
+    builder = HandoffWorkflowBuilder(supervisor).with_handoff(supervisor, other)
+    result = await outcome_of(builder.with_blocked_handoff_outcome(CapOutcome.ESCALATE))
+    assert result.escalation is not None
+    assert (result.status, result.escalation.reason) == ("blocked_handoff", "blocked_handoff")
+
+
+async def test_max_iterations_and_rejected_handoffs_take_outcomes_too() -> None:
+    worker = scripted_agent("worker", respond_with=lambda call: reply("more"))
+    builder = HandoffWorkflowBuilder(worker).with_autonomous_mode(turn_limit=10)
+    builder.with_max_iterations(3, outcome=CapOutcome.RETURN_TO_USER)
+    result = await outcome_of(builder)
+    assert (result.status, result.escalated) == ("max_iterations", False)
+    assert result.trace[-1].by == "max_iterations"
+
+    keeps = scripted_agent("keeps", respond_with=lambda call: handoff_to("other", goal=""))
+    other, safe = scripted_agent("other"), scripted_agent("safe", reply("I'll take it."))
+    builder = HandoffWorkflowBuilder(keeps).with_handoff(keeps, other)
+    builder.with_max_rejected_handoffs(1, outcome=safe)
+    result = await outcome_of(builder)
+    assert (result.status, result.active_agent, result.text.endswith("I'll take it.")) == (
+        "rejected_handoffs",
+        "safe",
+        True,
+    )
+
+
+async def test_a_hosted_safe_agent_interrupted_resumes_with_no_handoff_tools() -> None:
+    store = InMemoryConversationStore()
+    builder, _, _ = ping_pong()
+    safe = scripted_agent("safe", never_answer())
+    builder.with_max_handoffs_per_turn(1, outcome=safe)
+    sending = asyncio.ensure_future(ConversationHost(builder, store).send("c", "go"))
+    await asyncio.sleep(0.3)
+    sending.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await sending
+    record = await store.load("c")
+    assert record is not None
+    assert (record.state["host"]["next"], record.state["host"]["next_closed"]) == ("safe", True)
+
+    again, _, _ = ping_pong()
+    safe_again = scripted_agent("safe", reply("Back, safely."))
+    again.add_participants(safe_again).with_max_handoffs_per_turn(1, outcome=safe_again)
+    result = await ConversationHost(again, store).resume("c")
+    assert result is not None
+    assert (result.status, result.messages[-1].text) == ("handoff_cap", "Back, safely.")
+    assert client_of(safe_again).calls[0].tool_names == ()
+
+
+def test_an_outcome_must_be_a_cap_outcome_or_an_agent() -> None:
+    builder, _, _ = ping_pong()
+    with pytest.raises(TypeError, match="outcome must be a CapOutcome or an agent"):
+        builder.with_max_iterations(3, outcome="escalate")  # pyright: ignore[reportArgumentType]
