@@ -9,6 +9,7 @@ from agent_framework import Agent, tool
 
 from handoff_builder import (
     HANDOFF_LIMIT_EVENT,
+    HANDOFF_TURN_EVENT,
     CapOutcome,
     ConversationHost,
     HandoffTurnResult,
@@ -176,3 +177,27 @@ def test_an_outcome_must_be_a_cap_outcome_or_an_agent() -> None:
     builder, _, _ = ping_pong()
     with pytest.raises(TypeError, match="outcome must be a CapOutcome or an agent"):
         builder.with_max_iterations(3, outcome="escalate")  # pyright: ignore[reportArgumentType]
+
+
+async def test_a_safe_agent_waiting_for_an_approval_carries_on_without_handoff_tools() -> None:
+    @tool(approval_mode="always_require")
+    def page_on_call(team: str) -> str:
+        """Page a team."""
+        return f"paged {team}"
+
+    builder, a, _ = ping_pong()
+    safe = scripted_agent(
+        "safe", call_tool("page_on_call", team="sre"), reply("Paged SRE."), tools=[page_on_call]
+    )
+    builder.with_handoff(safe, a).with_max_handoffs_per_turn(1, outcome=safe)
+    workflow = builder.build()
+    first = list(await workflow.run("go"))
+    [request] = [e for e in first if e.type == "request_info"]
+    answer = request.data.to_function_approval_response(approved=True)
+    second = list(await workflow.run(responses={request.request_id: answer}))
+    [result] = [e.data for e in second if e.type == HANDOFF_TURN_EVENT]
+    assert (result.status, result.messages[-1].text) == ("handoff_cap", "Paged SRE.")
+    assert [call.tool_names for call in client_of(safe).calls] == [
+        ("page_on_call",),
+        ("page_on_call",),
+    ]  # never its handoff tool, before or after the approval

@@ -263,7 +263,8 @@ class HandoffManager(GroupChatManager):
         elif self._blocked_outcome(events) and not reply.unfinished:
             return self._at_cap("blocked_handoff", speaker, events)
         elif reply.unfinished:
-            decision = NextAgent(speaker, events=tuple(events))  # the same invocation goes on
+            last = forced is not None and forced[0] == speaker  # a safe agent stays closed
+            decision = NextAgent(speaker, events=tuple(events), last=last)  # the same invocation
         else:
             decision = await self._after_reply(history, reply, events)
         # Past the cap, the turn goes no further; an agent that answered keeps its answer.

@@ -607,7 +607,8 @@ class GroupChatHost(Executor):
         ``then`` is carried out once they are: a handoff made in the same response stands.
         """
         carried = tuple(message.to_dict() for message in then.input)
-        self._pending.open(name, requests, Continuation(then.agent, then.handoff, carried))
+        waiting = Continuation(then.agent, then.handoff, carried, then.last)
+        self._pending.open(name, requests, waiting)
         if self._turn is not None:
             steps = self._steps_of(then, name, self._turn)
             if then.handoff is None and then.step is None and then.agent == name:
@@ -669,7 +670,7 @@ class GroupChatHost(Executor):
             raise
         self._history.extend(messages)
         carried = tuple(Message.from_dict(item) for item in then.input)
-        decision: Decision = NextAgent(then.agent, input=carried)  # decided with the requests
+        decision: Decision = NextAgent(then.agent, input=carried, last=then.last)  # decided then
         if calls and then.handoff is None:  # approved handoff calls: the manager decides again
             reply = AgentReply(name, tuple(messages), calls, unfinished=True)
             decision = await self._manager.decide(self._history, reply)

@@ -93,6 +93,7 @@ class Continuation:
     agent: str
     handoff: HandoffEvent | None = None
     input: tuple[dict[str, Any], ...] = ()
+    last: bool = False  # a safe agent: it carries on with no handoff tools
 
 
 @dataclass(frozen=True)
