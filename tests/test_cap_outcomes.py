@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from agent_framework import Agent, tool
@@ -25,13 +26,14 @@ from handoff_builder.testing import (
     never_answer,
     received,
     reply,
+    respond,
     scripted_agent,
 )
 
 
 def ping_pong() -> tuple[HandoffWorkflowBuilder, Agent, Agent]:
     a = scripted_agent("a", handoff_to("b", goal="One."), reply("a answers"))
-    b = scripted_agent("b", handoff_to("a", goal="Two."))
+    b = scripted_agent("b", handoff_to("a", goal="Two."), reply("b answers"))
     return HandoffWorkflowBuilder(a).with_handoff(a, b).with_handoff(b, a), a, b
 
 
@@ -59,15 +61,31 @@ async def test_return_to_user_ends_the_turn_with_the_last_reply_and_no_apology()
     builder, _, b = ping_pong()
     builder.with_max_handoffs_per_turn(1, outcome=CapOutcome.RETURN_TO_USER)
     events = [e async for e in builder.build().run("go", stream=True)]
-    [result] = [e.data for e in events if isinstance(e.data, HandoffTurnResult)]
+    [result] = [e.data for e in events if e.type == HANDOFF_TURN_EVENT]
     assert (result.status, result.escalated, result.active_agent) == ("handoff_cap", False, "b")
     assert "human colleague" not in result.text  # no apology
     [limit] = [e.data for e in events if e.type == HANDOFF_LIMIT_EVENT]
     assert limit == LimitReachedEvent("handoff_cap", "b", 1)
-    assert result.trace[-1] == RoutingStep("limit", "code", "handoff_cap", "b", None, 1, 1)
-    # b's call that tripped the cap was told what happens instead of a human taking over
-    assert "The turn ends here; answer the user yourself." in results_of(result)
-    del b
+    # b's call tripped the cap and ended its run: b answers once more, without handoff tools
+    assert result.messages[-1].text == "b answers"
+    assert result.trace[-2:] == (
+        RoutingStep("route", "code", "handoff_cap", "b", "b", 1, 1),
+        RoutingStep("end", "code", "safe_agent", "b"),
+    )
+    assert client_of(b).calls[-1].tool_names == ()
+    assert "Answer the user yourself now." in results_of(result)
+
+
+async def test_return_to_user_after_a_reply_keeps_that_reply() -> None:
+    worker = scripted_agent("worker", respond_with=lambda call: reply("more"))
+    builder = HandoffWorkflowBuilder(worker).with_autonomous_mode(turn_limit=10)
+    result = await outcome_of(builder.with_max_iterations(2, outcome=CapOutcome.RETURN_TO_USER))
+    assert (result.status, result.escalated, result.messages[-1].text) == (
+        "max_iterations",
+        False,
+        "more",
+    )
+    assert result.trace[-1] == RoutingStep("limit", "code", "max_iterations", "worker", None, 2, 2)
 
 
 async def test_a_safe_agent_runs_once_with_no_handoff_tools_and_answers() -> None:
@@ -90,11 +108,12 @@ async def test_a_safe_agent_runs_once_with_no_handoff_tools_and_answers() -> Non
         RoutingStep("end", "code", "safe_agent", "safe"),
     )
     assert "The conversation goes to safe." in results_of(result)
-    assert received(safe).user_text == (  # the safe agent is told why it runs
-        "The conversation was passed to you (safe) because the limit of 1 handoffs for this "
-        "user message was reached. Answer the user yourself in this reply: you cannot hand off "
-        "now."
+    assert received(safe).rendered.splitlines()[-1] == (  # the safe agent is told why it runs
+        "user[handoff_host]: The conversation was passed to you (safe) because the limit of 1 "
+        "handoffs for this user message was reached. Answer the user yourself in this reply: you "
+        "cannot hand off now."
     )
+    assert all("passed to you" not in m.text for m in result.messages)  # not for the user
     del b
 
 
@@ -201,3 +220,52 @@ async def test_a_safe_agent_waiting_for_an_approval_carries_on_without_handoff_t
         ("page_on_call",),
         ("page_on_call",),
     ]  # never its handoff tool, before or after the approval
+
+
+@tool(approval_mode="always_require")
+def page_on_call(team: str) -> str:
+    """Page a team."""
+    return f"paged {team}"
+
+
+async def answer_all(workflow: Any, events: list[Any]) -> HandoffTurnResult:
+    requests = [e for e in events if e.type == "request_info"]
+    answers = {r.request_id: r.data.to_function_approval_response(approved=True) for r in requests}
+    later = list(await workflow.run(responses=answers))
+    [result] = [e.data for e in later if e.type == HANDOFF_TURN_EVENT]
+    return result
+
+
+async def test_a_safe_agent_cannot_hand_off_even_with_a_call_approved_beside_its_tool() -> None:
+    supervisor = scripted_agent("sup", call_tool("handoff_to_nowhere", goal="x"), reply("done"))
+    elsewhere = scripted_agent("elsewhere", reply("escaped"))
+    safe = scripted_agent(
+        "safe",
+        respond(call_tool("page_on_call", team="sre"), handoff_to("elsewhere", goal="escape")),
+        reply("Safe after all."),
+        tools=[page_on_call],
+    )
+    builder = HandoffWorkflowBuilder(supervisor).with_handoff(supervisor, scripted_agent("inv"))
+    builder.with_handoff(safe, elsewhere).with_blocked_handoff_outcome(safe)
+    workflow = builder.build()
+    result = await answer_all(workflow, list(await workflow.run("go")))
+    assert (result.status, result.active_agent) == ("blocked_handoff", "safe")
+    assert client_of(elsewhere).calls == []
+
+
+async def test_a_blocked_handoff_beside_an_approval_still_takes_its_outcome() -> None:
+    supervisor = scripted_agent(
+        "sup",
+        respond(call_tool("page_on_call", team="sre"), call_tool("handoff_to_nowhere", goal="x")),
+        reply("sup carries on"),
+        tools=[page_on_call],
+    )
+    safe = scripted_agent("safe", reply("safe plan"))
+    builder = HandoffWorkflowBuilder(supervisor).with_handoff(supervisor, scripted_agent("inv"))
+    workflow = builder.with_blocked_handoff_outcome(safe).build()
+    result = await answer_all(workflow, list(await workflow.run("go")))
+    assert (result.status, result.active_agent, result.messages[-1].text) == (
+        "blocked_handoff",
+        "safe",
+        "safe plan",
+    )

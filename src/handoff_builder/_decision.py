@@ -49,6 +49,10 @@ __all__ = [
     "TurnStart",
 ]
 
+HOST_NOTE_AUTHOR = "handoff_host"
+"""``author_name`` of the notes the host adds to the conversation for an agent (a safe agent's
+"why you"): they are not part of a turn's reply to the user."""
+
 TRANSFERRED_RESULT = "Transferred."
 """The tool result of a handoff call that routes (.NET's text)."""
 

@@ -20,6 +20,7 @@ from typing_extensions import override
 
 from ._decision import (
     FOLLOWED_OUTCOMES,
+    HOST_NOTE_AUTHOR,
     TRANSFERRED_RESULT,
     AgentReply,
     CallOutcome,
@@ -80,6 +81,10 @@ SAFE_AGENT_NOTE = (
     "this reply: you cannot hand off now."
 )
 """What a safe agent is told when a cap (or a blocked handoff) passes the turn to it."""
+SAFE_AGENT_NO_HANDOFF = (
+    "Error: {tool} was not called: you were given the conversation to answer the user yourself, "
+    "without handing off."
+)
 SAFE_AGENT_REASONS: dict[EscalationReason, str] = {
     "handoff_cap": "the limit of {limit} handoffs for this user message was reached",
     "max_iterations": "this user message used all {limit} agent invocations it is allowed",
@@ -176,6 +181,10 @@ class HandoffManager(GroupChatManager):
         self, request: HandoffRequest, earlier: Sequence[HandoffCall]
     ) -> HandoffCall:
         """Accept the call, refuse it with a tool error, or stop the turn at a cap."""
+        forced = self._state.forced
+        if forced is not None and request.route.source == forced[0]:  # a safe agent's run
+            text = SAFE_AGENT_NO_HANDOFF.format(tool=request.route.tool_name)
+            return _call(request, "rejected", text, blocked="disabled")
         followed = next((c for c in earlier if c.outcome in FOLLOWED_OUTCOMES), None)
         if followed is not None:  # the first accepted call stands, even while it waits for a yes
             text = (
@@ -218,7 +227,7 @@ class HandoffManager(GroupChatManager):
         text = CAP_RESULTS[cap].format(limit=self._limit(cap))
         outcome = self.settings.cap_outcomes.get(cap, CapOutcome.ESCALATE)
         if outcome == CapOutcome.RETURN_TO_USER:
-            text = text.replace(_HUMAN_TAKES_OVER, "The turn ends here; answer the user yourself.")
+            text = text.replace(_HUMAN_TAKES_OVER, "Answer the user yourself now.")
         elif outcome != CapOutcome.ESCALATE:
             text = text.replace(_HUMAN_TAKES_OVER, f"The conversation goes to {outcome}.")
         return _call(request, "escalated", text, blocked=blocked, escalation=cap)
@@ -252,7 +261,9 @@ class HandoffManager(GroupChatManager):
         if tally.rejected != self._state.rejected:
             self._update(rejected=tally.rejected)
         forced = self._state.forced
-        if forced is not None and forced[0] == speaker and not reply.unfinished:
+        if forced is not None and forced[0] == speaker:
+            if reply.unfinished:  # it waits for answers: it carries on, closed, past every cap
+                return NextAgent(speaker, events=tuple(events), last=True)
             # The safe agent answered: the turn ends with its reply, as the cap's outcome.
             step = RoutingStep("end", "code", "safe_agent", speaker)
             return EndTurn(cast(TurnStatus, forced[1]), events=tuple(events), step=step)
@@ -260,11 +271,10 @@ class HandoffManager(GroupChatManager):
             return self._at_cap(tally.tripped.escalation, speaker, events, tally.tripped)
         if tally.accepted is not None:
             decision = self._hand_over(tally.accepted, events)
-        elif self._blocked_outcome(events) and not reply.unfinished:
+        elif self._blocked_outcome(events):
             return self._at_cap("blocked_handoff", speaker, events)
         elif reply.unfinished:
-            last = forced is not None and forced[0] == speaker  # a safe agent stays closed
-            decision = NextAgent(speaker, events=tuple(events), last=last)  # the same invocation
+            decision = NextAgent(speaker, events=tuple(events))  # the same invocation goes on
         else:
             decision = await self._after_reply(history, reply, events)
         # Past the cap, the turn goes no further; an agent that answered keeps its answer.
@@ -287,13 +297,21 @@ class HandoffManager(GroupChatManager):
         speaker: str,
         events: list[Event],
         call: HandoffCall | None = None,
+        target: str | None = None,
     ) -> Decision:
-        """What the cap's outcome says: escalate (the default), end the turn, or the safe agent."""
+        """What the cap's outcome says: escalate (the default), end the turn, or the safe agent.
+
+        Returning to the user after a handoff call tripped the cap lets the caller answer once
+        more, without handoff tools: the call ended its run before it could write a reply.
+        """
         outcome = self.settings.cap_outcomes.get(cap, CapOutcome.ESCALATE)
         limit = self._limit(cap)
         count = self._count(cap)
         if outcome == CapOutcome.ESCALATE:
-            return self._escalate(cap, speaker, events, call)
+            return self._escalate(cap, speaker, events, call, target)
+        if outcome == CapOutcome.RETURN_TO_USER and call is not None:
+            events = [*events, LimitReachedEvent(cap, speaker, limit)]
+            outcome = speaker
         if outcome == CapOutcome.RETURN_TO_USER:
             reached = LimitReachedEvent(cap, speaker, limit)
             step = RoutingStep("limit", "code", cap, speaker, None, limit, count)
@@ -302,7 +320,7 @@ class HandoffManager(GroupChatManager):
         self._update(forced=(safe, cap))
         step = RoutingStep("route", "code", cap, speaker, safe, limit, count)
         note = SAFE_AGENT_NOTE.format(agent=safe, why=SAFE_AGENT_REASONS[cap].format(limit=limit))
-        told = Message(role="user", contents=[note])
+        told = Message(role="user", contents=[note], author_name=HOST_NOTE_AUTHOR)
         return NextAgent(safe, input=(told,), events=tuple(events), step=step, last=True)
 
     def _count(self, cap: EscalationReason) -> int | None:
@@ -358,8 +376,12 @@ class HandoffManager(GroupChatManager):
         if route.source in turns:
             turns = {agent: n for agent, n in turns.items() if agent != route.source}
         back = (route.source, route.target) if route.edge.returns else state.last_hand_back
-        self._state = HandoffState(
-            state.invocations + 1, state.handoffs + 1, state.rejected, turns, back
+        self._state = replace(
+            state,
+            invocations=state.invocations + 1,
+            handoffs=state.handoffs + 1,
+            autonomous_turns=turns,
+            last_hand_back=back,
         )
         return NextAgent(route.target, handoff=handoff, events=(*events, handoff))
 
@@ -426,7 +448,7 @@ class HandoffManager(GroupChatManager):
             ("max_iterations", state.invocations, self.max_iterations),
         ):
             if count >= limit:
-                return self._at_cap(cast(EscalationReason, cap), speaker, events)
+                return self._at_cap(cast(EscalationReason, cap), speaker, events, target=target)
         handoff = HandoffEvent(speaker, target, "", by, "", "handoff", None, "code")
         self._update(invocations=state.invocations + 1, handoffs=state.handoffs + 1)
         step = RoutingStep("route", "code", by, speaker, target)
@@ -444,12 +466,13 @@ class HandoffManager(GroupChatManager):
         speaker: str,
         events: list[Event],
         call: HandoffCall | None = None,
+        target: str | None = None,
     ) -> Escalate:
         escalation = EscalationEvent(
             cap,
             speaker,
             self._limit(cap),
-            call.route.target if call else None,
+            call.route.target if call else target,
             call.argument if call else None,
         )
         return Escalate(escalation, events=(*events, escalation))

@@ -27,7 +27,16 @@ from typing_extensions import Self, override
 if TYPE_CHECKING:
     from opentelemetry.trace import SpanContext
 
-from ._decision import AgentReply, Decision, EndTurn, Escalate, Event, NextAgent, TurnStart
+from ._decision import (
+    HOST_NOTE_AUTHOR,
+    AgentReply,
+    Decision,
+    EndTurn,
+    Escalate,
+    Event,
+    NextAgent,
+    TurnStart,
+)
 from ._events import (
     HANDOFF_BLOCKED_EVENT,
     HANDOFF_ESCALATED_EVENT,
@@ -435,8 +444,8 @@ class GroupChatHost(Executor):
             if decision.handoff is not None:
                 turn = turn.with_handoff(decision.handoff)
             steps = [] if traced else self._steps_of(decision, source, turn)
-            if carrying_on:
-                steps = [step for step in steps if step.kind == "blocked"]
+            if carrying_on:  # its refused calls, and a step its manager named
+                steps = [s for s in steps if s.kind == "blocked" or s is decision.step]
             turn = self._with_steps(turn, steps)
             traced = False
             if not carrying_on:
@@ -555,7 +564,7 @@ class GroupChatHost(Executor):
         log_event(f"turn abandoned ({event.reason}, {event.attempts} failed attempt(s)): "
                   f"{event.error or 'no error'}", self._logging)  # fmt: skip
         result = HandoffTurnResult(
-            messages=self._history[turn.start :],
+            messages=_reply(self._history[turn.start :]),
             active_agent=self._speaker or "",
             handoffs=turn.handoffs,
             escalation=None,
@@ -651,7 +660,7 @@ class GroupChatHost(Executor):
         name = str(self._pending.agent)
         then = self._pending.then or Continuation(name)
         participant = self._participants[name]
-        gate = self._gate_for(participant)
+        gate = self._gate_for(participant, closed=then.last)
         limit, seconds = self._time_left()
         try:
             with self._turn_trace().active():  # approved handoffs' spans are the turn's
@@ -729,7 +738,7 @@ class GroupChatHost(Executor):
         self._turn_trace().end(status, len(turn.handoffs))
         self._trace = None
         result = HandoffTurnResult(
-            messages=self._history[turn.start :],
+            messages=_reply(self._history[turn.start :]),
             active_agent=self._speaker or "",
             handoffs=turn.handoffs,
             escalation=escalation,
@@ -852,6 +861,11 @@ def _end_step(decision: EndTurn, source: str | None, manager: str) -> RoutingSte
     if limit is not None:
         return RoutingStep("limit", "code", limit.kind, source or limit.agent, None, limit.limit)
     return RoutingStep("end", "code", manager, source)
+
+
+def _reply(messages: Sequence[Message]) -> list[Message]:
+    """A turn's messages without the host's notes to an agent (not meant for the user)."""
+    return [m for m in messages if not (m.role == "user" and m.author_name == HOST_NOTE_AUTHOR)]
 
 
 def _status(decision: Decision) -> TurnStatus:

@@ -69,8 +69,8 @@ def _unreachable(
     code: Mapping[str, CodeRoute],
     safe_agents: frozenset[str],
 ) -> list[LintFinding]:
-    reached = {initial, *safe_agents}  # a cap's safe agent is reached by the cap
-    frontier = list(reached)
+    reached = {initial, *safe_agents}  # a cap's safe agent is reached by the cap ...
+    frontier = [initial]  # ... and runs without its handoff tools: its edges lead nowhere
     while frontier:
         source = frontier.pop()
         targets = [route.target for route in routes.get(source, {}).values()]
