@@ -9,8 +9,12 @@ from typing import Any
 
 import pytest
 
-from handoff_builder.stores import ConversationStore
-from tests.stores import STORE_KINDS, make_store
+from handoff_builder.stores import (
+    ConversationStore,
+    PostgresConversationStore,
+    SqliteConversationStore,
+)
+from tests.stores import STORE_KINDS, make_store, postgres_dsn, unique_prefix
 
 _LOCAL_PREFIXES = ("127.", "::1", "localhost")
 
@@ -38,3 +42,22 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     """Every store backend, for the contract suite and the hosting tests."""
     async for made in make_store(request.param, tmp_path):
         yield made
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def shared_store(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[tuple[str, ConversationStore]]:
+    """A store spec for worker processes (``tests/hosting_worker.py``, ``tests/fault_worker.py``),
+    and the same store opened here."""
+    if request.param == "sqlite":
+        path = tmp_path / "shared.db"
+        sqlite = SqliteConversationStore(path)
+        yield f"sqlite:{path}", sqlite
+        await sqlite.close()
+    else:
+        prefix = unique_prefix()
+        postgres = PostgresConversationStore(postgres_dsn(), table_prefix=prefix)
+        yield f"postgres:{prefix}", postgres
+        await postgres.drop_tables()
+        await postgres.close()

@@ -12,10 +12,12 @@ import pytest
 from handoff_builder.cli import main
 
 
-def run_cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, stdin: str = "", cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(  # noqa: S603 - this interpreter, our module
         [sys.executable, "-m", "handoff_builder.cli", *args],
-        input=stdin, capture_output=True, text=True, check=False, timeout=60,
+        input=stdin, capture_output=True, text=True, check=False, timeout=60, cwd=cwd,
     )  # fmt: skip
 
 
@@ -115,10 +117,7 @@ sys.exit("usage: somebody else's program")
 def graph_of(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "my_desk.py").write_text(MY_DESK, encoding="utf-8")
     (tmp_path / "exits.py").write_text(EXITS, encoding="utf-8")
-    return subprocess.run(  # noqa: S603 - this interpreter, our module
-        [sys.executable, "-m", "handoff_builder.cli", "graph", *args],
-        cwd=tmp_path, capture_output=True, text=True, check=False, timeout=60,
-    )  # fmt: skip
+    return run_cli("graph", *args, cwd=tmp_path)
 
 
 @pytest.mark.parametrize("attribute", ["builder", "make"])

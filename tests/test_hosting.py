@@ -219,22 +219,6 @@ async def test_empty_conversation_id(store: ConversationStore) -> None:
 # -- real processes ------------------------------------------------------------------------------
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    """A store spec for worker processes, and the same store opened here."""
-    if request.param == "sqlite":
-        path = tmp_path / "shared.db"
-        store = SqliteConversationStore(path)
-        yield f"sqlite:{path}", store
-        await store.close()
-    else:
-        prefix = unique_prefix()
-        store = PostgresConversationStore(postgres_dsn(), table_prefix=prefix)
-        yield f"postgres:{prefix}", store
-        await store.drop_tables()
-        await store.close()
-
-
 @pytest.fixture
 async def postgres_store() -> Any:
     store = PostgresConversationStore(postgres_dsn(), table_prefix=unique_prefix())

@@ -28,7 +28,6 @@ from handoff_builder.stores import (
     ConversationRecord,
     ConversationStore,
     PostgresConversationStore,
-    SqliteConversationStore,
     hold,
 )
 from handoff_builder.testing import client_of, handoff_to, reply, scripted_agent
@@ -53,24 +52,6 @@ Spawn = Callable[..., "subprocess.Popen[str]"]
 
 
 # -- fixtures and helpers -------------------------------------------------------------------------
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def shared(
-    request: pytest.FixtureRequest, tmp_path: Path
-) -> AsyncIterator[tuple[str, ConversationStore]]:
-    """A store spec for worker processes, and the same store opened here."""
-    if request.param == "sqlite":
-        path = tmp_path / "shared.db"
-        store = SqliteConversationStore(path)
-        yield f"sqlite:{path}", store
-        await store.close()
-    else:
-        prefix = unique_prefix()
-        postgres = PostgresConversationStore(postgres_dsn(), table_prefix=prefix)
-        yield f"postgres:{prefix}", postgres
-        await postgres.drop_tables()
-        await postgres.close()
 
 
 @pytest.fixture
@@ -195,10 +176,10 @@ AT_THE_KILL: dict[str, tuple[int, str | None, bool, int]] = {
 
 @pytest.mark.parametrize("point", list(AT_THE_KILL))
 async def test_killed_at_each_point_of_a_turn_is_finished_by_the_next_worker(
-    shared: tuple[str, ConversationStore], markers: Path, spawn: Spawn, point: str
+    shared_store: tuple[str, ConversationStore], markers: Path, spawn: Spawn, point: str
 ) -> None:
     """SIGKILL in triage's call, in billing's, or after the final write; a new worker goes on."""
-    spec, store = shared
+    spec, store = shared_store
     crashing = spawn("crash", spec, "conv", str(markers), point)
     await reached(markers / point, crashing)
     await kill(crashing)
@@ -238,10 +219,10 @@ async def test_killed_at_each_point_of_a_turn_is_finished_by_the_next_worker(
 
 
 async def test_frozen_worker_is_taken_over_and_its_late_write_refused(
-    shared: tuple[str, ConversationStore], markers: Path, spawn: Spawn
+    shared_store: tuple[str, ConversationStore], markers: Path, spawn: Spawn
 ) -> None:
     """A is frozen (SIGSTOP) in billing's call; B finishes the turn; A thawed writes nothing."""
-    spec, store = shared
+    spec, store = shared_store
     frozen = spawn("freeze", spec, "conv", str(markers))
     await reached(markers / "billing", frozen)
     frozen.send_signal(signal.SIGSTOP)
@@ -374,10 +355,10 @@ async def test_ids_with_colliding_hashtext_run_concurrently(
 
 
 async def test_two_processes_sending_many_times_to_one_conversation(
-    shared: tuple[str, ConversationStore], markers: Path, spawn: Spawn
+    shared_store: tuple[str, ConversationStore], markers: Path, spawn: Spawn
 ) -> None:
     """Two workers send 20 messages each to one conversation, waiting for each other's turns."""
-    spec, store = shared
+    spec, store = shared_store
     count = 20
     # This process makes the database first (two workers making a new SQLite file at the same
     # moment is the next test's subject).

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,21 @@ def answered_everywhere(messages: list[Message] | tuple[Message, ...]) -> bool:
     calls = {c.call_id for m in messages for c in m.contents if c.type == "function_call"}
     results = {c.call_id for m in messages for c in m.contents if c.type == "function_result"}
     return calls <= results
+
+
+async def rewrite_state(
+    store: ConversationStore, conversation_id: str, change: Callable[[dict[str, Any]], Any]
+) -> None:
+    """Replace a stored conversation's state row with ``change(state)`` (no lease held)."""
+    record = await store.load(conversation_id)
+    assert record is not None
+    await store.append(
+        conversation_id,
+        start=len(record.messages),
+        messages=[],
+        state=change(record.state),
+        expected_version=record.version,
+    )
 
 
 def stored_texts(record: Any) -> list[tuple[str, str]]:
@@ -459,9 +475,10 @@ async def test_a_damaged_sqlite_file_is_a_corrupt_conversation(tmp_path: Path) -
         {"receipts": "nope"},
         {"failures": "many"},
         {"last_activity": "yesterday"},
+        {"last_activity": "2026-12-01T10:00:00"},
         {"turn_keys": [1, 2]},
     ],
-    ids=["receipts", "failures", "last-activity", "keys"],
+    ids=["receipts", "failures", "last-activity", "last-activity-without-a-time-zone", "keys"],
 )
 async def test_a_bad_hosting_state_is_a_corrupt_conversation(
     store: ConversationStore, hosting_state: dict[str, Any]
@@ -469,16 +486,9 @@ async def test_a_bad_hosting_state_is_a_corrupt_conversation(
     builder, triage, _ = desk([reply("hello")], [])
     host = ConversationHost(builder, store, live_conversations=0)
     await host.send("c", "hi")
-    record = await store.load("c")
-    assert record is not None
-    await store.append(
-        "c",
-        start=len(record.messages),
-        messages=[],
-        state={**record.state, **hosting_state},
-        expected_version=record.version,
-    )
-    with pytest.raises(CorruptConversationError, match="the hosting state is not valid"):
+    await rewrite_state(store, "c", lambda state: {**state, **hosting_state})
+    [field] = hosting_state
+    with pytest.raises(CorruptConversationError, match=f"the hosting state is not valid.*{field}"):
         await host.send("c", "again")
     assert len(client_of(triage).calls) == 1
 
@@ -635,33 +645,11 @@ async def test_a_bad_host_state_is_a_corrupt_conversation(
     builder, triage, _ = desk([reply("hello")], [])
     host = ConversationHost(builder, store, live_conversations=0)
     await host.send("c", "hi")
-    record = await store.load("c")
-    assert record is not None
-    state = {**record.state, "host": {**record.state["host"], **host_state}}
-    await store.append(
-        "c", start=len(record.messages), messages=[], state=state, expected_version=record.version
+    await rewrite_state(
+        store, "c", lambda state: {**state, "host": {**state["host"], **host_state}}
     )
     with pytest.raises(CorruptConversationError, match=problem):
         await host.send("c", "again")
     with pytest.raises(CorruptConversationError):
         await host.abandon("c")
     assert len(client_of(triage).calls) == 1
-
-
-async def test_a_last_activity_without_a_time_zone_is_a_corrupt_conversation(
-    store: ConversationStore,
-) -> None:
-    builder, _, _ = desk([reply("hello")], [])
-    host = ConversationHost(builder, store, live_conversations=0)
-    await host.send("c", "hi")
-    record = await store.load("c")
-    assert record is not None
-    await store.append(
-        "c",
-        start=len(record.messages),
-        messages=[],
-        state={**record.state, "last_activity": "2026-12-01T10:00:00"},
-        expected_version=record.version,
-    )
-    with pytest.raises(CorruptConversationError, match="last_activity"):
-        await host.send("c", "again")

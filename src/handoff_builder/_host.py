@@ -563,20 +563,7 @@ class GroupChatHost(Executor):
         self._pending = PendingRequests()
         log_event(f"turn abandoned ({event.reason}, {event.attempts} failed attempt(s)): "
                   f"{event.error or 'no error'}", self._logging)  # fmt: skip
-        result = HandoffTurnResult(
-            messages=_reply(self._history[turn.start :]),
-            active_agent=self._speaker or "",
-            handoffs=turn.handoffs,
-            escalation=None,
-            conversation=self._history,
-            status="abandoned",
-            abandoned=event,
-            trace=turn.steps,
-        )
-        self._turn, self._next, self._deadline = None, None, None
-        self._next_closed = False
-        self.last_result = result
-        return result
+        return self._close_turn(turn, "abandoned", abandoned=event)
 
     def _past_invocation_cap(self, decision: NextAgent) -> Escalate:
         """The host's own cap: the manager asked for one invocation too many."""
@@ -737,6 +724,22 @@ class GroupChatHost(Executor):
                 )
         self._turn_trace().end(status, len(turn.handoffs))
         self._trace = None
+        result = self._close_turn(turn, status, escalation=escalation, timeout=timeout)
+        await self._record()
+        await ctx.add_event(WorkflowEvent(cast(Any, HANDOFF_TURN_EVENT), data=result))
+        if not ctx.is_streaming():
+            await ctx.yield_output(result)
+
+    def _close_turn(
+        self,
+        turn: TurnState,
+        status: TurnStatus,
+        *,
+        escalation: EscalationEvent | None = None,
+        timeout: TurnTimeoutEvent | None = None,
+        abandoned: TurnAbandonedEvent | None = None,
+    ) -> HandoffTurnResult:
+        """The turn is over: its result, and the host between turns again."""
         result = HandoffTurnResult(
             messages=_reply(self._history[turn.start :]),
             active_agent=self._speaker or "",
@@ -745,15 +748,12 @@ class GroupChatHost(Executor):
             conversation=self._history,
             status=status,
             timeout=timeout,
+            abandoned=abandoned,
             trace=turn.steps,
         )
-        self._turn, self._next, self._deadline = None, None, None
-        self._next_closed = False
+        self._turn, self._next, self._next_closed, self._deadline = None, None, False, None
         self.last_result = result
-        await self._record()
-        await ctx.add_event(WorkflowEvent(cast(Any, HANDOFF_TURN_EVENT), data=result))
-        if not ctx.is_streaming():
-            await ctx.yield_output(result)
+        return result
 
     # -- state: checkpoints and hosted conversations ---------------------------------------------
 

@@ -25,7 +25,7 @@ from ._events import (
     TurnTimeoutEvent,
 )
 from ._host import GroupChatHost, ReissueRequests, ResumeTurn, UserTurn
-from ._state import HostState, adapter_for, decode_host_state
+from ._state import HostState, adapter_for, decode_host_state, validated
 from .exceptions import (
     ConversationBusyError,
     ConversationConflictError,
@@ -120,8 +120,14 @@ class _StoreJournal:
         version: int,
         saved: int,
         clock: Callable[[], datetime],
-        hosted: _Hosted,
+        written: Mapping[str, Any],
     ) -> None:
+        """Start from ``written``, the stored state row (empty for a new conversation).
+
+        Its hosting fields are checked here (``CorruptConversationError``), so the receipts are
+        kept as stored and decoded only when a repeated call asks for one.
+        """
+        hosted = _decode(_Hosted, written, conversation_id) if written else _Hosted()
         self._store = store
         self._conversation_id = conversation_id
         self.held: LeaseHold | None = None
@@ -133,16 +139,10 @@ class _StoreJournal:
         self.turn_keys = list(hosted.turn_keys)
         self.failures = hosted.failures
         self.last_error = hosted.last_error
-        self.receipts: list[dict[str, Any]] = [_encode(_Receipt, r) for r in hosted.receipts]
+        self.receipts: list[dict[str, Any]] = list(written.get("receipts", []))
         self.key: str | None = None  # the key of the call running now
-        self._written: dict[str, Any] = {}  # the state row as last written
+        self._written: dict[str, Any] = dict(written)  # the state row as last written
         self._receipted: HandoffTurnResult | None = None
-
-    def hosted(self) -> _Hosted:
-        """The hosting state as it is now (receipts decoded)."""
-        receipts = tuple(_decode(_Receipt, r, self._conversation_id) for r in self.receipts)
-        return _Hosted(self.last_activity, tuple(self.turn_keys), self.failures, self.last_error,
-                       receipts)  # fmt: skip
 
     async def record(self, host: GroupChatHost) -> None:
         history = host.history
@@ -563,11 +563,11 @@ class ConversationHost:
         host = workflow.get_start_executor()
         if not isinstance(host, GroupChatHost):  # pragma: no cover - build() always makes one
             raise TypeError("ConversationHost needs a workflow built by HandoffWorkflowBuilder.")
-        version, saved, hosted = 0, 0, _Hosted()
+        version, saved, written = 0, 0, {}
         if record is not None:
             history = _history(record)
             state = _host_state(record)
-            hosted = _decode(_Hosted, record.state, conversation_id)
+            written = record.state
             try:
                 host.load(history, state)
             except CorruptStateError as error:  # the manager's own state
@@ -579,11 +579,9 @@ class ConversationHost:
             version, saved = record.version, len(history)
         journal = _StoreJournal(
             self.store, conversation_id, version=version, saved=saved, clock=self._clock,
-            hosted=hosted,
+            written=written,
         )  # fmt: skip
         journal.held = held
-        if record is not None:
-            journal._written = dict(record.state)  # pyright: ignore[reportPrivateUsage]
         host.journal = journal
         host.conversation_id = conversation_id
         return workflow, host
@@ -760,17 +758,11 @@ def _encode(kind: type[Any], value: Any) -> dict[str, Any]:
 
 
 def _decode(kind: type[Any], raw: Any, conversation_id: str) -> Any:
-    from pydantic import ValidationError
-
     try:
-        return adapter_for(kind).validate_python(raw)
-    except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in problem['loc']) or 'the record'}: {problem['msg']}"
-            for problem in error.errors()
-        )
+        return validated(kind, raw, "the hosting state")
+    except CorruptStateError as error:
         raise CorruptConversationError(
-            conversation_id, f"the hosting state is not valid ({problems})"
+            conversation_id, f"the hosting state is not valid ({error.detail})"
         ) from error
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "encode_host_state",
     "handoff_record",
     "transferred_handoff",
+    "validated",
 ]
 
 STATE_SCHEMA_VERSION = 2
@@ -149,14 +150,15 @@ def adapter_for(kind: type[Any]) -> TypeAdapter[Any]:
     return TypeAdapter(kind)
 
 
-_adapter = adapter_for
+def validated(kind: type[Any], raw: Any, where: str) -> Any:
+    """``raw`` read into ``kind`` by pydantic; a :class:`CorruptStateError` naming each bad field.
 
-
-def _validated(kind: type[Any], raw: Mapping[str, Any], where: str) -> Any:
+    ``where`` names the record in the error.
+    """
     from pydantic import ValidationError
 
     try:
-        return _adapter(kind).validate_python(raw)
+        return adapter_for(kind).validate_python(raw)
     except ValidationError as error:
         problems = "; ".join(
             f"{'.'.join(str(part) for part in problem['loc']) or 'the record'}: {problem['msg']}"
@@ -167,7 +169,7 @@ def _validated(kind: type[Any], raw: Mapping[str, Any], where: str) -> Any:
 
 def encode_host_state(state: HostState) -> dict[str, Any]:
     """``state`` as JSON-ready data."""
-    return cast(dict[str, Any], _adapter(HostState).dump_python(state, mode="json"))
+    return cast(dict[str, Any], adapter_for(HostState).dump_python(state, mode="json"))
 
 
 def decode_host_state(raw: Mapping[str, Any], where: str) -> HostState:
@@ -186,17 +188,17 @@ def decode_host_state(raw: Mapping[str, Any], where: str) -> HostState:
         raise SchemaVersionError(where, version, STATE_SCHEMA_VERSION)
     if version < STATE_SCHEMA_VERSION:
         raw = _upgrade_from_1(raw)
-    return cast(HostState, _validated(HostState, raw, where))
+    return cast(HostState, validated(HostState, raw, where))
 
 
 def encode_handoff_state(state: HandoffState) -> dict[str, Any]:
     """The handoff manager's state as JSON-ready data."""
-    return cast(dict[str, Any], _adapter(HandoffState).dump_python(state, mode="json"))
+    return cast(dict[str, Any], adapter_for(HandoffState).dump_python(state, mode="json"))
 
 
 def decode_handoff_state(raw: Mapping[str, Any]) -> HandoffState:
     """Read back what :func:`encode_handoff_state` wrote, checked."""
-    return cast(HandoffState, _validated(HandoffState, raw, "the handoff manager's state"))
+    return cast(HandoffState, validated(HandoffState, raw, "the handoff manager's state"))
 
 
 def _upgrade_from_1(raw: Mapping[str, Any]) -> dict[str, Any]:

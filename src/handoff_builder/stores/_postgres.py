@@ -226,27 +226,16 @@ class PostgresConversationStore:
         release: bool = False,
     ) -> int:
         """Append and replace the state with one statement, if the version and lease allow it."""
-        owner, token = (lease.owner, lease.token) if lease is not None else (None, None)
-        params = {
-            "id": conversation_id,
-            "schema": RECORD_SCHEMA_VERSION,
-            "state": encode(dict(state)),
-            "start": start,
-            "expected": expected_version,
-            "owner": owner,
-            "token": token,
-            "release": release and lease is not None,
-            "bodies": encode(list(messages)),  # one JSON array: PostgreSQL splits it
-        }
         name = "write_new" if expected_version == 0 and lease is None else "write"
-        try:
-            row = await self._one(name, params)
-        except psycopg.errors.UniqueViolation:  # the log had moved on: a message at `start`
-            row = None
-        if row is not None and row[0] is not None:
+        row, found = await self._write(
+            name, conversation_id, start, messages, state, expected_version,
+            owner=lease.owner if lease is not None else None,
+            token=lease.token if lease is not None else None,
+            release=release and lease is not None,
+        )  # fmt: skip
+        if row is not None:
             return int(row[0])
-        found = await self._one("why_not", (conversation_id,))
-        version, held_by, held_token, alive = found if found is not None else (0, None, 0, False)
+        version, held_by, held_token, alive = found
         if lease is not None and (held_by != lease.owner or held_token != lease.token):
             raise LeaseLostError(conversation_id, lease.owner)
         if lease is None and held_by is not None and alive:
@@ -266,28 +255,49 @@ class PostgresConversationStore:
         release: bool = False,
     ) -> Lease | None:
         """Take the lease and write with one statement (``None``: another owner holds it)."""
+        row, found = await self._write(
+            "acquire_and_write", conversation_id, start, messages, state, expected_version,
+            owner=owner, ttl=ttl, release=release,
+        )  # fmt: skip
+        if row is not None:
+            return Lease(conversation_id, owner, int(row[1]), int(row[0]))
+        version, held_by, _, alive = found
+        if held_by is not None and alive:
+            return None
+        raise ConversationConflictError(conversation_id, expected_version, int(version))
+
+    async def _write(
+        self,
+        name: str,
+        conversation_id: str,
+        start: int,
+        messages: Sequence[Mapping[str, Any]],
+        state: Mapping[str, Any],
+        expected_version: int,
+        **fence: Any,
+    ) -> tuple[tuple[Any, ...] | None, tuple[Any, ...]]:
+        """Run a write statement: its row when it wrote, else why it did not.
+
+        Why not is (version, lease owner, lease token, whether the lease is alive), read right
+        after the statement.
+        """
         params = {
             "id": conversation_id,
             "schema": RECORD_SCHEMA_VERSION,
             "state": encode(dict(state)),
             "start": start,
             "expected": expected_version,
-            "owner": owner,
-            "ttl": ttl,
-            "release": release,
             "bodies": encode(list(messages)),  # one JSON array: PostgreSQL splits it
+            **fence,
         }
         try:
-            row = await self._one("acquire_and_write", params)
-        except psycopg.errors.UniqueViolation:
+            row = await self._one(name, params)
+        except psycopg.errors.UniqueViolation:  # the log had moved on: a message at `start`
             row = None
         if row is not None and row[0] is not None:
-            return Lease(conversation_id, owner, int(row[1]), int(row[0]))
+            return row, ()
         found = await self._one("why_not", (conversation_id,))
-        version, held_by, _, alive = found if found is not None else (0, None, 0, False)
-        if held_by is not None and alive:
-            return None
-        raise ConversationConflictError(conversation_id, expected_version, int(version))
+        return None, found if found is not None else (0, None, 0, False)
 
     async def acquire(self, conversation_id: str, *, owner: str, ttl: float) -> Lease | None:
         """Take the lease with one statement, if it is free or expired (the server's clock)."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import sqlite3
 import threading
@@ -348,21 +347,17 @@ class SqliteConversationStore:
             (_WRITE, params[:8]) if expected_version == 0 and lease is None else (_UPDATE, params)
         )
 
+        def fenced(db: sqlite3.Connection) -> None:
+            if db.execute(statement, params).rowcount != 1:
+                found = db.execute(_WHY_NOT, (conversation_id,)).fetchone()
+                raise _refusal(conversation_id, expected_version, lease, found, params[7])
+            db.executemany(_INSERT, bodies)
+
         def write(db: sqlite3.Connection) -> tuple[int, bool]:
             """The new version, and whether a checkpoint ran first and emptied the WAL."""
             # In a worker thread (a checkpoint is never inline): it flushes the database file.
             checkpointed = checkpoint and _checkpoint_wal(db)
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                if db.execute(statement, params).rowcount != 1:
-                    found = db.execute(_WHY_NOT, (conversation_id,)).fetchone()
-                    raise _refusal(conversation_id, expected_version, lease, found, params[7])
-                db.executemany(_INSERT, bodies)
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
+            _transaction(db, fenced)
             return expected_version + 1, checkpointed
 
         inline = not checkpoint and len(bodies) <= _INLINE_MESSAGES
@@ -394,24 +389,19 @@ class SqliteConversationStore:
             owner, None, time.time(), release, ttl,
         )  # fmt: skip
 
-        def write(db: sqlite3.Connection) -> Lease | None:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                taken = db.execute(_ACQUIRE_AND_UPDATE, params).fetchall()
-                if not taken:
-                    db.execute("ROLLBACK")
-                    found = db.execute(_WHY_NOT, (conversation_id,)).fetchone()
-                    version, holder, _, expires = found or (0, None, 0, None)
-                    if holder is not None and expires is not None and expires >= params[7]:
-                        return None
-                    raise ConversationConflictError(conversation_id, expected_version, version)
-                db.executemany(_INSERT, bodies)
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
+        def take(db: sqlite3.Connection) -> Lease | None:
+            taken = db.execute(_ACQUIRE_AND_UPDATE, params).fetchall()
+            if not taken:  # nothing was written
+                found = db.execute(_WHY_NOT, (conversation_id,)).fetchone()
+                version, holder, _, expires = found or (0, None, 0, None)
+                if holder is not None and expires is not None and expires >= params[7]:
+                    return None
+                raise ConversationConflictError(conversation_id, expected_version, version)
+            db.executemany(_INSERT, bodies)
             return Lease(conversation_id, owner, int(taken[0][0]), expected_version + 1)
+
+        def write(db: sqlite3.Connection) -> Lease | None:
+            return _transaction(db, take)
 
         inline = self._inline and len(bodies) <= _INLINE_MESSAGES
         lease = await self._run(conversation_id, write, inline=inline)
@@ -452,24 +442,11 @@ class SqliteConversationStore:
     async def delete(self, conversation_id: str) -> None:
         """Forget the conversation."""
 
-        def remove(db: sqlite3.Connection) -> None:
-            with contextlib.closing(db.cursor()) as cursor:
-                cursor.execute("BEGIN IMMEDIATE")
-                try:
-                    cursor.execute(
-                        "DELETE FROM handoff_messages WHERE conversation_id = ?", (conversation_id,)
-                    )
-                    cursor.execute(
-                        "DELETE FROM handoff_conversations WHERE conversation_id = ?",
-                        (conversation_id,),
-                    )
-                    cursor.execute("COMMIT")
-                except BaseException:
-                    if db.in_transaction:
-                        cursor.execute("ROLLBACK")
-                    raise
+        def forget(db: sqlite3.Connection) -> None:
+            for table in ("handoff_messages", "handoff_conversations"):
+                db.execute(f"DELETE FROM {table} WHERE conversation_id = ?", (conversation_id,))  # noqa: S608 - our table names
 
-        await self._run(conversation_id, remove)
+        await self._run(conversation_id, lambda db: _transaction(db, forget))
 
     async def close(self) -> None:
         """Close the database connection (in a worker thread: closing may checkpoint the WAL)."""
@@ -507,17 +484,27 @@ def _add_lease_columns(db: sqlite3.Connection) -> None:
     Checked and altered in one write transaction: processes opening the file together add each
     column once.
     """
-    db.execute("BEGIN IMMEDIATE")
-    try:
+
+    def add(db: sqlite3.Connection) -> None:
         present = {row[1] for row in db.execute("PRAGMA table_info(handoff_conversations)")}
         for name, declaration in _LEASE_COLUMNS.items():
             if name not in present:
                 db.execute(f"ALTER TABLE handoff_conversations ADD COLUMN {name} {declaration}")
+
+    _transaction(db, add)
+
+
+def _transaction(db: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
+    """``work`` in one write transaction (``BEGIN IMMEDIATE``): committed, or rolled back."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        done = work(db)
         db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:
             db.execute("ROLLBACK")
         raise
+    return done
 
 
 def _text(body: bytes | str | None) -> str | bytes | None:
