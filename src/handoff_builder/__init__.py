@@ -10,6 +10,7 @@ use, so a program that only builds and runs workflows does not load it (nor ``sq
 import typing as _typing
 
 from ._builder import HandoffWorkflowBuilder, Outcome
+from ._delegation import DEFAULT_MAX_DELEGATION_DEPTH, DelegateRoute, HistoryMode
 from ._decision import (
     AgentReply,
     Decision,
@@ -23,6 +24,7 @@ from ._decision import (
 )
 from ._events import (
     HANDOFF_BLOCKED_EVENT,
+    HANDOFF_DELEGATION_EVENT,
     HANDOFF_ESCALATED_EVENT,
     HANDOFF_EVENT,
     HANDOFF_INTERMEDIATE_EVENT,
@@ -31,6 +33,8 @@ from ._events import (
     HANDOFF_TURN_ABANDONED_EVENT,
     HANDOFF_TURN_EVENT,
     DecidedBy,
+    DelegationEvent,
+    DelegationOutcome,
     EscalationEvent,
     HandoffBlockedEvent,
     HandoffEvent,
@@ -74,7 +78,7 @@ from ._manager import (
     RouteFunction,
     TerminationCondition,
 )
-from ._payloads import HandBackSummary, HandoffGoal
+from ._payloads import DelegateTask, HandBackSummary, HandoffGoal
 from ._requests import decline
 from ._routes import HandoffRoute, hand_back_tool_name, handoff_tool_name
 from ._state import HandoffState
@@ -139,12 +143,14 @@ __all__ = [
     "DEFAULT_HANDOFF_INSTRUCTIONS",
     "DEFAULT_IDLE_TIMEOUT",
     "DEFAULT_LOGGED_ARGUMENT_LENGTH",
+    "DEFAULT_MAX_DELEGATION_DEPTH",
     "DEFAULT_MAX_HANDOFFS_PER_TURN",
     "DEFAULT_MAX_ITERATIONS",
     "DEFAULT_MAX_REJECTED_HANDOFFS",
     "DEFAULT_MAX_TURN_RETRIES",
     "DEFAULT_TURN_TIMEOUT",
     "HANDOFF_BLOCKED_EVENT",
+    "HANDOFF_DELEGATION_EVENT",
     "HANDOFF_ESCALATED_EVENT",
     "HANDOFF_EVENT",
     "HANDOFF_INTERMEDIATE_EVENT",
@@ -165,6 +171,10 @@ __all__ = [
     "CorruptStateError",
     "DecidedBy",
     "Decision",
+    "DelegateRoute",
+    "DelegateTask",
+    "DelegationEvent",
+    "DelegationOutcome",
     "EndTurn",
     "Escalate",
     "EscalationEvent",
@@ -190,6 +200,7 @@ __all__ = [
     "HandoffTurnResult",
     "HandoffWorkflow",
     "HandoffWorkflowBuilder",
+    "HistoryMode",
     "LeaseLostError",
     "LimitReachedEvent",
     "LintFinding",

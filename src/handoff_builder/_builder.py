@@ -12,12 +12,14 @@ from pydantic import BaseModel
 from ._compile import (
     AutonomousSettings,
     BuildConfig,
+    DelegateEdge,
     HandBack,
     ManagerFactory,
     compile_workflow,
     lint,
     to_mermaid,
 )
+from ._delegation import HISTORY_MODES, HistoryMode
 from ._handoff_manager import DEFAULT_AUTONOMOUS_PROMPT, DEFAULT_AUTONOMOUS_TURN_LIMIT
 from ._hooks import EdgePolicy, HandoffHook, HandoffPredicate
 from ._host import DEFAULT_AGENT_TIMEOUT, DEFAULT_TURN_TIMEOUT
@@ -237,6 +239,81 @@ class HandoffWorkflowBuilder:
         policy = _policy(on_handoff, is_enabled=is_enabled, approval=approval)
         hand_back = HandBack(coordinator_agent, chosen, reason, tool_name, payload, policy)
         self._config.hand_backs.append(hand_back)
+        return self
+
+    def with_delegate(
+        self,
+        caller: Agent,
+        expert: Agent,
+        reason: str | None = None,
+        *,
+        tool_name: str | None = None,
+        payload: type[BaseModel] | None = None,
+        history: HistoryMode = "none",
+        approval: bool = False,
+        max_calls: int | None = None,
+    ) -> HandoffWorkflowBuilder:
+        """Let ``caller`` ask ``expert`` through a tool, and keep the conversation.
+
+        Unlike a handoff, control does not pass: the caller gets a tool (``ask_<expert name>``,
+        or ``tool_name``) that takes a required ``task`` (or ``payload``, a pydantic model); the
+        expert runs on it with its own tools and instructions, and its final text is the tool's
+        result. The caller then goes on, and may answer the user with it. The expert's messages
+        are not added to the shared conversation (only the call and its result are), but they
+        are in :attr:`HandoffTurnResult.delegations` and the ``handoff_delegated`` events.
+
+        Args:
+            caller: The agent that gets the tool: a participant, or another delegate's expert
+                (delegates nest, up to :meth:`with_max_delegation_depth`).
+            expert: The agent that answers. It need not be a participant; when it is one, it
+                still runs with no handoff tools here.
+            reason: When to ask; it becomes the tool's description. Defaults to the expert's
+                description, else its name, else its instructions.
+            tool_name: The tool's name; defaults to ``ask_<expert name>``, sanitised.
+            payload: A pydantic model the tool takes instead of ``task``; the expert reads it
+                as JSON after its label.
+            history: What the expert reads before its task: ``"none"`` (the task alone),
+                ``"full"`` (the whole shared conversation, unfiltered) or ``"filtered"`` (the
+                conversation as the expert would see it as a participant, with the workflow's
+                tool-call filtering and handoff notes).
+            approval: The call waits for a person's approval before the expert runs; a declined
+                call tells the caller so.
+            max_calls: At most this many calls of the tool per user message; later calls get a
+                tool error (``None``: no limit).
+
+        A delegate cycle (an expert that, directly or through its own delegates, asks its
+        caller) is refused by ``build()``.
+        """
+        (caller_agent,) = _agents_of(caller, "callers")
+        (expert_agent,) = _agents_of(expert, "experts")
+        if history not in HISTORY_MODES:
+            raise ValueError(
+                f"history must be one of {', '.join(map(repr, HISTORY_MODES))}, not {history!r}."
+            )
+        if not isinstance(approval, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"approval must be a bool, not {type(approval).__name__}.")
+        if max_calls is not None:
+            max_calls = _at_least_one("max_calls", max_calls)
+        self._config.delegates.append(
+            DelegateEdge(
+                caller_agent,
+                expert_agent,
+                reason,
+                tool_name,
+                payload,
+                history,
+                approval,
+                max_calls,
+            )
+        )
+        return self
+
+    def with_max_delegation_depth(self, depth: int) -> HandoffWorkflowBuilder:
+        """How deeply delegations nest (default 3): an expert at this depth gets no delegates.
+
+        A participant's expert is at depth 1, that expert's expert at depth 2, and so on.
+        """
+        self._config.max_delegation_depth = _at_least_one("depth", depth)
         return self
 
     # -- options ----------------------------------------------------------------------------------

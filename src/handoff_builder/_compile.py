@@ -7,9 +7,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, cast
 
-from agent_framework import Agent, WorkflowBuilder
+from agent_framework import Agent, FunctionTool, WorkflowBuilder
 from typing_extensions import override
 
+from ._delegation import (
+    DEFAULT_MAX_DELEGATION_DEPTH,
+    DELEGATE_TOOL_PREFIX,
+    DelegateRoute,
+    HistoryMode,
+    make_delegate_tool,
+)
 from ._handoff_manager import AutonomousMode, HandoffManager
 from ._hooks import PLAIN, EdgePolicy
 from ._host import (
@@ -33,10 +40,11 @@ from ._manager import (
     ManagerSettings,
     TerminationCondition,
 )
-from ._routes import HandoffRoute, default_tool_name
+from ._routes import HandoffRoute, default_tool_name, sanitize_tool_name
 from ._tools import make_handoff_tool
 from ._validation import (
     Edge,
+    delegate_problems,
     edge_problems,
     handoff_description,
     label,
@@ -64,6 +72,25 @@ class HandBack(NamedTuple):
     tool_name: str | None
     payload: Any = None
     policy: EdgePolicy = PLAIN
+
+
+class DelegateEdge(NamedTuple):
+    """A declared delegate: ``caller`` may ask ``expert`` through a tool (see ``with_delegate``)."""
+
+    caller: Any
+    expert: Any
+    reason: str | None = None
+    tool_name: str | None = None
+    payload: Any = None
+    history: HistoryMode = "none"
+    approval: bool = False
+    max_calls: int | None = None
+
+    @property
+    def tool(self) -> str:
+        """The tool's name: the one given, else ``ask_<expert name>``, sanitised."""
+        name = str(getattr(self.expert, "name", "") or "")
+        return self.tool_name or sanitize_tool_name(DELEGATE_TOOL_PREFIX + name)
 
 
 class AutonomousSettings(NamedTuple):
@@ -106,6 +133,8 @@ class BuildConfig:
     turn_timeout: float | None = DEFAULT_TURN_TIMEOUT
     code_routes: list[tuple[Any, Any]] = field(default_factory=list[tuple[Any, Any]])
     cap_outcomes: dict[str, Any] = field(default_factory=dict[str, Any])
+    delegates: list[DelegateEdge] = field(default_factory=list[DelegateEdge])
+    max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH
 
 
 class _HopEdgeNotice(logging.Filter):
@@ -139,6 +168,8 @@ class _Plan(NamedTuple):
     output_agents: frozenset[str] | None
     intermediate_agents: frozenset[str]
     findings: tuple[LintFinding, ...] = ()
+    delegates: dict[str, dict[str, DelegateRoute]] = {}  # noqa: RUF012 - a NamedTuple default
+    experts: dict[str, Agent] = {}  # noqa: RUF012 - the agents that answer delegates, by name
 
 
 class Caps(NamedTuple):
@@ -217,9 +248,17 @@ def compile_workflow(
         )
     participants = {
         name: _participant(
-            agent, plan.routes.get(name, {}), plan.policies.get(name, {}), config.instructions
+            agent,
+            plan.routes.get(name, {}),
+            plan.policies.get(name, {}),
+            config.instructions,
+            plan.delegates.get(name, {}),
         )
         for name, agent in plan.agents.items()
+    }
+    experts = {
+        name: _participant(agent, {}, {}, "", plan.delegates.get(name, {}))
+        for name, agent in plan.experts.items()
     }
     host = GroupChatHost(
         participants=participants,
@@ -233,6 +272,8 @@ def compile_workflow(
         workflow_name=config.name or "handoff",
         agent_timeout=config.agent_timeout,
         turn_timeout=config.turn_timeout,
+        experts=experts,
+        max_delegation_depth=config.max_delegation_depth,
     )
     builder = WorkflowBuilder(
         start_executor=host,
@@ -248,19 +289,23 @@ def _participant(
     routes: Mapping[str, HandoffRoute],
     policies: dict[str, EdgePolicy],
     instructions: str,
+    delegates: Mapping[str, DelegateRoute],
 ) -> Participant:
+    """An agent as the host runs it: its handoff tools (with their instructions), its delegates."""
+    delegate_tools: list[FunctionTool] = [make_delegate_tool(route) for route in delegates.values()]
     if not routes:
-        return Participant(agent)
+        return Participant(agent, tools=delegate_tools, delegates=delegates)
     options: dict[str, Any] = {"allow_multiple_tool_calls": False}
     text = render_instructions(instructions, list(routes))
     if text.strip():
         options["instructions"] = text
     return Participant(
         agent,
-        tools=[make_handoff_tool(route) for route in routes.values()],
+        tools=[*(make_handoff_tool(route) for route in routes.values()), *delegate_tools],
         options=options,
         routes=routes,
         policies=policies,
+        delegates=delegates,
         instructions=instructions,
     )
 
@@ -300,11 +345,19 @@ def _plan(config: BuildConfig) -> _Plan:
         for edge in _all_edges(config, participants)
         if isinstance(edge.source, Agent) and isinstance(edge.target, Agent)
     ]
-    problems = participant_problems(participants) + edge_problems(edges)
+    in_graph = {id(agent) for agent in participants}
+    expert_agents = list(
+        {id(d.expert): d.expert for d in config.delegates if id(d.expert) not in in_graph}.values()
+    )
+    problems = participant_problems(participants + expert_agents) + edge_problems(edges)
+    problems += delegate_problems(config.delegates, in_graph)
     tool_names: dict[Any, list[tuple[str, Any]]] = {}
     distinct = {(id(e.source), id(e.target), e.kind): e for e in reversed(edges)}
     for edge in reversed(distinct.values()):  # a duplicate edge is reported once, above
         tool_names.setdefault(edge.source, []).append((_tool_name(edge), edge.target))
+    delegated = {(id(d.caller), id(d.expert)): d for d in reversed(config.delegates)}
+    for delegate in reversed(delegated.values()):
+        tool_names.setdefault(delegate.caller, []).append((delegate.tool, delegate.expert))
     problems += tool_name_problems(tool_names)
     autonomous, autonomous_problems = _autonomous(config, participants)
     problems += autonomous_problems
@@ -325,9 +378,18 @@ def _plan(config: BuildConfig) -> _Plan:
         if not edge.policy.is_plain:
             policies.setdefault(source, {})[tool] = edge.policy
     agents = {str(agent.name): agent for agent in participants}
+    experts = {str(d.expert.name): d.expert for d in config.delegates}
+    delegates: dict[str, dict[str, DelegateRoute]] = {}
+    for delegate in delegated.values():
+        caller, expert = str(delegate.caller.name), str(delegate.expert.name)
+        description = handoff_description(Edge(delegate.caller, delegate.expert, delegate.reason))
+        delegates.setdefault(caller, {})[delegate.tool] = DelegateRoute(
+            caller, expert, delegate.tool, description or expert, delegate.payload,
+            delegate.history, delegate.approval, delegate.max_calls,
+        )  # fmt: skip
     initial = str(config.initial.name)
     safe = [str(o.name) for o in config.cap_outcomes.values() if isinstance(o, Agent)]
-    findings = lint_graph(initial, agents, routes, code_routes, safe)
+    findings = lint_graph(initial, agents, routes, code_routes, safe, delegates)
     if config.manager_factory is not None:  # a manager of its own may pick any agent
         findings = [f for f in findings if f.code != "unreachable-agent"]
         findings += [
@@ -351,6 +413,8 @@ def _plan(config: BuildConfig) -> _Plan:
         output_agents,
         intermediate_agents,
         tuple(findings),
+        delegates,
+        experts,
     )
 
 
@@ -447,15 +511,21 @@ def _autonomous(
 def to_mermaid(config: BuildConfig) -> str:
     """The handoff graph as a Mermaid flowchart (validated like ``build()``)."""
     plan = _plan(config)
-    ids = {name: f"a{index}" for index, name in enumerate(plan.agents)}
+    names = [*plan.agents, *(name for name in plan.experts if name not in plan.agents)]
+    ids = {name: f"a{index}" for index, name in enumerate(names)}
     lines = ["flowchart LR"]
     for name, node in ids.items():
         shape = f'{node}(["{name}"])' if name == plan.initial else f'{node}["{name}"]'
+        if name not in plan.agents:  # an expert that only answers delegated tasks
+            shape = f'{node}[["{name}"]]'
         lines.append(f"    {shape}")
     for source, routes in plan.routes.items():
         for route in routes.values():
             arrow = route.edge.arrow
             lines.append(f"    {ids[source]} {arrow}|{route.tool_name}| {ids[route.target]}")
+    for caller, by_tool in plan.delegates.items():
+        for delegate in by_tool.values():
+            lines.append(f"    {ids[caller]} --o|{delegate.tool_name}| {ids[delegate.expert]}")
     for source, code in plan.code_routes.items():
         if code.target is not None:
             lines.append(f"    {ids[source]} ==>|route| {ids[code.target]}")

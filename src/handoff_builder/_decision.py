@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from ._events import (
     BlockReason,
+    DelegationEvent,
     EscalationEvent,
     EscalationReason,
     HandoffBlockedEvent,
@@ -58,6 +59,7 @@ TRANSFERRED_RESULT = "Transferred."
 
 Event = (
     HandoffEvent
+    | DelegationEvent
     | HandoffBlockedEvent
     | EscalationEvent
     | LimitReachedEvent

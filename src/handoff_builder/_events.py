@@ -7,13 +7,14 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from agent_framework import AgentResponse, Message
-from pydantic import BaseModel, PlainSerializer, SkipValidation
+from pydantic import BaseModel, PlainSerializer, PlainValidator, SkipValidation
 from typing_extensions import override
 
 from ._routes import HandoffKind
 
 __all__ = [
     "HANDOFF_BLOCKED_EVENT",
+    "HANDOFF_DELEGATION_EVENT",
     "HANDOFF_ESCALATED_EVENT",
     "HANDOFF_EVENT",
     "HANDOFF_INTERMEDIATE_EVENT",
@@ -22,6 +23,8 @@ __all__ = [
     "HANDOFF_TURN_ABANDONED_EVENT",
     "HANDOFF_TURN_EVENT",
     "DecidedBy",
+    "DelegationEvent",
+    "DelegationOutcome",
     "EscalationEvent",
     "HandoffBlockedEvent",
     "HandoffEvent",
@@ -52,7 +55,10 @@ HANDOFF_TURN_ABANDONED_EVENT: str = "handoff_turn_abandoned"
 HANDOFF_TURN_EVENT: str = "handoff_turn_completed"
 """``WorkflowEvent.type`` emitted at the end of every user turn; ``data`` is a HandoffTurnResult."""
 HANDOFF_INTERMEDIATE_EVENT: str = "handoff_intermediate"
-"""``WorkflowEvent.type`` of a streamed update from an agent designated as intermediate output."""
+"""``WorkflowEvent.type`` of a streamed update from an agent designated as intermediate output,
+or from an expert answering a delegated task."""
+HANDOFF_DELEGATION_EVENT: str = "handoff_delegated"
+"""``WorkflowEvent.type`` of a finished delegation (``data``: a DelegationEvent)."""
 
 BlockReason = Literal[
     "empty_goal",
@@ -94,6 +100,7 @@ StepKind = Literal[
     "start",
     "handoff",
     "hand_back",
+    "delegate",
     "route",
     "continue",
     "blocked",
@@ -103,7 +110,9 @@ StepKind = Literal[
     "timeout",
 ]
 """What a routing step did: ``"start"`` (the turn's first agent), ``"handoff"`` / ``"hand_back"``
-(an accepted handoff call), ``"route"`` (a route of ``with_route``: code picked the next agent),
+(an accepted handoff call), ``"delegate"`` (the model asked an expert through a delegate
+tool; the caller kept the conversation), ``"route"`` (a route of ``with_route``: code picked the
+next agent),
 ``"continue"`` (an autonomous continuation: the same agent again),
 ``"blocked"`` (a refused handoff call: the agent goes on), ``"end"`` (the turn went back to the
 user), ``"escalate"`` (a cap handed it to a human), ``"limit"`` (a limit ended it without an
@@ -135,6 +144,46 @@ class HandoffEvent:
     kind: HandoffKind = "handoff"
     payload: PayloadField = None
     decided_by: DecidedBy = "model"
+
+
+def _messages_in(value: Any) -> tuple[Message, ...]:
+    items: Sequence[Any] = value if isinstance(value, Sequence) else ()  # pyright: ignore[reportUnknownVariableType]
+    return tuple(m if isinstance(m, Message) else Message.from_dict(m) for m in items)
+
+
+MessagesField = Annotated[
+    tuple[Message, ...],
+    PlainValidator(_messages_in),
+    PlainSerializer(lambda messages: [m.to_dict() for m in messages]),
+]
+"""Messages: ``Message`` objects in memory, their ``to_dict()`` forms in persisted state."""
+
+DelegationOutcome = Literal["answered", "failed", "declined", "refused"]
+"""What became of a delegation: the expert ``"answered"``; it ``"failed"`` (its call raised: the
+caller got the error as the tool's result); a person ``"declined"`` it (``approval=True``); or
+it was ``"refused"`` before the expert ran (invalid arguments, ``max_calls`` used up)."""
+
+
+@dataclass(frozen=True)
+class DelegationEvent:
+    """A delegation: ``caller`` asked ``expert`` through ``tool_name``, and kept the conversation.
+
+    ``task`` is the task (for a delegate with a typed payload, the payload as JSON); ``result``
+    is what the caller got back as the tool's result (the expert's final text, or why there was
+    none). ``messages`` are the expert's own messages (its task first): they are not in the
+    shared conversation, which holds only the call and its result. ``depth`` is 1 for a
+    delegation of a participant, 2 for one its expert made, and so on.
+    """
+
+    caller: str
+    expert: str
+    tool_name: str
+    call_id: str
+    task: str
+    result: str
+    outcome: DelegationOutcome = "answered"
+    messages: MessagesField = ()
+    depth: int = 1
 
 
 @dataclass(frozen=True)
@@ -262,6 +311,8 @@ class HandoffTurnResult(AgentResponse):
     * ``abandoned``: why a hosted turn was given up, or ``None``;
     * ``trace``: the turn's routing steps (:class:`RoutingStep`), each saying whether the model
       or code decided it;
+    * ``delegations``: the delegations of this turn (:class:`DelegationEvent`), in the order
+      they finished, each with the expert's own messages;
     * ``recovered``: in a hosted conversation, the result of an earlier turn that this call
       finished (after a crash) or abandoned before it ran the new message, or ``None``;
     * ``conversation``: the whole shared conversation at the end of the turn.
@@ -280,6 +331,7 @@ class HandoffTurnResult(AgentResponse):
         abandoned: TurnAbandonedEvent | None = None,
         recovered: HandoffTurnResult | None = None,
         trace: Sequence[RoutingStep] = (),
+        delegations: Sequence[DelegationEvent] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(messages=list(messages), **kwargs)
@@ -290,6 +342,7 @@ class HandoffTurnResult(AgentResponse):
         self.abandoned = abandoned
         self.recovered = recovered
         self.trace: tuple[RoutingStep, ...] = tuple(trace)
+        self.delegations: tuple[DelegationEvent, ...] = tuple(delegations)
         self.status: TurnStatus = status or (escalation.reason if escalation else "completed")
         self.conversation: tuple[Message, ...] = tuple(conversation)
 

@@ -34,17 +34,30 @@ from ._decision import (
     EndTurn,
     Escalate,
     Event,
+    HandoffCall,
     NextAgent,
     TurnStart,
 )
+from ._delegation import (
+    DEFAULT_MAX_DELEGATION_DEPTH,
+    Delegations,
+    DelegationScope,
+    HistoryMode,
+    Suspension,
+    call_id_of,
+    call_result,
+    settle_waiting,
+)
 from ._events import (
     HANDOFF_BLOCKED_EVENT,
+    HANDOFF_DELEGATION_EVENT,
     HANDOFF_ESCALATED_EVENT,
     HANDOFF_EVENT,
     HANDOFF_INTERMEDIATE_EVENT,
     HANDOFF_LIMIT_EVENT,
     HANDOFF_TIMEOUT_EVENT,
     HANDOFF_TURN_EVENT,
+    DelegationEvent,
     EscalationEvent,
     HandoffBlockedEvent,
     HandoffEvent,
@@ -62,7 +75,7 @@ from ._manager import GroupChatManager
 from ._participant import Participant
 from ._payloads import validate_arguments
 from ._requests import PendingRequests, dangling_calls, requests_in, settle, unanswered
-from ._state import Continuation, HostState, TurnState
+from ._state import Continuation, DelegationFrame, HostState, TurnState
 from ._telemetry import TurnTrace
 from ._timeouts import DeadlinePassedError, within
 from ._views import AgentView, HandoffToolCallFiltering
@@ -147,6 +160,7 @@ _EVENT_TYPES: dict[type[Any], str] = {
     HandoffEvent: HANDOFF_EVENT,
     HandoffBlockedEvent: HANDOFF_BLOCKED_EVENT,
     EscalationEvent: HANDOFF_ESCALATED_EVENT,
+    DelegationEvent: HANDOFF_DELEGATION_EVENT,
 }
 
 
@@ -208,9 +222,15 @@ class GroupChatHost(Executor):
         workflow_name: str = "handoff",
         agent_timeout: float | None = DEFAULT_AGENT_TIMEOUT,
         turn_timeout: float | None = DEFAULT_TURN_TIMEOUT,
+        experts: Mapping[str, Participant] | None = None,
+        max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH,
         id: str = HOST_ID,  # noqa: A002 - the Executor API's name
     ) -> None:
         super().__init__(id)
+        self._experts = experts or {}
+        """Agents as they answer delegated tasks (no handoff tools), by name."""
+        self.max_delegation_depth = max_delegation_depth
+        self._full_views: dict[str, AgentView] = {}  # experts' unfiltered views (history="full")
         self.agent_timeout = agent_timeout
         """Seconds one agent call may take (``None``: no limit); past it the turn ends."""
         self.turn_timeout = turn_timeout
@@ -387,12 +407,17 @@ class GroupChatHost(Executor):
         limit, seconds = self._time_left()
         if seconds is not None and seconds <= 0:
             return self._timed_out(limit, name)
+        delegations = self._delegations(ctx) if participant.delegates else None
         try:
             with self._turn_trace().active():
                 response, calls, disabled = await within(
                     seconds,
                     participant.run(
-                        view, self._update_sink(name, ctx), self._manager.review_handoff, gate
+                        view,
+                        self._update_sink(name, ctx),
+                        self._manager.review_handoff,
+                        gate,
+                        delegations,
                     ),
                 )
         except DeadlinePassedError:  # not a TimeoutError of the agent's own: that one is raised
@@ -406,14 +431,106 @@ class GroupChatHost(Executor):
         if dangling:
             self._history.append(settle(dangling, name))
         requests = requests_in(delta)
+        waiting = None if delegations is None else await self._add_delegations(delegations, ctx)
+        if waiting is not None:
+            requests = self._delegation_waits(waiting, requests, name)
         reply = AgentReply(name, tuple(delta), calls, unfinished=bool(requests), disabled=disabled)
         decision = await self._manager.decide(self._history, reply)
+        frames = waiting.frames if waiting is not None else ()
         if requests and isinstance(decision, NextAgent):
-            await self._wait_for(name, requests, decision, ctx)
+            await self._wait_for(name, requests, decision, ctx, frames)
             return None
         if requests:
-            self._history.extend(unanswered(requests, name, _status(decision)))
+            self._history.extend(self._settlement(requests, frames, name, _status(decision)))
         return decision
+
+    def _delegation_waits(
+        self, waiting: Suspension, requests: Sequence[Content], name: str
+    ) -> list[Content]:
+        """The caller's call waits with its expert: the expert's requests, the rest settled."""
+        held = waiting.frames[0].call_id
+        others = [r for r in requests if call_id_of(r) != held]
+        if others:
+            self._history.extend(unanswered(others, name, "waiting"))
+        return list(waiting.requests)
+
+    def _delegations(self, ctx: HostContext) -> Delegations:
+        """What one run's delegations need, with this turn's calls of each delegate counted."""
+        used: dict[str, int] = {}
+        for record in self._turn.delegations if self._turn is not None else ():
+            if record.outcome != "refused":
+                key = f"{record.caller}/{record.tool_name}"
+                used[key] = used.get(key, 0) + 1
+        streaming = ctx.is_streaming()
+
+        def on_update(expert: str) -> Callable[[AgentResponseUpdate], Awaitable[None]] | None:
+            if not streaming:
+                return None
+
+            async def as_event(update: AgentResponseUpdate) -> None:
+                if update.author_name is None:
+                    update.author_name = expert
+                await ctx.add_event(
+                    WorkflowEvent(cast(Any, HANDOFF_INTERMEDIATE_EVENT), data=update)
+                )
+
+            return as_event
+
+        scope = DelegationScope(
+            experts=self._experts,
+            inputs=self._expert_input,
+            history_length=lambda: len(self._history),
+            on_update=on_update,
+            max_depth=self.max_delegation_depth,
+            used=used,
+        )
+        return Delegations(scope)
+
+    def _expert_input(self, expert: str, history: HistoryMode, end: int) -> list[Message]:
+        """What ``expert`` reads of the first ``end`` shared messages before its task."""
+        if history == "none":
+            return []
+        if end < len(self._history):  # a delegation carried on later: read that prefix afresh
+            mode = self._filtering if history == "filtered" else HandoffToolCallFiltering.NONE
+            return AgentView(expert, mode, self._handoff_tools, self.id).update(self._history[:end])
+        if history == "filtered":
+            return list(self._view(expert).update(self._history))
+        view = self._full_views.get(expert)
+        if view is None:
+            view = self._full_views[expert] = AgentView(
+                expert, HandoffToolCallFiltering.NONE, self._handoff_tools, self.id
+            )
+        return list(view.update(self._history))
+
+    async def _add_delegations(
+        self, delegations: Delegations, ctx: HostContext
+    ) -> Suspension | None:
+        """The run's finished delegations: into the turn (with their steps), then their events.
+
+        Returns the delegation that waits, if one does.
+        """
+        records = delegations.records
+        if not records:
+            return delegations.suspension
+        turn = self._turn or TurnState(start=len(self._history))
+        turn = replace(turn, delegations=(*turn.delegations, *records))
+        steps = [
+            RoutingStep("delegate", "model", record.tool_name, record.caller, record.expert)
+            for record in records
+            if record.outcome != "refused"
+        ]
+        self._turn = self._with_steps(turn, steps)
+        await self._emit(records, ctx)
+        records.clear()
+        return delegations.suspension
+
+    def _settlement(
+        self, requests: Sequence[Content], frames: Sequence[Any], agent: str, status: str
+    ) -> list[Message]:
+        """Results for requests the turn ends without: the waiting delegate call, or each one."""
+        if frames:
+            return settle_waiting(frames, status)
+        return unanswered(requests, agent, status)
 
     async def _carry_out(
         self,
@@ -559,7 +676,8 @@ class GroupChatHost(Executor):
         requests = list(self._pending.requests.values())
         if requests:
             agent = str(self._pending.agent or self._speaker or self.id)
-            self._history.extend(unanswered(requests, agent, "abandoned"))
+            frames = self._pending.frames
+            self._history.extend(self._settlement(requests, frames, agent, "abandoned"))
         self._pending = PendingRequests()
         log_event(f"turn abandoned ({event.reason}, {event.attempts} failed attempt(s)): "
                   f"{event.error or 'no error'}", self._logging)  # fmt: skip
@@ -596,15 +714,21 @@ class GroupChatHost(Executor):
         return None
 
     async def _wait_for(
-        self, name: str, requests: list[Content], then: NextAgent, ctx: HostContext
+        self,
+        name: str,
+        requests: list[Content],
+        then: NextAgent,
+        ctx: HostContext,
+        frames: Sequence[DelegationFrame] = (),
     ) -> None:
         """Surface the agent's requests; the turn stays open until all are answered.
 
         ``then`` is carried out once they are: a handoff made in the same response stands.
+        ``frames``: the requests are an expert's, in a delegation of ``name`` that waits.
         """
         carried = tuple(message.to_dict() for message in then.input)
         waiting = Continuation(then.agent, then.handoff, carried, then.last)
-        self._pending.open(name, requests, waiting)
+        self._pending.open(name, requests, waiting, tuple(frames))
         if self._turn is not None:
             steps = self._steps_of(then, name, self._turn)
             if then.handoff is None and then.step is None and then.agent == name:
@@ -648,20 +772,31 @@ class GroupChatHost(Executor):
         then = self._pending.then or Continuation(name)
         participant = self._participants[name]
         gate = self._gate_for(participant, closed=then.last)
+        frames = self._pending.frames
+        saved = self._pending.to_state()
         limit, seconds = self._time_left()
+        calls: tuple[HandoffCall, ...] = ()
         try:
             with self._turn_trace().active():  # approved handoffs' spans are the turn's
-                messages, calls = await within(
-                    seconds, self._pending.resolve(participant, self._manager.review_handoff, gate)
-                )
+                if frames:
+                    answered = await within(seconds, self._carry_on_delegation(ctx))
+                    if answered is None:
+                        return  # an expert waits again
+                    messages = answered
+                else:
+                    messages, calls = await within(
+                        seconds,
+                        self._pending.resolve(participant, self._manager.review_handoff, gate),
+                    )
         except DeadlinePassedError:  # an approved tool that hangs: the turn ends, its calls settled
-            requests = list(self._pending.requests.values())
-            self._history.extend(unanswered(requests, name, "timed out"))
+            requests = [Content.from_dict(item) for item in saved.requests] if saved else []
+            self._history.extend(self._settlement(requests, frames, name, "timed out"))
             self._pending = PendingRequests()
             await self._carry_out(self._timed_out(limit, name), ctx)
             return
         except BaseException:
             # Not applied (a hook raised): the requests wait again, to be reissued and answered.
+            self._pending = PendingRequests.from_state(saved)
             self._pending.answers = {}
             raise
         self._history.extend(messages)
@@ -679,6 +814,46 @@ class GroupChatHost(Executor):
         # The hop decided with the requests was traced when the turn began to wait.
         traced = not (calls and then.handoff is None) and not carrying_on
         await self._carry_out(decision, ctx, carrying_on=carrying_on, traced=traced, source=name)
+
+    async def _carry_on_delegation(self, ctx: HostContext) -> list[Message] | None:
+        """The answers are an expert's, in a delegation that waited: the expert carries on.
+
+        Its answer goes out through the frames above it. Returns the result of the caller's
+        delegate call for the shared history, or ``None`` when an expert waits again.
+        """
+        pending = self._pending
+        frames = pending.frames
+        inner = frames[-1]
+        delegations = self._delegations(ctx)
+        if not inner.started:  # the delegate call itself waited for approval
+            answer = next(iter(pending.answers.values()))
+            if answer.approved:
+                result = await delegations.run(replace(inner, started=True))
+            else:
+                result = delegations.decline(inner)
+        else:
+            expert = self._experts[inner.expert]
+            resolved, _ = await pending.resolve(
+                expert, self._manager.review_handoff, self._gate_for(expert)
+            )
+            result = await delegations.run(replace(inner, messages=(*inner.messages, *resolved)))
+        result = await delegations.carry_on(frames, result)
+        await self._add_delegations(delegations, ctx)
+        waiting = delegations.suspension
+        if result is None and waiting is not None:
+            then = pending.then or Continuation(str(pending.agent))
+            self._pending = PendingRequests()
+            self._pending.open(str(pending.agent), list(waiting.requests), then, waiting.frames)
+            self._deadline = None
+            await self._record()
+            self._paused = self._turn_trace().pause()
+            self._trace = None
+            for request in waiting.requests:
+                await ctx.request_info(request, Content, request_id=str(request.id))
+            return None
+        self._pending = PendingRequests()
+        outer = frames[0]
+        return [call_result(outer.call_id, str(result), outer.caller)]
 
     def _gate_for(self, participant: Participant, *, closed: bool = False) -> HandoffGate:
         """What the participant's edges allow in this run, asked with the conversation so far."""
@@ -750,6 +925,7 @@ class GroupChatHost(Executor):
             timeout=timeout,
             abandoned=abandoned,
             trace=turn.steps,
+            delegations=turn.delegations,
         )
         self._turn, self._next, self._next_closed, self._deadline = None, None, False, None
         self.last_result = result

@@ -14,6 +14,7 @@ from typing import Any, Literal, cast
 from agent_framework import Agent
 from typing_extensions import override
 
+from ._delegation import DelegateRoute
 from ._manager import CodeRoute
 from ._routes import HandoffRoute
 
@@ -29,8 +30,8 @@ class LintFinding:
     """One finding of :meth:`HandoffWorkflowBuilder.lint`.
 
     ``code`` names the rule (``"unreachable-agent"``, ``"no-way-back"``,
-    ``"same-tool-description"``, ``"route-with-manager"``); ``agents`` are the agents it is
-    about; ``message`` says what is wrong and how to fix it.
+    ``"same-tool-description"``, ``"handoff-and-delegate"``, ``"route-with-manager"``);
+    ``agents`` are the agents it is about; ``message`` says what is wrong and how to fix it.
     """
 
     severity: LintSeverity
@@ -49,6 +50,7 @@ def lint_graph(
     routes: Mapping[str, Mapping[str, HandoffRoute]],
     code_routes: Mapping[str, CodeRoute] | None = None,
     safe_agents: Iterable[str] = (),
+    delegates: Mapping[str, Mapping[str, DelegateRoute]] | None = None,
 ) -> list[LintFinding]:
     """Every finding about the compiled graph, errors first, each rule in agent order.
 
@@ -58,7 +60,8 @@ def lint_graph(
     code = code_routes or {}
     findings = _unreachable(initial, agents, routes, code, frozenset(safe_agents))
     findings += _no_way_back(initial, agents, routes, code)
-    findings += _same_descriptions(agents, routes)
+    findings += _same_descriptions(agents, routes, delegates or {})
+    findings += _handoff_and_delegate(routes, delegates or {})
     return sorted(findings, key=lambda finding: finding.severity != "error")
 
 
@@ -126,12 +129,18 @@ def _no_way_back(
 
 
 def _same_descriptions(
-    agents: Mapping[str, Agent], routes: Mapping[str, Mapping[str, HandoffRoute]]
+    agents: Mapping[str, Agent],
+    routes: Mapping[str, Mapping[str, HandoffRoute]],
+    delegates: Mapping[str, Mapping[str, DelegateRoute]],
 ) -> list[LintFinding]:
     findings: list[LintFinding] = []
     for name, agent in agents.items():
         by_description: dict[str, list[str]] = {}
-        tools = [*_own_tools(agent), *((r.tool_name, r.description) for r in _of(routes, name))]
+        tools = [
+            *_own_tools(agent),
+            *((r.tool_name, r.description) for r in _of(routes, name)),
+            *((d.tool_name, d.description) for d in delegates.get(name, {}).values()),
+        ]
         for tool, description in tools:
             key = " ".join(description.split()).casefold()
             if key:
@@ -146,6 +155,31 @@ def _same_descriptions(
                         f"Agent {name!r} has {len(names)} tools with the same description "
                         f"({_names(names)}: {description!r}): its model cannot tell them apart. "
                         "Pass reason= to with_handoff, or describe the agents differently.",
+                    )
+                )
+    return findings
+
+
+def _handoff_and_delegate(
+    routes: Mapping[str, Mapping[str, HandoffRoute]],
+    delegates: Mapping[str, Mapping[str, DelegateRoute]],
+) -> list[LintFinding]:
+    """An agent that may both ask an expert and hand the conversation to it: which one, when?"""
+    findings: list[LintFinding] = []
+    for caller, by_tool in delegates.items():
+        targets = {route.target: route.tool_name for route in _of(routes, caller)}
+        for delegate in by_tool.values():
+            handoff = targets.get(delegate.expert)
+            if handoff is not None:
+                findings.append(
+                    LintFinding(
+                        "warning",
+                        "handoff-and-delegate",
+                        (caller, delegate.expert),
+                        f"Agent {caller!r} can both hand the conversation to {delegate.expert!r} "
+                        f"({handoff}) and ask it a question ({delegate.tool_name}): its model "
+                        "must guess which one you mean. Keep one, or say in each reason= when "
+                        "to use it.",
                     )
                 )
     return findings

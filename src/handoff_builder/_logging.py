@@ -13,7 +13,13 @@ import logging
 from typing import NamedTuple
 
 from ._decision import Event
-from ._events import EscalationEvent, HandoffBlockedEvent, HandoffEvent, TurnTimeoutEvent
+from ._events import (
+    DelegationEvent,
+    EscalationEvent,
+    HandoffBlockedEvent,
+    HandoffEvent,
+    TurnTimeoutEvent,
+)
 from ._routes import EDGE_KINDS
 
 __all__ = ["DEFAULT_LOGGED_ARGUMENT_LENGTH", "ArgumentLogging", "log_event"]
@@ -52,6 +58,13 @@ def log_event(event: Event, settings: ArgumentLogging) -> None:
             event.target,
             settings.shown(event.goal),
         )
+    elif isinstance(event, DelegationEvent):
+        if logger.isEnabledFor(logging.INFO):
+            logger.info(
+                "delegation %s -> %s (%s, %s): %s",
+                event.caller, event.expert, event.tool_name, event.outcome,
+                settings.shown(event.task),
+            )  # fmt: skip
     elif isinstance(event, HandoffBlockedEvent):
         logger.warning(
             "blocked handoff from %s via %s (%s): %s",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_framework import (
     Agent,
@@ -23,6 +23,9 @@ from ._routes import HandoffRoute
 from ._tools import HandoffReviewer, HandoffToolMiddleware
 from .exceptions import HandoffHookError
 
+if TYPE_CHECKING:
+    from ._delegation import DelegateRoute, Delegations
+
 __all__ = ["Participant"]
 
 
@@ -34,6 +37,9 @@ class Participant:
     each ``agent.run`` call and merged there with the agent's own. ``routes`` are the agent's
     handoff tools by name: each run reviews the calls to them (see :meth:`run`); ``policies``
     hold the code of the edges that have some (``is_enabled``, ``approval``, ``on_handoff``).
+    ``delegates`` are its delegate tools by name, carried out by the run's
+    :class:`~handoff_builder._delegation.Delegations` (not offered without one, or past the
+    depth cap).
     """
 
     agent: Agent
@@ -42,6 +48,7 @@ class Participant:
     middleware: list[MiddlewareTypes] = field(default_factory=list[MiddlewareTypes])
     routes: Mapping[str, HandoffRoute] = field(default_factory=dict[str, HandoffRoute])
     policies: dict[str, EdgePolicy] = field(default_factory=dict[str, EdgePolicy])
+    delegates: Mapping[str, DelegateRoute] = field(default_factory=dict[str, "DelegateRoute"])
     instructions: str = ""
     """The handoff instructions' template: a run that does not offer every tool names only those
     it offers."""
@@ -57,18 +64,24 @@ class Participant:
         on_update: Callable[[AgentResponseUpdate], Awaitable[None]] | None,
         review: HandoffReviewer,
         gate: HandoffGate,
+        delegations: Delegations | None = None,
     ) -> tuple[AgentResponse, tuple[HandoffCall, ...], frozenset[str]]:
         """One agent invocation: its response, handoff calls and the handoffs it was not offered.
 
         Each handoff call is reviewed with ``review`` and admitted by ``gate``; a handoff whose
-        ``is_enabled`` says no is not offered in this run. Streams each update to ``on_update``
-        when it is given.
+        ``is_enabled`` says no is not offered in this run. Delegate calls are carried out by
+        ``delegations``. Streams each update to ``on_update`` when it is given.
         """
         calls: list[HandoffCall] = []
         middleware = self.middleware
         tools = self.tools
         options = self.options
         disabled = frozenset[str]()
+        if self.delegates:
+            if delegations is not None and delegations.allowed:
+                middleware = [delegations.middleware(self.delegates), *middleware]
+            else:
+                tools = [tool for tool in tools if tool.name not in self.delegates]
         if self.routes:
             middleware = [HandoffToolMiddleware(self.routes, review, gate, calls), *middleware]
             if self.policies or gate.closed:
@@ -95,6 +108,16 @@ class Participant:
             raise
         return response, tuple(calls), disabled
 
+    async def run_delegated(
+        self,
+        messages: Sequence[Message],
+        on_update: Callable[[AgentResponseUpdate], Awaitable[None]] | None,
+        delegations: Delegations,
+    ) -> AgentResponse:
+        """One run as an expert answering a delegated task: no handoff tools, its own delegates."""
+        response, _, _ = await self.run(messages, on_update, _no_handoffs, _NO_GATE, delegations)
+        return response
+
     def _options_offering(self, tool_names: Sequence[str]) -> dict[str, Any]:
         """The run's options when only ``tool_names`` are offered.
 
@@ -105,3 +128,10 @@ class Participant:
         if text.strip():
             options["instructions"] = text
         return options
+
+
+def _no_handoffs(request: Any, earlier: Any) -> HandoffCall:  # pragma: no cover - no routes
+    raise AssertionError("an expert answering a delegated task has no handoff tools")
+
+
+_NO_GATE = HandoffGate({}, [], None)

@@ -16,6 +16,7 @@ from typing import Any, cast
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 __all__ = [
+    "DelegateTask",
     "HandBackSummary",
     "HandoffGoal",
     "describe_errors",
@@ -48,6 +49,20 @@ class HandBackSummary(BaseModel):
 
     summary: str = Field(
         description="What you did, and what is still open for the agent you hand back to."
+    )
+
+
+class DelegateTask(BaseModel):
+    """The task, for the expert to carry out; its answer comes back to you."""
+
+    # A delegate tool's arguments without ``payload=``; the docstring is the schema's description.
+
+    model_config = ConfigDict(extra="forbid", title="task")
+
+    task: str = Field(
+        description=(
+            "What the expert should do or answer, with everything it needs to know to do it."
+        )
     )
 
 

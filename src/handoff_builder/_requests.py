@@ -26,7 +26,7 @@ from ._decision import TRANSFERRED_RESULT, HandoffCall
 from ._hooks import HandoffGate
 from ._participant import Participant
 from ._routes import HandoffRoute
-from ._state import Continuation, PendingState
+from ._state import Continuation, DelegationFrame, PendingState
 from ._telemetry import handoff_span, settle_handoff_span
 from ._tools import HandoffReviewer, call_result, handoff_request
 
@@ -120,20 +120,29 @@ def _tool_named(agent: Agent, name: str) -> FunctionTool | None:
 class PendingRequests:
     """The open requests of the one agent that is waiting (their ids, in the agent's order).
 
-    ``then`` is what happens once they are all answered.
+    ``then`` is what happens once they are all answered. ``frames``: the requests are an
+    expert's, in a delegation of ``agent`` that waits (outermost first).
     """
 
     agent: str | None = None
     requests: dict[str, Content] = field(default_factory=dict[str, Content])
     answers: dict[str, Content] = field(default_factory=dict[str, Content])
     then: Continuation | None = None
+    frames: tuple[DelegationFrame, ...] = ()
 
-    def open(self, agent: str, requests: Sequence[Content], then: Continuation) -> None:
-        """Start waiting for ``agent``'s requests."""
+    def open(
+        self,
+        agent: str,
+        requests: Sequence[Content],
+        then: Continuation,
+        frames: tuple[DelegationFrame, ...] = (),
+    ) -> None:
+        """Start waiting for ``agent``'s requests (or its delegation's)."""
         self.agent = agent
         self.requests = {str(request.id): request for request in requests}
         self.answers = {}
         self.then = then
+        self.frames = frames
 
     @property
     def unanswered(self) -> list[Content]:
@@ -215,6 +224,7 @@ class PendingRequests:
             requests=tuple(request.to_dict() for request in self.requests.values()),
             answers={key: answer.to_dict() for key, answer in self.answers.items()},
             then=self.then,
+            delegation=self.frames,
         )
 
     @classmethod
@@ -228,6 +238,7 @@ class PendingRequests:
             requests={str(request.id): request for request in requests},
             answers={k: Content.from_dict(v) for k, v in state.answers.items()},
             then=state.then or Continuation(state.agent),
+            frames=state.delegation,
         )
 
 

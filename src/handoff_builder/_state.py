@@ -19,11 +19,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast
 
 from agent_framework import Content
 
-from ._events import HandoffEvent, RoutingStep
+from ._events import DelegationEvent, HandoffEvent, MessagesField, RoutingStep
 from ._payloads import payload_label
 from ._routes import EDGE_KINDS, HandoffKind
 from .exceptions import CorruptStateError, SchemaVersionError
@@ -37,6 +37,7 @@ __all__ = [
     "HANDOFF_RECORD_KEY",
     "STATE_SCHEMA_VERSION",
     "Continuation",
+    "DelegationFrame",
     "HandoffState",
     "HostState",
     "PendingState",
@@ -73,6 +74,7 @@ class TurnState:
     handoffs: tuple[HandoffEvent, ...] = ()
     invocations: int = 0
     steps: tuple[RoutingStep, ...] = ()
+    delegations: tuple[DelegationEvent, ...] = ()
 
     def with_handoff(self, handoff: HandoffEvent) -> TurnState:
         """This turn with one more handoff."""
@@ -98,13 +100,39 @@ class Continuation:
 
 
 @dataclass(frozen=True)
+class DelegationFrame:
+    """A delegation that waits: ``caller`` asked ``expert`` (call ``call_id``), not answered yet.
+
+    ``messages`` is what the expert has so far: its task, and its replies when it ran
+    (``started``); a delegate with ``approval=True`` waits, not started, for that approval. The
+    expert also reads the first ``history_end`` messages of the shared conversation, as its
+    ``history`` mode shows them (they are read again from the history, not kept here).
+    """
+
+    caller: str
+    expert: str
+    tool_name: str
+    call_id: str
+    task: str
+    depth: int
+    history: Literal["none", "full", "filtered"] = "none"
+    history_end: int = 0
+    messages: MessagesField = ()
+    started: bool = True
+
+
+@dataclass(frozen=True)
 class PendingState:
-    """The requests one agent waits for (``Content.to_dict()`` forms) and the answers so far."""
+    """The requests one agent waits for (``Content.to_dict()`` forms) and the answers so far.
+
+    ``delegation`` (outermost first) when they are an expert's, inside ``agent``'s delegation.
+    """
 
     agent: str
     requests: tuple[dict[str, Any], ...]
     answers: dict[str, dict[str, Any]] = field(default_factory=dict[str, dict[str, Any]])
     then: Continuation | None = None
+    delegation: tuple[DelegationFrame, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ emitted:
   for the source, ``gen_ai.transfer.mode`` = ``pass_control``, ``gen_ai.transfer.target.*``);
   the call's arguments (goal or payload) only where agent_framework puts a tool call's arguments
   on its spans (its sensitive-data setting is on);
+* one ``execute_tool {tool name}`` span per delegation, with ``gen_ai.transfer.mode`` =
+  ``return_to_caller``: the expert's ``invoke_agent`` span is its child;
 * span events for refused handoffs, vetoes, declined approvals and every cap, with their reason,
   and an error status on a turn that fails;
 * metrics: handoffs (by source and target), blocked handoffs (by reason), escalations (by reason),
@@ -44,6 +46,7 @@ from opentelemetry.trace import (
 
 from ._decision import Event
 from ._events import (
+    DelegationEvent,
     EscalationEvent,
     HandoffBlockedEvent,
     HandoffEvent,
@@ -56,7 +59,13 @@ if TYPE_CHECKING:
     from ._decision import HandoffCall
     from ._routes import HandoffRoute
 
-__all__ = ["TurnTrace", "handoff_span", "settle_handoff_span"]
+__all__ = [
+    "TurnTrace",
+    "delegation_span",
+    "handoff_span",
+    "settle_delegation_span",
+    "settle_handoff_span",
+]
 
 # -- names (GenAI semantic conventions; gen_ai.transfer.* are not in the Python package yet) -------
 OPERATION_NAME = "gen_ai.operation.name"
@@ -76,10 +85,13 @@ ERROR_TYPE = "error.type"
 INVOKE_WORKFLOW = "invoke_workflow"
 EXECUTE_TOOL = "execute_tool"
 PASS_CONTROL = "pass_control"  # noqa: S105 - a transfer mode, not a password
+RETURN_TO_CALLER = "return_to_caller"
 TARGET_AGENT = "agent"
 
 # -- ours ------------------------------------------------------------------------------------------
 HANDOFF_OUTCOME = "handoff_builder.handoff.outcome"
+DELEGATION_OUTCOME = "handoff_builder.delegation.outcome"
+DELEGATION_DEPTH = "handoff_builder.delegation.depth"
 HANDOFF_KIND = "handoff_builder.handoff.kind"
 REASON = "handoff_builder.reason"
 SOURCE = "handoff_builder.source"
@@ -108,6 +120,9 @@ _blocked = _meter.create_counter(
     "handoff_builder.handoffs.blocked",
     unit="{handoff}",
     description="Handoff calls refused, vetoed or declined.",
+)
+_delegations = _meter.create_counter(
+    "handoff_builder.delegations", unit="{delegation}", description="Delegations, by outcome."
 )
 _escalations = _meter.create_counter(
     "handoff_builder.escalations", unit="{turn}", description="Turns escalated to a human."
@@ -185,6 +200,10 @@ class TurnTrace:
             return
         if isinstance(event, HandoffEvent):
             _handoffs.add(1, {SOURCE: event.source, TARGET: event.target, HANDOFF_KIND: event.kind})
+        elif isinstance(event, DelegationEvent):
+            _delegations.add(
+                1, {SOURCE: event.caller, TARGET: event.expert, DELEGATION_OUTCOME: event.outcome}
+            )
         elif isinstance(event, HandoffBlockedEvent):
             _blocked.add(1, {REASON: event.reason})
             # A reviewed call has its own span, with the event; calls to tools the agent did not
@@ -287,6 +306,38 @@ def _handoff_span(route: HandoffRoute, call_id: str) -> Generator[Span, None, No
         },
     ) as span:
         yield span
+
+
+def delegation_span(
+    tool_name: str, call_id: str, caller: str, expert: str, depth: int
+) -> AbstractContextManager[Span]:
+    """The ``execute_tool`` span of one delegation (a transfer that returns to the caller)."""
+    if not _tracing():
+        return nullcontext(INVALID_SPAN)
+    return _tracer.start_as_current_span(
+        f"{EXECUTE_TOOL} {tool_name}",
+        kind=SpanKind.INTERNAL,
+        attributes={
+            OPERATION_NAME: EXECUTE_TOOL,
+            TOOL_NAME: tool_name,
+            TOOL_CALL_ID: call_id,
+            TOOL_TYPE: "function",
+            AGENT_NAME: caller,
+            TRANSFER_MODE: RETURN_TO_CALLER,
+            TRANSFER_TARGET_TYPE: TARGET_AGENT,
+            TRANSFER_TARGET_NAME: expert,
+            DELEGATION_DEPTH: depth,
+        },
+    )
+
+
+def settle_delegation_span(span: Span, outcome: str, task: str) -> None:
+    """What became of a delegation, on its span (and its task where arguments are recorded)."""
+    if not span.is_recording():
+        return
+    span.set_attribute(DELEGATION_OUTCOME, outcome)
+    if _tool_arguments():
+        span.set_attribute(TOOL_CALL_ARGUMENTS, task)
 
 
 def settle_handoff_span(span: Span, call: HandoffCall) -> None:

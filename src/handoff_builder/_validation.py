@@ -156,3 +156,87 @@ def tool_name_problems(tool_names: Mapping[Any, Sequence[tuple[str, Any]]]) -> l
                     f"handoff tool to {label(targets[0])}; rename its tool or pass tool_name=."
                 )
     return problems
+
+
+def delegate_problems(delegates: Sequence[Any], in_graph: set[int]) -> list[str]:
+    """Delegate edges: a caller in the workflow, no self-delegation or duplicate, no cycle.
+
+    ``delegates`` are the declared ``DelegateEdge`` records; ``in_graph`` the ids of the
+    participants. A caller may also be another delegate's expert (delegates nest).
+    """
+    problems: list[str] = []
+    experts = {id(d.expert) for d in delegates}
+    seen: set[tuple[int, int]] = set()
+    asks: dict[int, tuple[Any, list[Any]]] = {}
+    for delegate in delegates:
+        caller, expert = label(delegate.caller), label(delegate.expert)
+        key = (id(delegate.caller), id(delegate.expert))
+        if delegate.caller is delegate.expert:
+            problems.append(f"Agent {caller} cannot delegate to itself; remove that delegate.")
+            continue
+        if key in seen:
+            problems.append(
+                f"The delegate from {caller} to {expert} is declared twice; keep one declaration."
+            )
+            continue
+        seen.add(key)
+        asks.setdefault(id(delegate.caller), (delegate.caller, []))[1].append(delegate.expert)
+        if id(delegate.caller) not in in_graph | experts:
+            problems.append(
+                f"The delegate from {caller} to {expert}: {caller} is not in this workflow; add "
+                "it with add_participants or a handoff, or make it another agent's expert."
+            )
+        if handoff_description(Edge(delegate.caller, delegate.expert, delegate.reason)) is None:
+            problems.append(
+                f"Expert agent {expert} has no description, name or instructions, and the "
+                f"delegate from {caller} gives no reason; pass reason= or describe the agent."
+            )
+        payload = delegate.payload
+        if payload is not None and not (
+            isinstance(payload, type) and issubclass(payload, BaseModel)
+        ):
+            problems.append(
+                f"The payload of the delegate from {caller} to {expert} is {payload!r}; pass a "
+                "pydantic BaseModel subclass (the class, not an instance)."
+            )
+        if delegate.tool_name is not None and not is_valid_tool_name(delegate.tool_name):
+            problems.append(
+                f"Tool name {delegate.tool_name!r} for the delegate from {caller} to {expert} "
+                f"must use only [A-Za-z0-9_-] and be 1 to {MAX_TOOL_NAME_LENGTH} characters long."
+            )
+    problems += _delegate_cycles(asks)
+    return problems
+
+
+def _delegate_cycles(asks: Mapping[int, tuple[Any, Sequence[Any]]]) -> list[str]:
+    """One problem per delegate cycle: an expert that, through its delegates, asks its caller.
+
+    ``asks`` maps each caller's id to the caller and the experts it asks.
+    """
+    problems: list[str] = []
+    done: set[int] = set()
+    reported: set[frozenset[int]] = set()
+
+    def visit(path: list[Any]) -> None:
+        agent = path[-1]
+        if id(agent) in done:
+            return
+        for expert in asks.get(id(agent), (None, ()))[1]:
+            ids = [id(a) for a in path]
+            if id(expert) in ids:
+                cycle = [*path[ids.index(id(expert)) :], expert]
+                members = frozenset(id(a) for a in cycle)
+                if members not in reported:
+                    reported.add(members)
+                    chain = " -> ".join(label(a) for a in cycle)
+                    problems.append(
+                        f"Delegates form a cycle ({chain}): an expert would ask its own caller, "
+                        "without end. Remove one of these delegates, or make it a handoff."
+                    )
+            else:
+                visit([*path, expert])
+        done.add(id(agent))
+
+    for caller, _ in asks.values():
+        visit([caller])
+    return problems

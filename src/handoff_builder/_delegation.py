@@ -1,0 +1,397 @@
+"""Delegation: an agent asks an expert through a tool and keeps the conversation (call and return).
+
+A delegate edge (``with_delegate(caller, expert)``) gives the caller one tool, ``ask_<expert>``,
+whose arguments are a ``task`` (or the edge's pydantic payload). The tool is never executed as a
+function: :class:`DelegateToolMiddleware` intercepts each call and runs the expert, with its own
+tools and instructions, on
+
+* the task alone (``history="none"``),
+* the shared conversation as the expert would see it with no filtering (``"full"``), or with the
+  workflow's filtering and handoff notes (``"filtered"``), then the task.
+
+The expert's final text is the call's result; the caller goes on. The expert's own messages stay
+out of the shared conversation: they are in a :class:`~handoff_builder.DelegationEvent`. An
+expert runs with no handoff tools (a delegation never passes control, and never lends the caller's
+authority), and with its own delegates while the depth allows.
+
+When an expert waits for a person (a tool of its own that needs approval, an external call, or a
+delegate with ``approval=True``), the delegation waits with it: every frame from the caller's call
+to the waiting expert is a :class:`~handoff_builder._state.DelegationFrame`, kept in the turn's
+pending state (so it is checkpointed and stored), and the caller's call is left open, marked as
+waiting for input. Once the answers are in, the innermost expert carries on, its answer goes to
+the frame above, and so on out to the caller, which then runs again with its call answered.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+
+from agent_framework import (
+    AgentResponseUpdate,
+    Content,
+    FunctionInvocationContext,
+    FunctionMiddleware,
+    Message,
+    MiddlewareTermination,
+)
+from pydantic import BaseModel
+from typing_extensions import override
+
+from ._events import DelegationEvent, DelegationOutcome
+from ._payloads import DelegateTask, payload_label, validate_arguments
+from ._requests import dangling_calls, requests_in, settle, unanswered
+from ._state import DelegationFrame
+from ._telemetry import delegation_span, settle_delegation_span
+from ._tools import HandoffTool
+
+if TYPE_CHECKING:
+    from ._participant import Participant
+
+__all__ = [
+    "DEFAULT_MAX_DELEGATION_DEPTH",
+    "DELEGATE_TOOL_PREFIX",
+    "DelegateRoute",
+    "DelegateToolMiddleware",
+    "DelegationScope",
+    "Delegations",
+    "HistoryMode",
+    "Suspension",
+    "make_delegate_tool",
+]
+
+HistoryMode = Literal["none", "full", "filtered"]
+"""What an expert sees besides its task: nothing, the shared conversation, or its filtered view."""
+HISTORY_MODES: tuple[HistoryMode, ...] = ("none", "full", "filtered")
+DELEGATE_TOOL_PREFIX = "ask_"
+DEFAULT_MAX_DELEGATION_DEPTH = 3
+"""How deep delegations nest by default: a participant's expert's expert's expert."""
+APPROVAL_ID_PREFIX = "delegation-approval-"
+
+NO_ANSWER_RESULT = "{expert} gave no answer."
+FAILED_RESULT = "Error: {expert} could not answer ({error}). Carry on without its answer."
+DECLINED_RESULT = (
+    "Not asked: the person who reviewed it declined the call to {tool}. Carry on without it."
+)
+REFUSED_RESULT = "Error: {tool} was not called: {problem}."
+USED_UP_PROBLEM = (
+    "it was already called {count} time(s) in this turn, its limit; answer with what you have"
+)
+
+
+class DelegateRoute(NamedTuple):
+    """A compiled delegate edge: ``caller`` calls ``tool_name`` to ask ``expert``."""
+
+    caller: str
+    expert: str
+    tool_name: str
+    description: str
+    payload: type[BaseModel] | None = None
+    history: HistoryMode = "none"
+    approval: bool = False
+    max_calls: int | None = None
+
+    @property
+    def model(self) -> type[BaseModel]:
+        """What the tool takes: the payload model, else :class:`DelegateTask`."""
+        return self.payload or DelegateTask
+
+
+def _never_called(**_: Any) -> str:  # pragma: no cover - the middleware intercepts every call
+    raise RuntimeError(
+        "delegate tools are intercepted by DelegateToolMiddleware and never executed"
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def make_delegate_tool(route: DelegateRoute) -> HandoffTool:
+    """The tool ``route.caller`` calls to ask ``route.expert`` (one per distinct route, shared)."""
+    return HandoffTool(
+        name=route.tool_name,
+        description=route.description,
+        func=_never_called,
+        input_model=route.model,
+        approval_mode="never_require",
+    )
+
+
+class Suspension(NamedTuple):
+    """A delegation that waits: its frames (outermost first) and the requests it waits for."""
+
+    frames: tuple[DelegationFrame, ...]
+    requests: tuple[Content, ...]
+
+
+@dataclass
+class DelegationScope:
+    """What delegations need from the host that runs the turn.
+
+    ``inputs(expert, history, end)`` is what an expert sees of the shared conversation's first
+    ``end`` messages; ``on_update(expert)`` where a streaming run sends its updates (``None``: not
+    streaming); ``used`` counts each delegate's calls in this turn (``caller/tool``).
+    """
+
+    experts: Mapping[str, Participant]
+    inputs: Callable[[str, HistoryMode, int], list[Message]]
+    history_length: Callable[[], int]
+    on_update: Callable[[str], Callable[[AgentResponseUpdate], Awaitable[None]] | None]
+    max_depth: int = DEFAULT_MAX_DELEGATION_DEPTH
+    used: dict[str, int] | None = None
+
+
+def _key(caller: str, tool_name: str) -> str:
+    return f"{caller}/{tool_name}"
+
+
+def task_message(frame: DelegationFrame) -> Message:
+    """The expert's task, as the user message it reads (written by the caller)."""
+    return Message(role="user", contents=[frame.task], author_name=frame.caller)
+
+
+def final_text(messages: Sequence[Message], expert: str) -> str:
+    """An expert's answer: the text of its last message that has any."""
+    for message in reversed(messages):
+        if message.role == "assistant" and message.text.strip():
+            return message.text
+    return NO_ANSWER_RESULT.format(expert=expert)
+
+
+def call_result(call_id: str, result: str, author: str) -> Message:
+    """The tool message that answers a delegate call."""
+    return Message(
+        role="tool",
+        contents=[Content.from_function_result(call_id=call_id, result=result)],
+        author_name=author,
+    )
+
+
+def waiting_call(frame: DelegationFrame) -> Content:
+    """The delegate call of ``frame``, as the call that waits (to settle it when the turn ends)."""
+    return Content.from_function_call(call_id=frame.call_id, name=frame.tool_name)
+
+
+def settle_waiting(frames: Sequence[DelegationFrame], status: str) -> list[Message]:
+    """The result that closes the outermost delegate call when its turn ends without an answer."""
+    return unanswered([waiting_call(frames[0])], frames[0].caller, status)
+
+
+class Delegations:
+    """The delegations made in one agent run, at ``depth`` (0: a participant's own run).
+
+    ``records`` is shared by every nested level: each finished delegation, innermost first.
+    ``suspension`` is set when a delegation of this run waits for answers.
+    """
+
+    def __init__(
+        self, scope: DelegationScope, depth: int = 0, records: list[DelegationEvent] | None = None
+    ) -> None:
+        self.scope = scope
+        self.depth = depth
+        self.records: list[DelegationEvent] = [] if records is None else records
+        self.suspension: Suspension | None = None
+        if scope.used is None:
+            scope.used = {}
+
+    @property
+    def allowed(self) -> bool:
+        """True when an agent at this depth may delegate (the depth cap is not reached)."""
+        return self.depth < self.scope.max_depth
+
+    def middleware(self, delegates: Mapping[str, DelegateRoute]) -> DelegateToolMiddleware:
+        """The middleware that carries out this run's delegate calls."""
+        return DelegateToolMiddleware(delegates, self)
+
+    async def call(self, route: DelegateRoute, call_id: str, arguments: Any) -> str | None:
+        """Carry out one delegate call: its result, or ``None`` when it waits (``suspension``)."""
+        if isinstance(arguments, BaseModel):
+            arguments = arguments.model_dump(mode="json")
+        payload, problem = validate_arguments(route.model, arguments)
+        task = ""
+        if payload is not None:
+            task = (
+                str(getattr(payload, "task", ""))
+                if route.payload is None
+                else f"{payload_label(route.payload)}: {payload.model_dump_json()}"
+            )
+            if not task.strip():
+                problem = "the task is empty; say what the expert should do"
+        used = self.scope.used if self.scope.used is not None else {}
+        count = used.get(_key(route.caller, route.tool_name), 0)
+        if problem is None and route.max_calls is not None and count >= route.max_calls:
+            problem = USED_UP_PROBLEM.format(count=count)
+        frame = DelegationFrame(
+            route.caller, route.expert, route.tool_name, call_id, task, self.depth + 1,
+            route.history, self.scope.history_length(), started=not route.approval,
+        )  # fmt: skip
+        if problem is not None:
+            result = REFUSED_RESULT.format(tool=route.tool_name, problem=problem)
+            self._record(frame, result, "refused", ())
+            return result
+        used[_key(route.caller, route.tool_name)] = count + 1
+        frame = replace(frame, messages=(task_message(frame),))
+        if route.approval:
+            call = Content.from_function_call(
+                call_id=call_id, name=route.tool_name, arguments=payload_json(payload)
+            )
+            request = Content.from_function_approval_request(
+                id=APPROVAL_ID_PREFIX + call_id, function_call=call
+            )
+            self.suspension = Suspension((frame,), (request,))
+            return None
+        return await self.run(frame)
+
+    async def run(self, frame: DelegationFrame) -> str | None:
+        """Run (or run again) ``frame``'s expert: its answer, or ``None`` when it waits."""
+        participant = self.scope.experts[frame.expert]
+        nested = Delegations(self.scope, frame.depth, self.records)
+        shared = self.scope.inputs(frame.expert, frame.history, frame.history_end)
+        with delegation_span(
+            frame.tool_name, frame.call_id, frame.caller, frame.expert, frame.depth
+        ) as span:
+            try:
+                response = await participant.run_delegated(
+                    [*shared, *frame.messages], self.scope.on_update(frame.expert), nested
+                )
+            except Exception as error:  # the caller gets the error and carries on
+                result = FAILED_RESULT.format(
+                    expert=frame.expert, error=f"{type(error).__name__}: {error}"
+                )
+                settle_delegation_span(span, "failed", frame.task)
+                self._record(frame, result, "failed", frame.messages)
+                return result
+            delta = list(response.messages)
+            for message in delta:
+                if message.author_name is None:
+                    message.author_name = frame.expert
+            dangling = dangling_calls(delta)
+            if dangling:
+                delta.append(settle(dangling, frame.expert))
+            transcript = (*frame.messages, *delta)
+            requests = requests_in(delta)
+            inner = nested.suspension
+            if inner is not None:  # a delegate of the expert waits: the rest of its calls end
+                waiting = inner.frames[0].call_id
+                others = [r for r in requests if call_id_of(r) != waiting]
+                if others:
+                    transcript = (*transcript, *unanswered(others, frame.expert, "waiting"))
+                settle_delegation_span(span, "waiting", frame.task)
+                own = replace(frame, messages=transcript, started=True)
+                self.suspension = Suspension((own, *inner.frames), inner.requests)
+                return None
+            if requests:
+                settle_delegation_span(span, "waiting", frame.task)
+                own = replace(frame, messages=transcript, started=True)
+                self.suspension = Suspension((own,), tuple(requests))
+                return None
+            result = final_text(delta, frame.expert)
+            settle_delegation_span(span, "answered", frame.task)
+            self._record(frame, result, "answered", transcript)
+            return result
+
+    def decline(self, frame: DelegationFrame) -> str:
+        """A person declined ``frame``'s delegate call (``approval=True``): the caller is told."""
+        result = DECLINED_RESULT.format(tool=frame.tool_name)
+        self._record(frame, result, "declined", frame.messages)
+        return result
+
+    async def carry_on(self, frames: Sequence[DelegationFrame], answer: str | None) -> str | None:
+        """Take the innermost frame's ``answer`` out through the frames above it.
+
+        Each expert above runs again with its delegate call answered. Returns the answer to the
+        outermost call, or ``None`` when an expert waits again (``suspension``, with every frame).
+        """
+        outer = list(frames[:-1])
+        current = frames[-1]
+        while True:
+            if answer is None:
+                inner = self.suspension
+                assert inner is not None  # noqa: S101 - set by run() whenever it returns None
+                self.suspension = Suspension((*outer, *inner.frames), inner.requests)
+                return None
+            if not outer:
+                return answer
+            parent = outer.pop()
+            self.suspension = None
+            messages = (*parent.messages, call_result(current.call_id, answer, parent.expert))
+            answer = await self.run(replace(parent, messages=messages))
+            current = parent
+
+    def _record(
+        self,
+        frame: DelegationFrame,
+        result: str,
+        outcome: DelegationOutcome,
+        messages: Sequence[Message],
+    ) -> None:
+        self.records.append(
+            DelegationEvent(
+                frame.caller,
+                frame.expert,
+                frame.tool_name,
+                frame.call_id,
+                frame.task,
+                result,
+                outcome,
+                tuple(messages),
+                frame.depth,
+            )
+        )
+
+
+def payload_json(payload: BaseModel | None) -> str:
+    """A validated payload as the call's JSON arguments."""
+    return payload.model_dump_json() if payload is not None else "{}"
+
+
+def call_id_of(request: Content) -> str | None:
+    """The call a request is about (an approval's function call, or the call itself)."""
+    if request.type == "function_approval_request" and request.function_call is not None:
+        return request.function_call.call_id
+    return request.call_id
+
+
+class DelegateToolMiddleware(FunctionMiddleware):
+    """Carries out one run's delegate calls; other tool calls pass through untouched."""
+
+    def __init__(self, delegates: Mapping[str, DelegateRoute], delegations: Delegations) -> None:
+        self._delegates = delegates
+        self._delegations = delegations
+
+    @override
+    async def process(
+        self,
+        context: FunctionInvocationContext,
+        call_next: Callable[[], Awaitable[None]],
+    ) -> None:
+        """Run the expert and give its answer as the call's result; or leave the call waiting."""
+        route = self._delegates.get(context.function.name)
+        if route is None:
+            await call_next()
+            return
+        call_id = str(context.metadata.get("call_id") or "")
+        result = await self._delegations.call(route, call_id, context.arguments)
+        if result is not None:
+            context.result = result
+            return
+        # The delegation waits for a person: the call stays open, marked as waiting for input
+        # (as a call to a declaration-only tool is), and the run ends here.
+        waiting = Content.from_function_call(
+            call_id=call_id,
+            name=route.tool_name,
+            arguments=_arguments_text(context.arguments),
+        )
+        waiting.user_input_request = True
+        waiting.id = str(context.metadata.get("function_call_occurrence_id") or call_id)
+        raise MiddlewareTermination("the delegation waits for answers", result=waiting)
+
+
+def _arguments_text(arguments: Any) -> str:
+    if isinstance(arguments, BaseModel):
+        return arguments.model_dump_json()
+    if isinstance(arguments, Mapping):
+        import json
+
+        return json.dumps(dict(arguments), ensure_ascii=False)  # pyright: ignore[reportUnknownArgumentType]
+    return str(arguments or "{}")
