@@ -114,6 +114,8 @@ async def test_checkpoint_state_is_versioned_json(storage: CheckpointStorage) ->
         "autonomous_turns": {},
         "last_hand_back": None,
         "forced": None,
+        "reviewing": None,
+        "review_feedback": [],
     }
     assert state["speaker"] == "triage"
     assert state["next"] == "billing"

@@ -10,7 +10,6 @@ use, so a program that only builds and runs workflows does not load it (nor ``sq
 import typing as _typing
 
 from ._builder import HandoffWorkflowBuilder, Outcome
-from ._delegation import DEFAULT_MAX_DELEGATION_DEPTH, DelegateRoute, HistoryMode
 from ._decision import (
     AgentReply,
     Decision,
@@ -20,8 +19,10 @@ from ._decision import (
     HandoffCall,
     HandoffRequest,
     NextAgent,
+    ReviewVerdict,
     TurnStart,
 )
+from ._delegation import DEFAULT_MAX_DELEGATION_DEPTH, DelegateRoute, HistoryMode
 from ._events import (
     HANDOFF_BLOCKED_EVENT,
     HANDOFF_DELEGATION_EVENT,
@@ -78,7 +79,8 @@ from ._manager import (
     RouteFunction,
     TerminationCondition,
 )
-from ._payloads import DelegateTask, HandBackSummary, HandoffGoal
+from ._payloads import DelegateTask, HandBackSummary, HandoffGoal, ReviewApproval, ReviewChanges
+from ._review import DEFAULT_MAX_REVIEW_ROUNDS
 from ._requests import decline
 from ._routes import HandoffRoute, hand_back_tool_name, handoff_tool_name
 from ._state import HandoffState
@@ -147,6 +149,7 @@ __all__ = [
     "DEFAULT_MAX_HANDOFFS_PER_TURN",
     "DEFAULT_MAX_ITERATIONS",
     "DEFAULT_MAX_REJECTED_HANDOFFS",
+    "DEFAULT_MAX_REVIEW_ROUNDS",
     "DEFAULT_MAX_TURN_RETRIES",
     "DEFAULT_TURN_TIMEOUT",
     "HANDOFF_BLOCKED_EVENT",
@@ -213,6 +216,9 @@ __all__ = [
     "PendingRequestsError",
     "ReissueRequests",
     "ResumeTurn",
+    "ReviewApproval",
+    "ReviewChanges",
+    "ReviewVerdict",
     "RouteFunction",
     "RoutingStep",
     "SchemaVersionError",

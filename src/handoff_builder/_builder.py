@@ -27,6 +27,7 @@ from ._instructions import DEFAULT_HANDOFF_INSTRUCTIONS
 from ._lint import LintFinding
 from ._logging import DEFAULT_LOGGED_ARGUMENT_LENGTH, ArgumentLogging
 from ._manager import CapOutcome, RouteFunction, TerminationCondition
+from ._review import DEFAULT_MAX_REVIEW_ROUNDS
 from ._validation import Edge
 from ._views import HandoffToolCallFiltering
 from ._workflow import HandoffWorkflow
@@ -306,6 +307,28 @@ class HandoffWorkflowBuilder:
                 max_calls,
             )
         )
+        return self
+
+    def with_review(
+        self, producer: Agent, reviewer: Agent, *, max_rounds: int = DEFAULT_MAX_REVIEW_ROUNDS
+    ) -> HandoffWorkflowBuilder:
+        """Review each reply of ``producer`` before it goes to the user: bounded review.
+
+        After ``producer`` replies without a handoff, ``reviewer`` runs with two tools:
+        ``approve(note)`` ends the turn with the producer's reply; ``request_changes(feedback)``
+        gives the turn back to the producer, which reads the feedback and writes its reply again
+        (a reviewer that calls neither has not approved: its text is the feedback). The
+        ``max_rounds``-th request for changes in one user message escalates the turn to a
+        human (status ``"review_rounds"``), with every round's feedback in
+        :attr:`EscalationEvent.evidence` and the last, still open, in ``goal``. Each review hop
+        counts toward ``max_iterations`` (not toward the handoff cap), and is a ``"review"``
+        step in the trace. A reviewer takes no part in the default all-to-all mesh.
+        """
+        (producer_agent,) = _agents_of(producer, "producers")
+        (reviewer_agent,) = _agents_of(reviewer, "reviewers")
+        self.add_participants(producer_agent, reviewer_agent)
+        rounds = _at_least_one("max_rounds", max_rounds)
+        self._config.reviews.append((producer_agent, reviewer_agent, rounds))
         return self
 
     def with_max_delegation_depth(self, depth: int) -> HandoffWorkflowBuilder:

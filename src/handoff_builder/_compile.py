@@ -40,6 +40,7 @@ from ._manager import (
     ManagerSettings,
     TerminationCondition,
 )
+from ._review import REVIEW_TOOL_KINDS, Review, review_tools
 from ._routes import HandoffRoute, default_tool_name, sanitize_tool_name
 from ._tools import make_handoff_tool
 from ._validation import (
@@ -50,6 +51,7 @@ from ._validation import (
     label,
     own_tool_names,
     participant_problems,
+    review_problems,
     tool_name_problems,
 )
 from ._views import HandoffToolCallFiltering
@@ -135,6 +137,7 @@ class BuildConfig:
     cap_outcomes: dict[str, Any] = field(default_factory=dict[str, Any])
     delegates: list[DelegateEdge] = field(default_factory=list[DelegateEdge])
     max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH
+    reviews: list[tuple[Any, Any, int]] = field(default_factory=list[tuple[Any, Any, int]])
 
 
 class _HopEdgeNotice(logging.Filter):
@@ -170,6 +173,7 @@ class _Plan(NamedTuple):
     findings: tuple[LintFinding, ...] = ()
     delegates: dict[str, dict[str, DelegateRoute]] = {}  # noqa: RUF012 - a NamedTuple default
     experts: dict[str, Agent] = {}  # noqa: RUF012 - the agents that answer delegates, by name
+    reviews: dict[str, Review] = {}  # noqa: RUF012 - by producer
 
 
 class Caps(NamedTuple):
@@ -240,12 +244,14 @@ def compile_workflow(
             cap: outcome if isinstance(outcome, CapOutcome) else str(outcome.name)
             for cap, outcome in config.cap_outcomes.items()
         },
+        reviews=plan.reviews,
     )
     manager = (config.manager_factory or HandoffManager)(settings)
     if not isinstance(manager, GroupChatManager):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise TypeError(
             f"The manager factory returned a {type(manager).__name__}, not a GroupChatManager."
         )
+    reviewers = {review.reviewer for review in plan.reviews.values()}
     participants = {
         name: _participant(
             agent,
@@ -253,6 +259,7 @@ def compile_workflow(
             plan.policies.get(name, {}),
             config.instructions,
             plan.delegates.get(name, {}),
+            reviewer=name in reviewers,
         )
         for name, agent in plan.agents.items()
     }
@@ -265,7 +272,7 @@ def compile_workflow(
         manager=manager,
         apology=config.escalation_message,
         filtering=config.filtering,
-        handoff_tools=frozenset(name for by in plan.routes.values() for name in by),
+        handoff_tools=_handoff_tools(plan),
         output_agents=plan.output_agents,
         intermediate_agents=plan.intermediate_agents,
         argument_logging=config.argument_logging,
@@ -290,11 +297,19 @@ def _participant(
     policies: dict[str, EdgePolicy],
     instructions: str,
     delegates: Mapping[str, DelegateRoute],
+    *,
+    reviewer: bool = False,
 ) -> Participant:
-    """An agent as the host runs it: its handoff tools (with their instructions), its delegates."""
+    """An agent as the host runs it.
+
+    Its handoff tools (with their instructions), its delegates and, for a reviewer, the review
+    tools.
+    """
     delegate_tools: list[FunctionTool] = [make_delegate_tool(route) for route in delegates.values()]
+    if reviewer:
+        delegate_tools.extend(review_tools())
     if not routes:
-        return Participant(agent, tools=delegate_tools, delegates=delegates)
+        return Participant(agent, tools=delegate_tools, delegates=delegates, reviewer=reviewer)
     options: dict[str, Any] = {"allow_multiple_tool_calls": False}
     text = render_instructions(instructions, list(routes))
     if text.strip():
@@ -306,17 +321,28 @@ def _participant(
         routes=routes,
         policies=policies,
         delegates=delegates,
+        reviewer=reviewer,
         instructions=instructions,
     )
 
 
+def _handoff_tools(plan: _Plan) -> frozenset[str]:
+    """The tools other agents' views filter as handoffs: handoff tools, and the review tools."""
+    names = {name for by in plan.routes.values() for name in by}
+    if plan.reviews:
+        names.update(REVIEW_TOOL_KINDS)
+    return frozenset(names)
+
+
 def _all_edges(config: BuildConfig, participants: Sequence[Any]) -> list[Edge]:
-    """Declared handoff edges (else the default mesh: routes are not handoffs), then hand-backs."""
+    """Declared handoff edges, else the default mesh, then hand-backs.
+
+    Routes are not handoffs, and reviewers take no part in the mesh: they only review.
+    """
+    reviewers = {id(reviewer) for _, reviewer, _ in config.reviews}
+    meshed = [agent for agent in participants if id(agent) not in reviewers]
     edges = config.edges or [
-        Edge(source, target)
-        for source in participants
-        for target in participants
-        if source is not target
+        Edge(source, target) for source in meshed for target in meshed if source is not target
     ]
     for hand_back in config.hand_backs:
         coordinator = hand_back.coordinator
@@ -351,6 +377,7 @@ def _plan(config: BuildConfig) -> _Plan:
     )
     problems = participant_problems(participants + expert_agents) + edge_problems(edges)
     problems += delegate_problems(config.delegates, in_graph)
+    problems += review_problems(config.reviews)
     tool_names: dict[Any, list[tuple[str, Any]]] = {}
     distinct = {(id(e.source), id(e.target), e.kind): e for e in reversed(edges)}
     for edge in reversed(distinct.values()):  # a duplicate edge is reported once, above
@@ -358,6 +385,8 @@ def _plan(config: BuildConfig) -> _Plan:
     delegated = {(id(d.caller), id(d.expert)): d for d in reversed(config.delegates)}
     for delegate in reversed(delegated.values()):
         tool_names.setdefault(delegate.caller, []).append((delegate.tool, delegate.expert))
+    for reviewer in {id(r): r for _, r, _ in config.reviews}.values():
+        tool_names.setdefault(reviewer, []).extend((tool, None) for tool in REVIEW_TOOL_KINDS)
     problems += tool_name_problems(tool_names)
     autonomous, autonomous_problems = _autonomous(config, participants)
     problems += autonomous_problems
@@ -388,8 +417,12 @@ def _plan(config: BuildConfig) -> _Plan:
             delegate.history, delegate.approval, delegate.max_calls,
         )  # fmt: skip
     initial = str(config.initial.name)
+    reviews = {
+        str(producer.name): Review(str(producer.name), str(reviewer.name), rounds)
+        for producer, reviewer, rounds in config.reviews
+    }
     safe = [str(o.name) for o in config.cap_outcomes.values() if isinstance(o, Agent)]
-    findings = lint_graph(initial, agents, routes, code_routes, safe, delegates)
+    findings = lint_graph(initial, agents, routes, code_routes, safe, delegates, reviews)
     if config.manager_factory is not None:  # a manager of its own may pick any agent
         findings = [f for f in findings if f.code != "unreachable-agent"]
         findings += [
@@ -415,6 +448,7 @@ def _plan(config: BuildConfig) -> _Plan:
         tuple(findings),
         delegates,
         experts,
+        reviews,
     )
 
 
@@ -523,6 +557,8 @@ def to_mermaid(config: BuildConfig) -> str:
         for route in routes.values():
             arrow = route.edge.arrow
             lines.append(f"    {ids[source]} {arrow}|{route.tool_name}| {ids[route.target]}")
+    for producer, review in plan.reviews.items():
+        lines.append(f"    {ids[producer]} <-->|review| {ids[review.reviewer]}")
     for caller, by_tool in plan.delegates.items():
         for delegate in by_tool.values():
             lines.append(f"    {ids[caller]} --o|{delegate.tool_name}| {ids[delegate.expert]}")

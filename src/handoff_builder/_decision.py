@@ -47,6 +47,7 @@ __all__ = [
     "HandoffCall",
     "HandoffRequest",
     "NextAgent",
+    "ReviewVerdict",
     "TurnStart",
 ]
 
@@ -149,6 +150,22 @@ class AgentReply:
     unfinished: bool = False
     disabled: frozenset[str] = frozenset()
     """The agent's handoff tools its edges did not offer in this run (``is_enabled``)."""
+    verdict: ReviewVerdict | None = None
+    """A reviewer's verdict (``with_review``): the first call to its approve or request-changes
+    tool in this run, if it made one."""
+
+
+@dataclass(frozen=True)
+class ReviewVerdict:
+    """What a reviewer decided about the reply under review (``with_review``).
+
+    ``kind`` is ``"approve"`` (``text``: its note) or ``"request_changes"`` (``text``: the
+    feedback for the reply's author).
+    """
+
+    kind: Literal["approve", "request_changes"]
+    text: str
+    call_id: str
 
 
 @dataclass(frozen=True)

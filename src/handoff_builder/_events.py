@@ -71,7 +71,9 @@ BlockReason = Literal[
     "vetoed",
     "declined",
 ]
-EscalationReason = Literal["handoff_cap", "max_iterations", "rejected_handoffs", "blocked_handoff"]
+EscalationReason = Literal[
+    "handoff_cap", "max_iterations", "rejected_handoffs", "blocked_handoff", "review_rounds"
+]
 TurnStatus = Literal[
     "completed",
     "autonomous_limit",
@@ -79,6 +81,7 @@ TurnStatus = Literal[
     "max_iterations",
     "rejected_handoffs",
     "blocked_handoff",
+    "review_rounds",
     "agent_timeout",
     "turn_timeout",
     "abandoned",
@@ -101,6 +104,7 @@ StepKind = Literal[
     "handoff",
     "hand_back",
     "delegate",
+    "review",
     "route",
     "continue",
     "blocked",
@@ -111,7 +115,8 @@ StepKind = Literal[
 ]
 """What a routing step did: ``"start"`` (the turn's first agent), ``"handoff"`` / ``"hand_back"``
 (an accepted handoff call), ``"delegate"`` (the model asked an expert through a delegate
-tool; the caller kept the conversation), ``"route"`` (a route of ``with_route``: code picked the
+tool; the caller kept the conversation), ``"review"`` (a reviewer of ``with_review`` was given
+the reply, or asked its author for changes), ``"route"`` (a route of ``with_route``: code picked the
 next agent),
 ``"continue"`` (an autonomous continuation: the same agent again),
 ``"blocked"`` (a refused handoff call: the agent goes on), ``"end"`` (the turn went back to the
@@ -211,8 +216,10 @@ class EscalationEvent:
     ``reason`` is ``"handoff_cap"`` (more handoffs were requested than the per-message cap
     allows), ``"max_iterations"`` (the turn used every agent invocation it was allowed) or
     ``"rejected_handoffs"`` (the agents kept making handoff calls that were refused: past the cap
-    on rejected attempts). ``requested_target`` and ``goal`` are those of the call that tripped
-    the cap, when a call did.
+    on rejected attempts) or ``"review_rounds"`` (a reviewer asked for changes ``limit`` times).
+    ``requested_target`` and ``goal`` are those of the call that tripped the cap, when a call
+    did; for a review, the reply's author and the last feedback (the concerns still open), and
+    ``evidence`` is every round's feedback, in order.
     """
 
     reason: EscalationReason
@@ -220,6 +227,7 @@ class EscalationEvent:
     limit: int
     requested_target: str | None = None
     goal: str | None = None
+    evidence: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -233,7 +241,12 @@ class LimitReachedEvent:
     """
 
     kind: Literal[
-        "autonomous_turns", "handoff_cap", "max_iterations", "rejected_handoffs", "blocked_handoff"
+        "autonomous_turns",
+        "handoff_cap",
+        "max_iterations",
+        "rejected_handoffs",
+        "blocked_handoff",
+        "review_rounds",
     ]
     agent: str
     limit: int
@@ -315,7 +328,9 @@ class HandoffTurnResult(AgentResponse):
       they finished, each with the expert's own messages;
     * ``recovered``: in a hosted conversation, the result of an earlier turn that this call
       finished (after a crash) or abandoned before it ran the new message, or ``None``;
-    * ``conversation``: the whole shared conversation at the end of the turn.
+    * ``conversation``: the whole shared conversation at the end of the turn;
+    * ``start``: where the turn's own messages start in ``conversation``; ``hidden``: the ranges
+      of them left out of ``messages`` (drafts a reviewer sent back, and the reviews).
     """
 
     def __init__(
@@ -332,6 +347,8 @@ class HandoffTurnResult(AgentResponse):
         recovered: HandoffTurnResult | None = None,
         trace: Sequence[RoutingStep] = (),
         delegations: Sequence[DelegationEvent] = (),
+        start: int | None = None,
+        hidden: Sequence[tuple[int, int]] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(messages=list(messages), **kwargs)
@@ -343,6 +360,8 @@ class HandoffTurnResult(AgentResponse):
         self.recovered = recovered
         self.trace: tuple[RoutingStep, ...] = tuple(trace)
         self.delegations: tuple[DelegationEvent, ...] = tuple(delegations)
+        self.start = start if start is not None else len(conversation) - len(self.messages)
+        self.hidden: tuple[tuple[int, int], ...] = tuple(hidden)
         self.status: TurnStatus = status or (escalation.reason if escalation else "completed")
         self.conversation: tuple[Message, ...] = tuple(conversation)
 

@@ -44,6 +44,7 @@ from ._events import (
     TurnStatus,
 )
 from ._manager import CapOutcome, CodeRoute, GroupChatManager, ManagerSettings
+from ._review import Review
 from ._routes import EDGE_KINDS
 from ._state import HandoffState, decode_handoff_state, encode_handoff_state
 from .exceptions import HandoffHookError
@@ -76,6 +77,7 @@ AWAITING_NOT_PERFORMED_RESULT = (
     "approval)."
 )
 _HUMAN_TAKES_OVER = "A human colleague will take over the conversation."
+NO_VERDICT = "The reviewer neither approved the reply nor said what must change."
 SAFE_AGENT_NOTE = (
     "The conversation was passed to you ({agent}) because {why}. Answer the user yourself in "
     "this reply: you cannot hand off now."
@@ -168,6 +170,9 @@ class HandoffManager(GroupChatManager):
             name: route for by in settings.routes.values() for name, route in by.items()
         }
         self._state = HandoffState()
+        self._reviewed_by: dict[str, str] = {}
+        for review in settings.reviews.values():  # a reviewer of several: its first producer
+            self._reviewed_by.setdefault(review.reviewer, review.producer)
 
     @property
     def state(self) -> HandoffState:
@@ -275,6 +280,8 @@ class HandoffManager(GroupChatManager):
             return self._at_cap("blocked_handoff", speaker, events)
         elif reply.unfinished:
             decision = NextAgent(speaker, events=tuple(events))  # the same invocation goes on
+        elif self._state.reviewing is not None and self._state.reviewing[1] == speaker:
+            decision = self._reviewed(reply, events)
         else:
             decision = await self._after_reply(history, reply, events)
         # Past the cap, the turn goes no further; an agent that answered keeps its answer.
@@ -320,8 +327,9 @@ class HandoffManager(GroupChatManager):
         self._update(forced=(safe, cap))
         step = RoutingStep("route", "code", cap, speaker, safe, limit, count)
         note = SAFE_AGENT_NOTE.format(agent=safe, why=SAFE_AGENT_REASONS[cap].format(limit=limit))
-        told = Message(role="user", contents=[note], author_name=HOST_NOTE_AUTHOR)
-        return NextAgent(safe, input=(told,), events=tuple(events), step=step, last=True)
+        return NextAgent(
+            safe, input=(_host_note(note),), events=tuple(events), step=step, last=True
+        )
 
     def _count(self, cap: EscalationReason) -> int | None:
         state = self._state
@@ -398,6 +406,9 @@ class HandoffManager(GroupChatManager):
             if verdict:
                 step = RoutingStep("end", "code", "termination_condition", speaker)
                 return self._end_loop(speaker, EndTurn(events=tuple(events), step=step))
+        review = self.settings.reviews.get(speaker)
+        if review is not None:
+            return self._to_review(review, events)
         route = self.settings.code_routes.get(speaker)
         if route is not None:
             return await self._route(route, history, reply, events)
@@ -454,6 +465,62 @@ class HandoffManager(GroupChatManager):
         step = RoutingStep("route", "code", by, speaker, target)
         return NextAgent(target, handoff=handoff, events=(*events, handoff), step=step)
 
+    def _to_review(self, review: Review, events: list[Event]) -> Decision:
+        """The producer replied: its reviewer runs next, told what to review (a code step)."""
+        state = self._state
+        if state.invocations >= self.max_iterations:
+            return self._at_cap("max_iterations", review.producer, events)
+        rounds = len(state.review_feedback)
+        self._update(
+            invocations=state.invocations + 1, reviewing=(review.producer, review.reviewer)
+        )
+        note = _host_note(review.reviewer_note(rounds + 1))
+        step = RoutingStep(
+            "review", "code", "review", review.producer, review.reviewer, review.max_rounds, rounds
+        )
+        return NextAgent(review.reviewer, input=(note,), events=tuple(events), step=step)
+
+    def _reviewed(self, reply: AgentReply, events: list[Event]) -> Decision:
+        """The reviewer's verdict: approval ends the turn; changes go back, up to the cap.
+
+        A reviewer that answers without calling either tool has not approved: its text is taken
+        as the feedback.
+        """
+        producer, reviewer = cast("tuple[str, str]", self._state.reviewing)
+        review = self.settings.reviews[producer]
+        verdict = reply.verdict
+        self._update(reviewing=None)
+        if verdict is not None and verdict.kind == "approve":
+            return EndTurn(
+                events=tuple(events), step=RoutingStep("end", "model", "approve", reviewer)
+            )
+        feedback = verdict.text if verdict is not None else _reply_text(reply) or NO_VERDICT
+        found = (*self._state.review_feedback, feedback)
+        self._update(review_feedback=found)
+        rounds = len(found)
+        if rounds >= review.max_rounds:
+            escalation = EscalationEvent(
+                "review_rounds", reviewer, review.max_rounds, producer, feedback, found
+            )
+            step = RoutingStep(
+                "escalate", "code", "review_rounds", reviewer, None, review.max_rounds, rounds
+            )
+            return Escalate(escalation, events=(*events, escalation), step=step)
+        if self._state.invocations >= self.max_iterations:
+            return self._at_cap("max_iterations", reviewer, events)
+        self._update(invocations=self._state.invocations + 1)
+        note = _host_note(review.producer_note(rounds, feedback))
+        step = RoutingStep(
+            "review",
+            "model" if verdict is not None else "code",
+            "request_changes",
+            reviewer,
+            producer,
+            review.max_rounds,
+            rounds,
+        )
+        return NextAgent(producer, input=(note,), events=tuple(events), step=step)
+
     def _end_loop(self, speaker: str, decision: EndTurn) -> EndTurn:
         turns = self._state.autonomous_turns
         if speaker in turns:
@@ -482,6 +549,8 @@ class HandoffManager(GroupChatManager):
         if start.return_to_previous is not None:
             back = start.return_to_previous
         previous = start.previous_agent
+        if previous in self._reviewed_by:  # a reviewer ended the turn: its producer goes on
+            previous = self._reviewed_by[previous]
         if not back or previous is None or previous == self.initial_agent:
             return self.initial_agent
         if previous not in self.agents:
@@ -567,6 +636,15 @@ def _call(
         request.payload,
         request.arguments if blocked is not None or escalation is not None else "",
     )
+
+
+def _host_note(text: str) -> Message:
+    """A note from the host to the next agent (not part of the turn's reply to the user)."""
+    return Message(role="user", contents=[text], author_name=HOST_NOTE_AUTHOR)
+
+
+def _reply_text(reply: AgentReply) -> str:
+    return " ".join(m.text for m in reply.messages if m.role == "assistant" and m.text).strip()
 
 
 def _blocked(call: HandoffCall) -> HandoffBlockedEvent:

@@ -237,6 +237,7 @@ class GroupChatHost(Executor):
         """Seconds a turn may take (``None``: no limit), from its start or from where it
         resumed (after a restore, or once its requests were answered)."""
         self._deadline: float | None = None  # the open turn's, on the event loop's clock
+        self._run_start = 0  # where the last agent run's messages start in the history
         self.last_result: HandoffTurnResult | None = None
         """The result of the last turn that ended in this host."""
         self._participants = participants
@@ -402,6 +403,7 @@ class GroupChatHost(Executor):
             warning = f"The manager selected unknown agent {name!r}."
             return EndTurn(events=(warning,))
         self._speaker = name
+        self._run_start = len(self._history)
         view = self._view(name).update(self._history)
         gate = self._gate_for(participant, closed=closed)
         limit, seconds = self._time_left()
@@ -410,7 +412,7 @@ class GroupChatHost(Executor):
         delegations = self._delegations(ctx) if participant.delegates else None
         try:
             with self._turn_trace().active():
-                response, calls, disabled = await within(
+                response, calls, disabled, verdict = await within(
                     seconds,
                     participant.run(
                         view,
@@ -434,7 +436,10 @@ class GroupChatHost(Executor):
         waiting = None if delegations is None else await self._add_delegations(delegations, ctx)
         if waiting is not None:
             requests = self._delegation_waits(waiting, requests, name)
-        reply = AgentReply(name, tuple(delta), calls, unfinished=bool(requests), disabled=disabled)
+        reply = AgentReply(
+            name, tuple(delta), calls, unfinished=bool(requests), disabled=disabled,
+            verdict=verdict,
+        )  # fmt: skip
         decision = await self._manager.decide(self._history, reply)
         frames = waiting.frames if waiting is not None else ()
         if requests and isinstance(decision, NextAgent):
@@ -602,11 +607,24 @@ class GroupChatHost(Executor):
             await self._end_turn(ctx, decision.status, timeout=timeout)
 
     def _with_steps(self, turn: TurnState, steps: Sequence[RoutingStep]) -> TurnState:
-        """The turn with these steps in its trace (and as span events of the turn)."""
+        """The turn with these steps in its trace (and as span events of the turn).
+
+        Review steps also mark what the turn's reply leaves out: a draft sent back (or that
+        escalated) and the review itself; an approved reply stays, its review does not.
+        """
         trace = self._turn_trace()
         for step in steps:
             trace.step(step)
             turn = turn.with_step(step)
+            end = len(self._history)
+            if step.kind == "review" and step.by == "review":
+                turn = replace(turn, reviewed=(min(self._run_start, end), end))
+            elif turn.reviewed is not None and step.by in ("request_changes", "review_rounds"):
+                hidden = (turn.reviewed[0], end)
+                turn = replace(turn, reviewed=None, hidden=(*turn.hidden, hidden))
+            elif turn.reviewed is not None and step.by == "approve":
+                hidden = (turn.reviewed[1], end)
+                turn = replace(turn, reviewed=None, hidden=(*turn.hidden, hidden))
         return turn
 
     def _steps_of(
@@ -916,7 +934,7 @@ class GroupChatHost(Executor):
     ) -> HandoffTurnResult:
         """The turn is over: its result, and the host between turns again."""
         result = HandoffTurnResult(
-            messages=_reply(self._history[turn.start :]),
+            messages=turn_reply(self._history, turn.start, turn.hidden),
             active_agent=self._speaker or "",
             handoffs=turn.handoffs,
             escalation=escalation,
@@ -926,6 +944,8 @@ class GroupChatHost(Executor):
             abandoned=abandoned,
             trace=turn.steps,
             delegations=turn.delegations,
+            start=turn.start,
+            hidden=turn.hidden,
         )
         self._turn, self._next, self._next_closed, self._deadline = None, None, False, None
         self.last_result = result
@@ -1039,9 +1059,19 @@ def _end_step(decision: EndTurn, source: str | None, manager: str) -> RoutingSte
     return RoutingStep("end", "code", manager, source)
 
 
-def _reply(messages: Sequence[Message]) -> list[Message]:
-    """A turn's messages without the host's notes to an agent (not meant for the user)."""
-    return [m for m in messages if not (m.role == "user" and m.author_name == HOST_NOTE_AUTHOR)]
+def turn_reply(
+    history: Sequence[Message], start: int, hidden: Sequence[tuple[int, int]] = ()
+) -> list[Message]:
+    """A turn's reply: its messages from ``start``, without the host's notes to an agent.
+
+    The ``hidden`` ranges (drafts a reviewer sent back, and reviews) are left out too.
+    """
+    return [
+        message
+        for index, message in enumerate(history[start:], start)
+        if not (message.role == "user" and message.author_name == HOST_NOTE_AUTHOR)
+        and not any(low <= index < high for low, high in hidden)
+    ]
 
 
 def _status(decision: Decision) -> TurnStatus:

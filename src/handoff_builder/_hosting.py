@@ -24,7 +24,7 @@ from ._events import (
     TurnStatus,
     TurnTimeoutEvent,
 )
-from ._host import GroupChatHost, ReissueRequests, ResumeTurn, UserTurn
+from ._host import GroupChatHost, ReissueRequests, ResumeTurn, UserTurn, turn_reply
 from ._state import HostState, adapter_for, decode_host_state, validated
 from .exceptions import (
     ConversationBusyError,
@@ -96,6 +96,7 @@ class _Receipt:
     timeout: TurnTimeoutEvent | None = None
     abandoned: TurnAbandonedEvent | None = None
     trace: tuple[RoutingStep, ...] = ()
+    hidden: tuple[tuple[int, int], ...] = ()  # ranges left out of its reply (reviewed drafts)
 
 
 @dataclass(frozen=True)
@@ -219,9 +220,9 @@ class _StoreJournal:
 
     def _add_receipt(self, result: HandoffTurnResult, end: int) -> None:
         receipt = _Receipt(
-            tuple(self.turn_keys), end - len(result.messages), end, result.status,
+            tuple(self.turn_keys), result.start, end, result.status,
             result.active_agent, result.handoffs, result.escalation, result.timeout,
-            result.abandoned, result.trace,
+            result.abandoned, result.trace, result.hidden,
         )  # fmt: skip
         self.receipts = [*self.receipts, _encode(_Receipt, receipt)][-_KEPT_RECEIPTS:]
         self._receipted = result
@@ -769,7 +770,7 @@ def _decode(kind: type[Any], raw: Any, conversation_id: str) -> Any:
 def _replayed(receipt: _Receipt, history: Sequence[Message]) -> HandoffTurnResult:
     """The result of a finished turn, read back from its receipt and the stored history."""
     return HandoffTurnResult(
-        messages=history[receipt.start : receipt.end],
+        messages=turn_reply(history[: receipt.end], receipt.start, receipt.hidden),
         active_agent=receipt.agent,
         handoffs=receipt.handoffs,
         escalation=receipt.escalation,
@@ -778,6 +779,8 @@ def _replayed(receipt: _Receipt, history: Sequence[Message]) -> HandoffTurnResul
         timeout=receipt.timeout,
         abandoned=receipt.abandoned,
         trace=receipt.trace,
+        start=receipt.start,
+        hidden=receipt.hidden,
     )
 
 

@@ -16,6 +16,7 @@ from typing_extensions import override
 
 from ._delegation import DelegateRoute
 from ._manager import CodeRoute
+from ._review import Review
 from ._routes import HandoffRoute
 
 __all__ = ["LintFinding", "LintSeverity", "lint_graph"]
@@ -51,6 +52,7 @@ def lint_graph(
     code_routes: Mapping[str, CodeRoute] | None = None,
     safe_agents: Iterable[str] = (),
     delegates: Mapping[str, Mapping[str, DelegateRoute]] | None = None,
+    reviews: Mapping[str, Review] | None = None,
 ) -> list[LintFinding]:
     """Every finding about the compiled graph, errors first, each rule in agent order.
 
@@ -58,7 +60,7 @@ def lint_graph(
     initial agent reaches one, no agent is reported unreachable.
     """
     code = code_routes or {}
-    findings = _unreachable(initial, agents, routes, code, frozenset(safe_agents))
+    findings = _unreachable(initial, agents, routes, code, frozenset(safe_agents), reviews or {})
     findings += _no_way_back(initial, agents, routes, code)
     findings += _same_descriptions(agents, routes, delegates or {})
     findings += _handoff_and_delegate(routes, delegates or {})
@@ -71,12 +73,15 @@ def _unreachable(
     routes: Mapping[str, Mapping[str, HandoffRoute]],
     code: Mapping[str, CodeRoute],
     safe_agents: frozenset[str],
+    reviews: Mapping[str, Review],
 ) -> list[LintFinding]:
     reached = {initial, *safe_agents}  # a cap's safe agent is reached by the cap ...
     frontier = [initial]  # ... and runs without its handoff tools: its edges lead nowhere
     while frontier:
         source = frontier.pop()
         targets = [route.target for route in routes.get(source, {}).values()]
+        if source in reviews:  # the reviewer runs after the producer's replies
+            targets.append(reviews[source].reviewer)
         if source in code:
             if code[source].target is None:  # a function reached: it may lead anywhere
                 return []

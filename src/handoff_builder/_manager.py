@@ -23,6 +23,7 @@ from ._routes import HandoffRoute
 
 if TYPE_CHECKING:
     from ._handoff_manager import AutonomousMode
+    from ._review import Review
 
 __all__ = [
     "DEFAULT_MAX_HANDOFFS_PER_TURN",
@@ -104,6 +105,8 @@ class ManagerSettings:
     """Per cap (``"handoff_cap"``, ``"max_iterations"``, ``"rejected_handoffs"``,
     ``"blocked_handoff"``): its outcome, or the safe agent's name. A cap not named escalates; a
     blocked handoff not named lets the agent carry on."""
+    reviews: Mapping[str, Review] = field(default_factory=dict[str, "Review"])
+    """The reviews of ``with_review``, by producer."""
 
 
 class GroupChatManager(ABC):

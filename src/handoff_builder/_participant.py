@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from agent_framework import (
     Agent,
@@ -16,9 +16,10 @@ from agent_framework import (
     MiddlewareTypes,
 )
 
-from ._decision import HandoffCall
+from ._decision import HandoffCall, ReviewVerdict
 from ._hooks import EdgePolicy, HandoffGate
 from ._instructions import render_instructions
+from ._review import ReviewToolMiddleware
 from ._routes import HandoffRoute
 from ._tools import HandoffReviewer, HandoffToolMiddleware
 from .exceptions import HandoffHookError
@@ -26,7 +27,20 @@ from .exceptions import HandoffHookError
 if TYPE_CHECKING:
     from ._delegation import DelegateRoute, Delegations
 
-__all__ = ["Participant"]
+__all__ = ["AgentRun", "Participant"]
+
+
+class AgentRun(NamedTuple):
+    """One agent invocation, as the host reads it.
+
+    Its response, its reviewed handoff calls, the handoffs it was not offered, and a reviewer's
+    verdict.
+    """
+
+    response: AgentResponse
+    calls: tuple[HandoffCall, ...]
+    disabled: frozenset[str]
+    verdict: ReviewVerdict | None = None
 
 
 @dataclass
@@ -39,7 +53,7 @@ class Participant:
     hold the code of the edges that have some (``is_enabled``, ``approval``, ``on_handoff``).
     ``delegates`` are its delegate tools by name, carried out by the run's
     :class:`~handoff_builder._delegation.Delegations` (not offered without one, or past the
-    depth cap).
+    depth cap). A ``reviewer`` also has the review tools, whose first call is its run's verdict.
     """
 
     agent: Agent
@@ -49,6 +63,7 @@ class Participant:
     routes: Mapping[str, HandoffRoute] = field(default_factory=dict[str, HandoffRoute])
     policies: dict[str, EdgePolicy] = field(default_factory=dict[str, EdgePolicy])
     delegates: Mapping[str, DelegateRoute] = field(default_factory=dict[str, "DelegateRoute"])
+    reviewer: bool = False
     instructions: str = ""
     """The handoff instructions' template: a run that does not offer every tool names only those
     it offers."""
@@ -65,7 +80,7 @@ class Participant:
         review: HandoffReviewer,
         gate: HandoffGate,
         delegations: Delegations | None = None,
-    ) -> tuple[AgentResponse, tuple[HandoffCall, ...], frozenset[str]]:
+    ) -> AgentRun:
         """One agent invocation: its response, handoff calls and the handoffs it was not offered.
 
         Each handoff call is reviewed with ``review`` and admitted by ``gate``; a handoff whose
@@ -73,15 +88,10 @@ class Participant:
         ``delegations``. Streams each update to ``on_update`` when it is given.
         """
         calls: list[HandoffCall] = []
-        middleware = self.middleware
-        tools = self.tools
+        verdicts: list[ReviewVerdict] = []
+        middleware, tools = self._own_middleware(verdicts, delegations)
         options = self.options
         disabled = frozenset[str]()
-        if self.delegates:
-            if delegations is not None and delegations.allowed:
-                middleware = [delegations.middleware(self.delegates), *middleware]
-            else:
-                tools = [tool for tool in tools if tool.name not in self.delegates]
         if self.routes:
             middleware = [HandoffToolMiddleware(self.routes, review, gate, calls), *middleware]
             if self.policies or gate.closed:
@@ -106,7 +116,25 @@ class Participant:
             if isinstance(failure.__cause__, HandoffHookError):
                 raise failure.__cause__ from failure.__cause__.__cause__
             raise
-        return response, tuple(calls), disabled
+        return AgentRun(response, tuple(calls), disabled, verdicts[0] if verdicts else None)
+
+    def _own_middleware(
+        self, verdicts: list[ReviewVerdict], delegations: Delegations | None
+    ) -> tuple[list[MiddlewareTypes], list[FunctionTool]]:
+        """The run's middleware and tools for a reviewer's verdicts and for delegates.
+
+        Delegate tools are not offered without ``delegations`` or past the depth cap.
+        """
+        middleware = self.middleware
+        tools = self.tools
+        if self.reviewer:
+            middleware = [ReviewToolMiddleware(verdicts), *middleware]
+        if self.delegates:
+            if delegations is not None and delegations.allowed:
+                middleware = [delegations.middleware(self.delegates), *middleware]
+            else:
+                tools = [tool for tool in tools if tool.name not in self.delegates]
+        return middleware, tools
 
     async def run_delegated(
         self,
@@ -115,8 +143,8 @@ class Participant:
         delegations: Delegations,
     ) -> AgentResponse:
         """One run as an expert answering a delegated task: no handoff tools, its own delegates."""
-        response, _, _ = await self.run(messages, on_update, _no_handoffs, _NO_GATE, delegations)
-        return response
+        run = await self.run(messages, on_update, _no_handoffs, _NO_GATE, delegations)
+        return run.response
 
     def _options_offering(self, tool_names: Sequence[str]) -> dict[str, Any]:
         """The run's options when only ``tool_names`` are offered.

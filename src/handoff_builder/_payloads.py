@@ -19,6 +19,8 @@ __all__ = [
     "DelegateTask",
     "HandBackSummary",
     "HandoffGoal",
+    "ReviewApproval",
+    "ReviewChanges",
     "describe_errors",
     "is_strict_schema",
     "payload_label",
@@ -63,6 +65,28 @@ class DelegateTask(BaseModel):
         description=(
             "What the expert should do or answer, with everything it needs to know to do it."
         )
+    )
+
+
+class ReviewApproval(BaseModel):
+    """Approve the reply under review: it goes to the user as it is."""
+
+    # The reviewer's approve tool (with_review); the docstring is the schema's description.
+
+    model_config = ConfigDict(extra="forbid", title="approve")
+
+    note: str = Field(description="Why the reply can go to the user, in one sentence.")
+
+
+class ReviewChanges(BaseModel):
+    """Send the reply under review back to its author, with what must change."""
+
+    # The reviewer's request_changes tool (with_review).
+
+    model_config = ConfigDict(extra="forbid", title="request_changes")
+
+    feedback: str = Field(
+        description="What is wrong with the reply and what must change before it can go out."
     )
 
 

@@ -75,6 +75,12 @@ class TurnState:
     invocations: int = 0
     steps: tuple[RoutingStep, ...] = ()
     delegations: tuple[DelegationEvent, ...] = ()
+    reviewed: tuple[int, int] | None = None
+    """While a reviewer has it: where the reply under review starts, and where the review does
+    (indexes in the history)."""
+    hidden: tuple[tuple[int, int], ...] = ()
+    """History ranges (start, end) left out of the turn's reply: drafts a reviewer sent back,
+    and the reviews themselves."""
 
     def with_handoff(self, handoff: HandoffEvent) -> TurnState:
         """This turn with one more handoff."""
@@ -159,7 +165,8 @@ class HandoffState:
     ``invocations``, ``handoffs`` and ``rejected`` count this turn's agent invocations, followed
     handoffs and refused handoff attempts; ``autonomous_turns`` the continuations of each agent
     in its current autonomous run; ``last_hand_back`` is (from, to) of the latest hand-back, the
-    ping-pong guard. Every field is reset when a user message arrives.
+    ping-pong guard; ``reviewing`` and ``review_feedback`` the review under way (``with_review``)
+    and the changes requested so far. Every field is reset when a user message arrives.
     """
 
     invocations: int = 0
@@ -168,6 +175,8 @@ class HandoffState:
     autonomous_turns: dict[str, int] = field(default_factory=dict[str, int])
     last_hand_back: tuple[str, str] | None = None
     forced: tuple[str, str] | None = None  # (safe agent, cap): it runs once, then the turn ends
+    reviewing: tuple[str, str] | None = None  # (producer, reviewer): the reviewer has the reply
+    review_feedback: tuple[str, ...] = ()  # each request for changes of this turn, in order
 
 
 @functools.cache

@@ -240,3 +240,27 @@ def _delegate_cycles(asks: Mapping[int, tuple[Any, Sequence[Any]]]) -> list[str]
     for caller, _ in asks.values():
         visit([caller])
     return problems
+
+
+def review_problems(reviews: Sequence[tuple[Any, Any, int]]) -> list[str]:
+    """Reviews (producer, reviewer, rounds): two agents, one review per producer, no chains."""
+    problems: list[str] = []
+    producers: set[int] = set()
+    reviewers = {id(reviewer) for _, reviewer, _ in reviews}
+    for producer, reviewer, _ in reviews:
+        if producer is reviewer:
+            problems.append(f"Agent {label(producer)} cannot review its own replies; pick another "
+                            "reviewer.")  # fmt: skip
+            continue
+        if id(producer) in producers:
+            problems.append(
+                f"Agent {label(producer)} has two reviewers (with_review); keep one: one reviewer "
+                "decides whether a reply goes out."
+            )
+        producers.add(id(producer))
+        if id(producer) in reviewers:
+            problems.append(
+                f"Agent {label(producer)} both reviews and is reviewed; a reviewer's verdict is "
+                "not a reply to review. Give the review to another agent."
+            )
+    return problems
