@@ -139,6 +139,9 @@ async def test_seed_supervisor_naming_a_node_outside_the_allowlist_is_forced_to_
     assert result.status == "blocked_handoff"
     assert result.text.endswith("here is the incident status.")
     assert received(supervisor).sees("handoff_to_delete_database")  # it got the tool error
+    # What the blocked agent wrote after its tool error is not the answer: the safe agent's is.
+    assert "Dropping the tables" not in result.text
+    assert any(m.text == "Dropping the tables now." for m in result.conversation)
     blocked = next(s for s in result.trace if s.kind == "blocked")
     assert (blocked.decided_by, blocked.by, blocked.source) == ("code", "unknown_target",
                                                                 "supervisor")  # fmt: skip

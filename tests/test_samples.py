@@ -120,3 +120,46 @@ async def test_refund_approval(approve: bool, capsys: pytest.CaptureFixture[str]
     assert "execute_tool send_to_refunds  [pass_control -> refunds: rejected]" in out
     second = "transferred" if approve else "rejected"
     assert f"execute_tool send_to_refunds  [pass_control -> refunds: {second}]" in out
+
+
+async def test_incident_investigation() -> None:
+    from samples.incident_investigation import APPLIED, SCOPED, main
+
+    APPLIED.clear()
+    plan, applied = await main()
+    assert plan.text == SCOPED  # the approved plan only: the broad flush was sent back
+    assert [(s.kind, s.decided_by, s.by) for s in plan.trace][2:] == [
+        ("review", "code", "review"),
+        ("review", "model", "request_changes"),
+        ("review", "code", "review"),
+        ("end", "model", "approve"),
+    ]
+    assert applied.status == "completed"
+    assert APPLIED == [SCOPED]  # a person approved it, and it ran once
+
+
+async def test_incident_investigation_stubborn() -> None:
+    from samples.incident_investigation import APPLIED, BROAD_FLUSH, NO_ROLLBACK, TOO_BROAD, main
+
+    APPLIED.clear()
+    escalated, forced = await main(stubborn=True)
+    assert escalated.status == "review_rounds"
+    assert escalated.escalation is not None
+    assert escalated.escalation.evidence == (TOO_BROAD, NO_ROLLBACK)
+    assert BROAD_FLUSH not in escalated.text
+    assert forced.status == "blocked_handoff"
+    assert forced.active_agent == "safe_responder"
+    assert "nothing was deleted" in forced.text
+    assert "drop the tables" not in forced.text
+    assert APPLIED == []
+
+
+async def test_delegate_or_handoff() -> None:
+    from samples.delegate_or_handoff import LEDGER, POLICY, main
+
+    delegated, handed_off = await main()
+    assert delegated.active_agent == "support"
+    assert [d.result for d in delegated.delegations] == [LEDGER, POLICY]
+    assert all(m.author_name == "support" for m in delegated.conversation if m.role != "user")
+    assert handed_off.active_agent == "policy"
+    assert handed_off.delegations == ()

@@ -609,8 +609,9 @@ class GroupChatHost(Executor):
     def _with_steps(self, turn: TurnState, steps: Sequence[RoutingStep]) -> TurnState:
         """The turn with these steps in its trace (and as span events of the turn).
 
-        Review steps also mark what the turn's reply leaves out: a draft sent back (or that
-        escalated) and the review itself; an approved reply stays, its review does not.
+        Some steps also mark what the turn's reply leaves out: a draft a reviewer sent back (or
+        that escalated) and the review itself (an approved reply stays, its review does not);
+        the run of an agent whose blocked handoff forced a safe agent or an escalation.
         """
         trace = self._turn_trace()
         for step in steps:
@@ -625,6 +626,9 @@ class GroupChatHost(Executor):
             elif turn.reviewed is not None and step.by == "approve":
                 hidden = (turn.reviewed[1], end)
                 turn = replace(turn, reviewed=None, hidden=(*turn.hidden, hidden))
+            elif step.by == "blocked_handoff" and step.kind in ("route", "escalate"):
+                # The run that tried to leave the graph is not the answer: the safe agent's is.
+                turn = replace(turn, hidden=(*turn.hidden, (min(self._run_start, end), end)))
         return turn
 
     def _steps_of(
