@@ -80,8 +80,8 @@ from ._manager import (
     TerminationCondition,
 )
 from ._payloads import DelegateTask, HandBackSummary, HandoffGoal, ReviewApproval, ReviewChanges
-from ._review import DEFAULT_MAX_REVIEW_ROUNDS
 from ._requests import decline
+from ._review import DEFAULT_MAX_REVIEW_ROUNDS
 from ._routes import HandoffRoute, hand_back_tool_name, handoff_tool_name
 from ._state import HandoffState
 from ._views import HandoffToolCallFiltering

@@ -378,15 +378,21 @@ def _plan(config: BuildConfig) -> _Plan:
     problems = participant_problems(participants + expert_agents) + edge_problems(edges)
     problems += delegate_problems(config.delegates, in_graph)
     problems += review_problems(config.reviews)
-    tool_names: dict[Any, list[tuple[str, Any]]] = {}
+    tool_names: dict[Any, list[tuple[str, Any, str]]] = {}
     distinct = {(id(e.source), id(e.target), e.kind): e for e in reversed(edges)}
     for edge in reversed(distinct.values()):  # a duplicate edge is reported once, above
-        tool_names.setdefault(edge.source, []).append((_tool_name(edge), edge.target))
-    delegated = {(id(d.caller), id(d.expert)): d for d in reversed(config.delegates)}
-    for delegate in reversed(delegated.values()):
-        tool_names.setdefault(delegate.caller, []).append((delegate.tool, delegate.expert))
+        tool_names.setdefault(edge.source, []).append((_tool_name(edge), edge.target, "handoff"))
+    delegated: dict[tuple[int, int], DelegateEdge] = {}
+    for delegate in config.delegates:  # a duplicate is reported once, above
+        delegated.setdefault((id(delegate.caller), id(delegate.expert)), delegate)
+    for delegate in delegated.values():
+        tool_names.setdefault(delegate.caller, []).append(
+            (delegate.tool, delegate.expert, "delegate")
+        )
     for reviewer in {id(r): r for _, r, _ in config.reviews}.values():
-        tool_names.setdefault(reviewer, []).extend((tool, None) for tool in REVIEW_TOOL_KINDS)
+        tool_names.setdefault(reviewer, []).extend(
+            (tool, None, "review") for tool in REVIEW_TOOL_KINDS
+        )
     problems += tool_name_problems(tool_names)
     autonomous, autonomous_problems = _autonomous(config, participants)
     problems += autonomous_problems

@@ -59,6 +59,7 @@ __all__ = [
     "Delegations",
     "HistoryMode",
     "Suspension",
+    "delegate_key",
     "make_delegate_tool",
 ]
 
@@ -76,6 +77,10 @@ DECLINED_RESULT = (
     "Not asked: the person who reviewed it declined the call to {tool}. Carry on without it."
 )
 REFUSED_RESULT = "Error: {tool} was not called: {problem}."
+ONE_WAITING_PROBLEM = (
+    "{waiting} is waiting for a person in this response, and one delegation waits at a time; "
+    "call {tool} again once it is answered"
+)
 USED_UP_PROBLEM = (
     "it was already called {count} time(s) in this turn, its limit; answer with what you have"
 )
@@ -141,7 +146,8 @@ class DelegationScope:
     used: dict[str, int] | None = None
 
 
-def _key(caller: str, tool_name: str) -> str:
+def delegate_key(caller: str, tool_name: str) -> str:
+    """How a delegate's calls are counted for ``max_calls``: by caller and tool."""
     return f"{caller}/{tool_name}"
 
 
@@ -218,9 +224,11 @@ class Delegations:
             if not task.strip():
                 problem = "the task is empty; say what the expert should do"
         used = self.scope.used if self.scope.used is not None else {}
-        count = used.get(_key(route.caller, route.tool_name), 0)
+        count = used.get(delegate_key(route.caller, route.tool_name), 0)
         if problem is None and route.max_calls is not None and count >= route.max_calls:
             problem = USED_UP_PROBLEM.format(count=count)
+        if problem is None and self.suspension is not None:
+            problem = self._one_waiting(route.tool_name)
         frame = DelegationFrame(
             route.caller, route.expert, route.tool_name, call_id, task, self.depth + 1,
             route.history, self.scope.history_length(), started=not route.approval,
@@ -229,7 +237,7 @@ class Delegations:
             result = REFUSED_RESULT.format(tool=route.tool_name, problem=problem)
             self._record(frame, result, "refused", ())
             return result
-        used[_key(route.caller, route.tool_name)] = count + 1
+        used[delegate_key(route.caller, route.tool_name)] = count + 1
         frame = replace(frame, messages=(task_message(frame),))
         if route.approval:
             call = Content.from_function_call(
@@ -238,8 +246,7 @@ class Delegations:
             request = Content.from_function_approval_request(
                 id=APPROVAL_ID_PREFIX + call_id, function_call=call
             )
-            self.suspension = Suspension((frame,), (request,))
-            return None
+            return self._wait(Suspension((frame,), (request,)), frame)
         return await self.run(frame)
 
     async def run(self, frame: DelegationFrame) -> str | None:
@@ -278,17 +285,34 @@ class Delegations:
                     transcript = (*transcript, *unanswered(others, frame.expert, "waiting"))
                 settle_delegation_span(span, "waiting", frame.task)
                 own = replace(frame, messages=transcript, started=True)
-                self.suspension = Suspension((own, *inner.frames), inner.requests)
-                return None
+                return self._wait(Suspension((own, *inner.frames), inner.requests), frame)
             if requests:
                 settle_delegation_span(span, "waiting", frame.task)
                 own = replace(frame, messages=transcript, started=True)
-                self.suspension = Suspension((own,), tuple(requests))
-                return None
+                return self._wait(Suspension((own,), tuple(requests)), frame)
             result = final_text(delta, frame.expert)
             settle_delegation_span(span, "answered", frame.task)
             self._record(frame, result, "answered", transcript)
             return result
+
+    def _wait(self, suspension: Suspension, frame: DelegationFrame) -> str | None:
+        """Let ``frame`` wait (``None``), unless another call of this run waits already.
+
+        agent_framework runs one response's tool calls concurrently: the first that waits
+        holds the turn; a later one is refused, and its caller may call it again afterwards.
+        """
+        if self.suspension is None:
+            self.suspension = suspension
+            return None
+        result = REFUSED_RESULT.format(
+            tool=frame.tool_name, problem=self._one_waiting(frame.tool_name)
+        )
+        self._record(frame, result, "refused", frame.messages)
+        return result
+
+    def _one_waiting(self, tool_name: str) -> str:
+        waiting = self.suspension.frames[0].tool_name if self.suspension else "another call"
+        return ONE_WAITING_PROBLEM.format(waiting=waiting, tool=tool_name)
 
     def decline(self, frame: DelegationFrame) -> str:
         """A person declined ``frame``'s delegate call (``approval=True``): the caller is told."""

@@ -46,6 +46,7 @@ from ._delegation import (
     Suspension,
     call_id_of,
     call_result,
+    delegate_key,
     settle_waiting,
 )
 from ._events import (
@@ -459,13 +460,20 @@ class GroupChatHost(Executor):
             self._history.extend(unanswered(others, name, "waiting"))
         return list(waiting.requests)
 
-    def _delegations(self, ctx: HostContext) -> Delegations:
-        """What one run's delegations need, with this turn's calls of each delegate counted."""
+    def _delegations(
+        self, ctx: HostContext, waiting: Sequence[DelegationFrame] = ()
+    ) -> Delegations:
+        """What one run's delegations need, with this turn's calls of each delegate counted.
+
+        ``waiting``: the frames of a delegation that carries on; their calls count too.
+        """
         used: dict[str, int] = {}
-        for record in self._turn.delegations if self._turn is not None else ():
-            if record.outcome != "refused":
-                key = f"{record.caller}/{record.tool_name}"
-                used[key] = used.get(key, 0) + 1
+        finished = self._turn.delegations if self._turn is not None else ()
+        calls = [(r.caller, r.tool_name) for r in finished if r.outcome != "refused"]
+        calls += [(frame.caller, frame.tool_name) for frame in waiting]
+        for caller, tool_name in calls:
+            key = delegate_key(caller, tool_name)
+            used[key] = used.get(key, 0) + 1
         streaming = ctx.is_streaming()
 
         def on_update(expert: str) -> Callable[[AgentResponseUpdate], Awaitable[None]] | None:
@@ -846,7 +854,7 @@ class GroupChatHost(Executor):
         pending = self._pending
         frames = pending.frames
         inner = frames[-1]
-        delegations = self._delegations(ctx)
+        delegations = self._delegations(ctx, frames)
         if not inner.started:  # the delegate call itself waited for approval
             answer = next(iter(pending.answers.values()))
             if answer.approved:
@@ -995,6 +1003,7 @@ class GroupChatHost(Executor):
         self._history = list(history)
         self._saved = []
         self._views.clear()  # rebuilt from the restored history on each agent's next run
+        self._full_views.clear()
         self._manager.restore_state(state.manager)
         self._speaker = state.speaker
         self._next, self._next_closed = state.next, state.next_closed

@@ -130,30 +130,39 @@ def _payload_problems(edge: Edge) -> list[str]:
     ]
 
 
-def tool_name_problems(tool_names: Mapping[Any, Sequence[tuple[str, Any]]]) -> list[str]:
-    """Per source agent: handoff tool names are unique and differ from the agent's own tools.
+def tool_name_problems(tool_names: Mapping[Any, Sequence[tuple[str, Any, str]]]) -> list[str]:
+    """Per agent: the tools the workflow gives it have unique names, unlike its own tools.
 
-    ``tool_names`` maps each source agent to its ``(tool name, target)`` pairs.
+    ``tool_names`` maps each agent to its ``(tool name, target, kind)`` triples; ``kind`` is
+    ``"handoff"``, ``"delegate"`` or ``"review"`` (the review tools have no target).
     """
     problems: list[str] = []
-    for source, pairs in tool_names.items():
+    for source, triples in tool_names.items():
         own = (
             own_tool_names(cast("Agent[Any]", source)) if isinstance(source, Agent) else set[str]()
         )
-        by_name: dict[str, list[Any]] = {}
-        for name, target in pairs:
-            by_name.setdefault(name, []).append(target)
-        for name, targets in by_name.items():
-            if len(targets) > 1:
-                names = " and ".join(label(target) for target in targets)
+        by_name: dict[str, list[tuple[Any, str]]] = {}
+        for name, target, kind in triples:
+            by_name.setdefault(name, []).append((target, kind))
+        for name, found in by_name.items():
+            kinds = {kind for _, kind in found}
+            if len(found) > 1:
+                names = " and ".join(label(target) for target, _ in found)
+                how = " or ".join(f"with_{kind}" for kind in sorted(kinds) if kind != "review")
+                noun = "handoff tools" if kinds == {"handoff"} else "tools"
                 problems.append(
-                    f"Agent {label(source)} would get two handoff tools named {name!r} (to "
-                    f"{names}); pass tool_name= to with_handoff for one of them."
+                    f"Agent {label(source)} would get two {noun} named {name!r} (to {names}); "
+                    f"pass tool_name= to {how or 'with_handoff'} for one of them."
                 )
             if name in own:
+                target, kind = found[0]
+                what = (
+                    "the review tool" if kind == "review" else f"its {kind} tool to {label(target)}"
+                )
                 problems.append(
-                    f"Agent {label(source)} already has a tool named {name!r}, the name of its "
-                    f"handoff tool to {label(targets[0])}; rename its tool or pass tool_name=."
+                    f"Agent {label(source)} already has a tool named {name!r}, the name of "
+                    f"{what}; rename its tool"
+                    + ("." if kind == "review" else " or pass tool_name=.")
                 )
     return problems
 
