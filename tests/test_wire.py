@@ -414,3 +414,114 @@ async def test_a_typed_handoff_behind_an_approval_over_the_wire(
     ]
     for body in server.bodies():
         assert_provider_accepts(body)
+
+
+async def test_a_delegation_over_the_wire(
+    fake_openai: Callable[[list[dict[str, Any]]], FakeOpenAI],
+) -> None:
+    """What the expert's provider gets (its task, after the filtered conversation), and the
+    caller's next request (its call answered with the expert's text); all valid requests."""
+    server = fake_openai(
+        [
+            tool_call("call_1", "ask_policy", {"task": "Is a return after 40 days refunded?"}),
+            text("Within 60 days: a full refund."),
+            text("Yes, you get a full refund."),
+        ]
+    )
+    triage = server.agent("triage", "Answer customers; ask the policy expert about rules.")
+    policy = server.agent("policy", "You know the refund policy.", description="refund policy")
+    workflow = (
+        HandoffWorkflowBuilder(triage).with_delegate(triage, policy, history="filtered").build()
+    )
+    turn = (await workflow.run("I returned it after 40 days. Refund?")).get_outputs()[-1]
+    assert turn.text == "Yes, you get a full refund."
+
+    asks, expert, answers = server.bodies()
+    [tool] = asks["tools"]
+    assert tool["function"]["name"] == "ask_policy"
+    assert tool["function"]["description"] == "refund policy"
+    assert tool["function"]["parameters"]["required"] == ["task"]
+    assert tool["function"].get("strict") is True
+    # The expert: its own instructions, no tools, the user's message, then the task.
+    [system] = [m["content"] for m in expert["messages"] if m["role"] == "system"]
+    assert system == "You know the refund policy."
+    assert "tools" not in expert or not expert["tools"]
+    assert contents(expert) == [
+        "I returned it after 40 days. Refund?",
+        "Is a return after 40 days refunded?",
+    ]
+    # The caller goes on with its call answered by the expert's text.
+    tool_messages = [m for m in answers["messages"] if m["role"] == "tool"]
+    assert [(m["tool_call_id"], m["content"]) for m in tool_messages] == [
+        ("call_1", "Within 60 days: a full refund.")
+    ]
+    for body in server.bodies():
+        assert_provider_accepts(body)
+
+
+async def test_an_approval_inside_an_expert_goes_out_valid(
+    fake_openai: Callable[[list[dict[str, Any]]], FakeOpenAI],
+) -> None:
+    """The expert's tool waits for a person; after the answer both requests are valid input."""
+    server = fake_openai(
+        [
+            tool_call("call_1", "ask_billing", {"task": "Refund 24.90 EUR."}),
+            tool_call("call_2", "refund", {"amount": 24.9}),
+            text("Refunded 24.90 EUR."),
+            text("Done: your refund is on its way."),
+        ]
+    )
+    triage = server.agent("triage", "Answer customers.")
+    billing = server.agent("billing", "Refund.", description="refunds", tools=[refund])
+    workflow = HandoffWorkflowBuilder(triage).with_delegate(triage, billing).build()
+
+    first = await workflow.run("Refund my duplicate charge.")
+    [request] = first.get_request_info_events()
+    assert request.data.function_call.name == "refund"
+    approved = request.data.to_function_approval_response(approved=True)
+    second = await workflow.run(responses={request.request_id: approved})
+    assert second.get_outputs()[-1].text == "Done: your refund is on its way."
+
+    _, _, expert_goes_on, caller_goes_on = server.bodies()
+    assert [m["role"] for m in expert_goes_on["messages"] if m["role"] != "system"] == [
+        "user",
+        "assistant",
+        "tool",
+    ]
+    assert expert_goes_on["messages"][-1]["content"] == "Refunded 24.9 EUR."
+    assert caller_goes_on["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": "call_1",
+        "content": "Refunded 24.90 EUR.",
+    }
+    for body in server.bodies():
+        assert_provider_accepts(body)
+
+
+async def test_a_review_over_the_wire(
+    fake_openai: Callable[[list[dict[str, Any]]], FakeOpenAI],
+) -> None:
+    """The reviewer's request holds the reply and its tools; the producer reads the feedback."""
+    server = fake_openai(
+        [
+            text("Plan: flush the whole cache."),
+            tool_call("call_1", "request_changes", {"feedback": "Too broad: scope it."}),
+            text("Plan: expire catalog:v7:* only."),
+            tool_call("call_2", "approve", {"note": "Scoped."}),
+        ]
+    )
+    planner = server.agent("planner", "Plan remediations.")
+    reviewer = server.agent("reviewer", "Review plans for safety.")
+    workflow = HandoffWorkflowBuilder(planner).with_review(planner, reviewer).build()
+    turn = (await workflow.run("The cache is stale.")).get_outputs()[-1]
+    assert turn.text == "Plan: expire catalog:v7:* only."
+
+    _, review, rework, _ = server.bodies()
+    assert sorted(t["function"]["name"] for t in review["tools"]) == ["approve", "request_changes"]
+    assert "Plan: flush the whole cache." in contents(review)
+    assert any("review the reply of planner above" in c for c in contents(review))
+    assert any("asked planner for changes (round 1 of 2): Too broad: scope it." in c
+               for c in contents(rework))  # fmt: skip
+    assert "tools" not in rework or not rework["tools"]
+    for body in server.bodies():
+        assert_provider_accepts(body)
