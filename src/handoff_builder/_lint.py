@@ -159,7 +159,8 @@ def _same_descriptions(
                         (name,),
                         f"Agent {name!r} has {len(names)} tools with the same description "
                         f"({_names(names)}: {description!r}): its model cannot tell them apart. "
-                        "Pass reason= to with_handoff or with_delegate, or describe the agents differently.",
+                        "Pass reason= to with_handoff or with_delegate, or describe the agents "
+                        "differently.",
                     )
                 )
     return findings
