@@ -1212,3 +1212,95 @@ async def test_delegate_tools_are_offered_in_declaration_order() -> None:
     assert received(triage).tool_names == ("handoff_to_x", "handoff_to_y", "ask_y", "ask_z")
     edges = builder.to_mermaid().splitlines()[-2:]
     assert edges == ["    a0 --o|ask_y| a2", "    a0 --o|ask_z| a3"]
+
+
+# -- paths of the expert's run --------------------------------------------------------------------
+
+
+async def test_an_expert_that_writes_no_text_is_reported_as_no_answer() -> None:
+    builder, triage, _ = policy_desk(
+        [call_tool("ask_policy", task=TASK), reply("I could not find out.")], [reply("")]
+    )
+    turn = await run_turn(builder.build(), USER)
+    [delegation] = turn.result.delegations
+    assert delegation.result == "policy gave no answer."
+    assert results_in(received(triage).messages)[0][1] == "policy gave no answer."
+
+
+async def test_a_caller_and_an_expert_still_run_their_own_tools() -> None:
+    looked_up: list[str] = []
+
+    @tool(name="lookup_customer", description="Find a customer.")
+    def lookup_customer(email: str) -> str:
+        looked_up.append(email)
+        return f"customer {email}: gold"
+
+    triage = scripted_agent(
+        "triage",
+        call_tool("lookup_customer", email="a@example.com"),
+        call_tool("ask_policy", task=TASK),
+        reply("Done."),
+        tools=[lookup_customer],
+    )
+    policy = scripted_agent(
+        "policy",
+        call_tool("lookup_customer", email="b@example.com"),
+        reply(ANSWER),
+        tools=[lookup_customer],
+    )
+    builder = HandoffWorkflowBuilder(triage).with_delegate(triage, policy, "refund policy")
+    turn = await run_turn(builder.build(), USER)
+    assert looked_up == ["a@example.com", "b@example.com"]
+    assert turn.result.delegations[0].result == ANSWER
+    # The expert's own tool call stays in its messages, not in the shared conversation.
+    assert calls_in(turn.result.delegations[0].messages) == ["lookup_customer"]
+    assert calls_in(turn.result.conversation) == ["lookup_customer", "ask_policy"]
+
+
+async def test_a_tool_the_expert_does_not_have_gets_a_result_in_its_messages() -> None:
+    builder, _, policy = policy_desk(
+        [call_tool("ask_policy", task=TASK), reply("Done.")],
+        [respond(call_tool("delete_everything"), "I will not."), reply(ANSWER)],
+    )
+    turn = await run_turn(builder.build(), USER)
+    messages = turn.result.delegations[0].messages
+    [(_, result)] = results_in(messages)
+    assert "delete_everything is not available to you now" in result
+    assert "delete_everything" not in str(calls_in(turn.result.conversation))
+    assert len(client_of(policy).calls) >= 1
+
+
+async def test_an_expert_that_waits_again_after_its_own_expert_answered() -> None:
+    """a -> b -> c: c waits for a person; once c answers, b's own tool waits for a person."""
+    ran: list[str] = []
+    b_tool = approval_tool(ran)
+    a = scripted_agent("a", call_tool("ask_b", task="T1"), reply("A done."))
+    b = scripted_agent(
+        "b",
+        call_tool("ask_c", task="T2"),
+        call_tool("lookup_order", order="B-1"),
+        reply("B done."),
+        tools=[b_tool],
+    )
+    c = scripted_agent(
+        "c", call_tool("lookup_order", order="C-1"), reply("C done."), tools=[b_tool]
+    )
+    builder = (
+        HandoffWorkflowBuilder(a).with_delegate(a, b, "b knows").with_delegate(b, c, "c knows")
+    )
+    workflow = builder.build()
+    [first] = requests_of(list(await workflow.run("go")))
+    assert first.data.function_call.arguments == '{"order": "C-1"}'
+    [second] = requests_of(await answer(workflow, first, approved=True))
+    assert second.data.function_call.arguments == '{"order": "B-1"}'
+    result = result_of(await answer(workflow, second, approved=True))
+
+    assert ran == ["C-1", "B-1"]
+    assert result.text == "A done."
+    assert [(d.expert, d.result) for d in result.delegations] == [
+        ("c", "C done."),
+        ("b", "B done."),
+    ]
+    # b's second run read c's answer; a read b's.
+    assert results_in(received(b, 1).messages)[0][1] == "C done."
+    assert results_in(received(a).messages) == [(results_in(result.conversation)[0][0], "B done.")]

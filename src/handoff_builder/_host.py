@@ -852,6 +852,8 @@ class GroupChatHost(Executor):
         delegate call for the shared history, or ``None`` when an expert waits again.
         """
         pending = self._pending
+        caller = str(pending.agent)  # read before resolve() clears it
+        then = pending.then or Continuation(caller)
         frames = pending.frames
         inner = frames[-1]
         delegations = self._delegations(ctx, frames)
@@ -871,9 +873,8 @@ class GroupChatHost(Executor):
         await self._add_delegations(delegations, ctx)
         waiting = delegations.suspension
         if result is None and waiting is not None:
-            then = pending.then or Continuation(str(pending.agent))
             self._pending = PendingRequests()
-            self._pending.open(str(pending.agent), list(waiting.requests), then, waiting.frames)
+            self._pending.open(caller, list(waiting.requests), then, waiting.frames)
             self._deadline = None
             await self._record()
             self._paused = self._turn_trace().pause()
