@@ -20,6 +20,10 @@ Modes:
   many NAME:N   write ``DIR/ready-NAME``, wait for ``DIR/go``, then send N messages with
                 ``wait=True``; triage answers each; print the answers, and how many times the
                 store refused this worker the lease (the other one held it).
+  delegate-crash  send "I was charged twice"; triage asks the policy expert (ask_policy) and
+                the expert's model call blocks (marker ``DIR/expert``): the parent kills it there.
+  delegate-resume  finish the interrupted turn as a fresh worker; print who was called and the
+                turn's delegations as JSON.
   open          (STORE is ignored) for each path to an SQLite file read from stdin: make a store
                 on it, print ``{"ready": PATH}``, and at the next line ("go") send one message to
                 conversation ID; print the answer (or the error) as a JSON line. The parent says
@@ -56,7 +60,15 @@ from handoff_builder.stores import (
     PostgresConversationStore,
     SqliteConversationStore,
 )
-from handoff_builder.testing import ModelCall, Step, client_of, handoff_to, reply, scripted_agent
+from handoff_builder.testing import (
+    ModelCall,
+    Step,
+    call_tool,
+    client_of,
+    handoff_to,
+    reply,
+    scripted_agent,
+)
 
 GOAL = "Refund the double charge."
 FIRST = "I was charged twice"
@@ -176,6 +188,46 @@ async def crash(store: ConversationStore, conversation_id: str, where: Path, poi
     report(finished=True)  # reached only if the parent failed to kill this process
 
 
+POLICY_TASK = "Is a double charge refunded in full?"
+POLICY_ANSWER = "Double charges are refunded in full within 5 days."
+DELEGATED_REPLY = "You will get the duplicate back in full within 5 days."
+
+
+def delegating_host(triage: Agent, policy: Agent, store: ConversationStore) -> ConversationHost:
+    ttl = float(os.environ.get("FAULT_WORKER_LEASE_TTL", "1"))
+    builder = HandoffWorkflowBuilder(triage).with_delegate(triage, policy, "refund policy")
+    return ConversationHost(builder, store, lease_ttl=ttl)
+
+
+def asks_then_answers(call: ModelCall) -> Step:
+    """Triage: ask the expert first; once its answer is in, answer the user."""
+    if call.sees(POLICY_ANSWER):
+        return reply(DELEGATED_REPLY)
+    return call_tool("ask_policy", task=POLICY_TASK)
+
+
+async def delegate_crash(store: ConversationStore, conversation_id: str, where: Path) -> None:
+    triage = scripted_agent("triage", respond_with=asks_then_answers)
+    policy = scripted_agent("policy", hang_at(where / "expert", reply(POLICY_ANSWER)))
+    await delegating_host(triage, policy, store).send(conversation_id, FIRST)
+    report(finished=True)  # reached only if the parent failed to kill this process
+
+
+async def delegate_resume(store: ConversationStore, conversation_id: str) -> None:
+    triage = scripted_agent("triage", respond_with=asks_then_answers)
+    policy = scripted_agent("policy", respond_with=lambda call: reply(POLICY_ANSWER))
+    resumed = await delegating_host(triage, policy, store).resume(conversation_id, wait=True)
+    report(
+        resumed=None if resumed is None else resumed.text,
+        agent=None if resumed is None else resumed.active_agent,
+        delegations=[]
+        if resumed is None
+        else [[d.expert, d.task, d.result, d.outcome] for d in resumed.delegations],
+        triage_calls=calls_of(triage),
+        policy_calls=calls_of(policy),
+    )
+
+
 async def resume(store: ConversationStore, conversation_id: str, follow_up: str) -> None:
     """Finish the turn as a fresh worker would, then (optionally) send the next message."""
     triage = scripted_agent("triage", respond_with=lambda call: handoff_to("billing", goal=GOAL))
@@ -287,6 +339,10 @@ async def main(mode: str, spec: str, conversation_id: str, where: str, arg: str 
         await meet(store, conversation_id, folder, arg)
     elif mode == "many":
         await many(store, conversation_id, folder, arg)
+    elif mode == "delegate-crash":
+        await delegate_crash(store, conversation_id, folder)
+    elif mode == "delegate-resume":
+        await delegate_resume(store, conversation_id)
     else:
         raise SystemExit(f"unknown mode {mode!r}")
     await store.close()

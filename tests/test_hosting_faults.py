@@ -31,7 +31,18 @@ from handoff_builder.stores import (
     hold,
 )
 from handoff_builder.testing import client_of, handoff_to, reply, scripted_agent
-from tests.fault_worker import FIRST, GOAL, LATE, REFUNDED, REFUSED, THANKS, WELCOME
+from tests.fault_worker import (
+    DELEGATED_REPLY,
+    FIRST,
+    GOAL,
+    LATE,
+    POLICY_ANSWER,
+    POLICY_TASK,
+    REFUNDED,
+    REFUSED,
+    THANKS,
+    WELCOME,
+)
 from tests.stores import postgres_dsn, unique_prefix
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -212,6 +223,41 @@ async def test_killed_at_each_point_of_a_turn_is_finished_by_the_next_worker(
     assert record.version == 5  # 3 writes for the first turn, 2 for "Thanks": none lost, none twice
     assert record.state["host"]["turn"] is None
     assert record.state["host"]["speaker"] == "billing"
+    assert not await lease_is_held(store, "conv")
+
+
+async def test_killed_while_an_expert_answers_a_delegation_the_callers_call_runs_again(
+    shared_store: tuple[str, ConversationStore], markers: Path, spawn: Spawn
+) -> None:
+    """SIGKILL in the expert's model call: nothing of the caller's call was stored, so the next
+    worker runs it again (its delegation included), and every message is stored once."""
+    spec, store = shared_store
+    crashing = spawn("delegate-crash", spec, "conv", str(markers))
+    await reached(markers / "expert", crashing)
+    await kill(crashing)
+
+    record = await store.load("conv")
+    assert transcript(record) == [("user", None, FIRST)]  # the caller's call is not stored yet
+    assert record is not None
+    assert record.state["host"]["next"] == "triage"
+
+    report = await finished(spawn("delegate-resume", spec, "conv", str(markers)))
+    assert (report["resumed"], report["agent"]) == (DELEGATED_REPLY, "triage")
+    assert report["delegations"] == [["policy", POLICY_TASK, POLICY_ANSWER, "answered"]]
+    assert report["policy_calls"] == [[POLICY_TASK]]  # the expert, asked again, read its task
+    assert len(report["triage_calls"]) == 2  # the call again, then the answer
+
+    record = await store.load("conv")
+    ask = f"-> ask_policy({json.dumps({'task': POLICY_TASK})})"
+    assert transcript(record) == [
+        ("user", None, FIRST),
+        ("assistant", "triage", ask),
+        ("tool", "triage", f"<- {POLICY_ANSWER}"),
+        ("assistant", "triage", DELEGATED_REPLY),
+    ]  # the expert's own messages are not in the shared log
+    assert_valid_history(record)
+    assert record is not None
+    assert record.state["host"]["turn"] is None
     assert not await lease_is_held(store, "conv")
 
 
