@@ -16,6 +16,7 @@ from handoff_builder import (
     HandoffTurnResult,
     HandoffWorkflowBuilder,
     LimitReachedEvent,
+    PendingRequestsError,
     RoutingStep,
 )
 from handoff_builder.stores import InMemoryConversationStore
@@ -269,3 +270,42 @@ async def test_a_blocked_handoff_beside_an_approval_still_takes_its_outcome() ->
         "safe",
         "safe plan",
     )
+
+
+@pytest.mark.parametrize("hosted", [False, True], ids=["in-process", "hosted"])
+async def test_what_a_blocked_run_leaves_out_does_not_depend_on_a_restart(hosted: bool) -> None:
+    """The blocked handoff is decided once an approval is answered: in the same process, or in
+    a fresh host (as ConversationHost.respond always is); the reply is the same."""
+
+    def build() -> HandoffWorkflowBuilder:
+        triage = scripted_agent(
+            "triage",
+            respond("I'm passing you to billing.", handoff_to("billing", goal="Refund.")),
+        )
+        billing = scripted_agent("billing", handoff_to("supervisor", goal="A big refund."))
+        supervisor = scripted_agent("supervisor")
+        safe = scripted_agent("safe", reply("A colleague will follow up."))
+        return (
+            HandoffWorkflowBuilder(triage)
+            .with_handoff(triage, billing)
+            .with_handoff(billing, supervisor, approval=True, on_handoff=lambda c: "vetoed")
+            .with_blocked_handoff_outcome(safe)
+        )
+
+    if hosted:
+        store = InMemoryConversationStore()
+        with pytest.raises(PendingRequestsError) as waiting:
+            await ConversationHost(build(), store).send("c", "refund please")
+        [request] = waiting.value.requests
+        answers = {str(request.id): request.to_function_approval_response(approved=True)}
+        result = await ConversationHost(build(), store).respond("c", answers)
+    else:
+        workflow = build().build()
+        [event] = (await workflow.run("refund please")).get_request_info_events()
+        answer = event.data.to_function_approval_response(approved=True)
+        result = (await workflow.run(responses={event.request_id: answer})).get_outputs()[-1]
+    assert result.status == "blocked_handoff"
+    assert [m.text for m in result.messages if m.text] == [
+        "I'm passing you to billing.",
+        "A colleague will follow up.",
+    ]

@@ -106,7 +106,7 @@ async def test_checkpoint_state_is_versioned_json(storage: CheckpointStorage) ->
     checkpoint = await checkpoint_after_first_hop(storage)
     state = checkpoint.state["_executor_state"]["handoff_host"]
     assert json.loads(json.dumps(state)) == state
-    assert state["schema_version"] == 2
+    assert state["schema_version"] == 3
     assert state["manager"] == {
         "invocations": 2,
         "handoffs": 1,
@@ -135,8 +135,25 @@ async def test_restore_refuses_a_newer_schema(storage: CheckpointStorage) -> Non
     assert isinstance(cause, SchemaVersionError)
     assert str(cause) == (
         "Saved state of executor 'handoff_host' has schema version 99; this version of "
-        "handoff_builder reads up to 2. Upgrade handoff_builder to read it."
+        "handoff_builder reads up to 3. Upgrade handoff_builder to read it."
     )
+
+
+async def test_restore_reads_schema_2(storage: CheckpointStorage) -> None:
+    """State written before delegations and reviews (schema 2) restores mid-turn."""
+    checkpoint = await checkpoint_after_first_hop(storage)
+    state = checkpoint.state["_executor_state"]["handoff_host"]
+    state["schema_version"] = 2
+    for added in ("delegations", "since", "review", "hidden"):
+        del state["turn"][added]
+    for added in ("reviewing", "review_feedback"):
+        del state["manager"][added]
+    await storage.save(checkpoint)
+    workflow, agents = support_workflow([], [reply("Refund issued.")], [])
+    result = await workflow.run(checkpoint_id=checkpoint.checkpoint_id, checkpoint_storage=storage)
+    turn = result.get_outputs()[-1]
+    assert turn.text.endswith("Refund issued.")
+    assert client_of(agents["billing"]).calls[0].texts[-1].startswith("Handoff from triage")
 
 
 async def test_next_turn_after_restore_keeps_the_history(storage: CheckpointStorage) -> None:

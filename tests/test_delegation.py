@@ -1304,3 +1304,96 @@ async def test_an_expert_that_waits_again_after_its_own_expert_answered() -> Non
     # b's second run read c's answer; a read b's.
     assert results_in(received(b, 1).messages)[0][1] == "C done."
     assert results_in(received(a).messages) == [(results_in(result.conversation)[0][0], "B done.")]
+
+
+# -- a delegate call beside a tool that needs approval ------------------------------------------
+
+
+async def test_a_delegate_call_beside_a_tool_that_needs_approval_runs_once_approved() -> None:
+    ran: list[str] = []
+    both = respond(call_tool("ask_policy", task=TASK), call_tool("lookup_order", order="B-2"))
+    triage = scripted_agent("triage", both, reply("Done."), tools=[approval_tool(ran)])
+    policy = scripted_agent("policy", reply(ANSWER))
+    workflow = (
+        HandoffWorkflowBuilder(triage)
+        .with_delegate(triage, policy, "refund policy", history="full")
+        .build()
+    )
+    first = list(await workflow.run(USER))
+    # agent_framework asks for the whole batch: the delegate call is approved with the rest.
+    assert sorted(str(r.data.function_call.name) for r in requests_of(first)) == [
+        "ask_policy",
+        "lookup_order",
+    ]
+    responses = {
+        r.request_id: r.data.to_function_approval_response(approved=True)
+        for r in requests_of(first)
+    }
+    result = result_of(list(await workflow.run(responses=responses)))
+
+    assert ran == ["B-2"]
+    assert [(d.expert, d.result, d.outcome) for d in result.delegations] == [
+        ("policy", ANSWER, "answered")
+    ]
+    # The expert read the conversation as it was before the batch: no open call in its input.
+    assert rows(received(policy).messages) == [("user", None, USER), ("user", "triage", TASK)]
+    assert (call_id(both), ANSWER) in results_in(result.conversation)
+    assert result.text == "Done."
+
+
+async def test_a_declined_delegate_call_in_a_batch_tells_the_caller() -> None:
+    ran: list[str] = []
+    both = respond(call_tool("ask_policy", task=TASK), call_tool("lookup_order", order="B-2"))
+    triage = scripted_agent("triage", both, reply("Done."), tools=[approval_tool(ran)])
+    policy = scripted_agent("policy")
+    workflow = HandoffWorkflowBuilder(triage).with_delegate(triage, policy, "policy").build()
+    first = list(await workflow.run(USER))
+    responses = {
+        r.request_id: r.data.to_function_approval_response(approved=False)
+        for r in requests_of(first)
+    }
+    result = result_of(list(await workflow.run(responses=responses)))
+    assert [(d.outcome, d.task) for d in result.delegations] == [("declined", TASK)]
+    assert client_of(policy).calls == []
+    assert ran == []
+
+
+async def test_an_approved_delegate_call_whose_expert_waits_in_turn() -> None:
+    ran: list[str] = []
+    both = respond(call_tool("ask_policy", task=TASK), call_tool("lookup_order", order="B-2"))
+    triage = scripted_agent("triage", both, reply("Done."), tools=[approval_tool(ran)])
+    policy = scripted_agent(
+        "policy",
+        call_tool("lookup_order", order="P-9"),
+        reply(ANSWER),
+        tools=[approval_tool(ran)],
+    )
+    workflow = HandoffWorkflowBuilder(triage).with_delegate(triage, policy, "policy").build()
+    first = list(await workflow.run(USER))
+    batch = {
+        r.request_id: r.data.to_function_approval_response(approved=True)
+        for r in requests_of(first)
+    }
+    second = list(await workflow.run(responses=batch))
+    [inner] = requests_of(second)  # the expert's own approval, now
+    assert inner.data.function_call.arguments == '{"order": "P-9"}'
+    result = result_of(await answer(workflow, inner, approved=True))
+
+    assert ran == ["B-2", "P-9"]
+    assert result.text == "Done."
+    assert (call_id(both), ANSWER) in results_in(result.conversation)
+    assert_valid(result.conversation)
+
+
+def assert_valid(messages: Sequence[Message]) -> None:
+    """Every function call in ``messages`` has exactly one result, after it."""
+    calls: list[str] = []
+    results: list[str] = []
+    for message in messages:
+        for content in message.contents:
+            if content.type == "function_call":
+                calls.append(str(content.call_id))
+            elif content.type == "function_result":
+                assert str(content.call_id) in calls, f"a result before its call: {content}"
+                results.append(str(content.call_id))
+    assert sorted(calls) == sorted(results)

@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from agent_framework import Agent
+from agent_framework import Agent, Workflow, WorkflowRunResult, tool
 
 from handoff_builder import (
+    CapOutcome,
     ConversationHost,
     HandoffConfigurationError,
+    HandoffManager,
     HandoffTurnResult,
     HandoffWorkflowBuilder,
     RoutingStep,
@@ -28,6 +30,7 @@ from handoff_builder.testing import (
     reply,
     respond,
     scripted_agent,
+    slow,
 )
 
 UNSAFE = "Plan: flush the whole cache on every node."
@@ -322,3 +325,174 @@ def test_a_reviewer_with_its_own_approve_tool_is_refused() -> None:
     reviewer: Agent = scripted_agent("reviewer", tools=[approve])
     with pytest.raises(HandoffConfigurationError, match="already has a tool named 'approve'"):
         HandoffWorkflowBuilder(planner).with_review(planner, reviewer).build()
+
+
+# -- a review closed by anything but a verdict, and verdicts beside requests -----------------------
+
+PAID: list[str] = []
+
+
+@tool(name="lookup_order", description="Look an order up.", approval_mode="always_require")
+def lookup_order(order: str) -> str:
+    PAID.append(order)
+    return f"order {order}: paid"
+
+
+async def answer_all(workflow: Workflow, first: WorkflowRunResult) -> HandoffTurnResult:
+    """Approve every request until the turn ends."""
+    run = first
+    while run.get_request_info_events():
+        run = await workflow.run(
+            responses={
+                r.request_id: r.data.to_function_approval_response(approved=True)
+                for r in run.get_request_info_events()
+            }
+        )
+    result = run.get_outputs()[-1]
+    assert isinstance(result, HandoffTurnResult)
+    return result
+
+
+@pytest.mark.parametrize("outcome", ["escalate", "return", "safe"])
+async def test_a_cap_during_a_review_keeps_the_draft_from_the_user(outcome: str) -> None:
+    planner = scripted_agent("planner", reply(UNSAFE), reply(STILL_UNSAFE))
+    reviewer = scripted_agent("reviewer", call_tool("request_changes", feedback=BROAD))
+    safe = scripted_agent("safe", reply("A person will look at this."))
+    chosen = {"escalate": CapOutcome.ESCALATE, "return": CapOutcome.RETURN_TO_USER, "safe": safe}
+    builder = (
+        HandoffWorkflowBuilder(planner)
+        .with_review(planner, reviewer, max_rounds=5)
+        .with_max_iterations(3, outcome=chosen[outcome])  # planner, reviewer, planner: no review
+    )
+    result = await run(builder, "fix")
+    assert result.status == "max_iterations"
+    assert UNSAFE not in result.text
+    assert STILL_UNSAFE not in result.text  # never reviewed: kept from the user too
+    if outcome == "safe":
+        assert texts(result) == ["A person will look at this."]
+
+
+async def test_a_deadline_during_a_review_keeps_the_draft_from_the_user() -> None:
+    planner = scripted_agent("planner", reply(UNSAFE))
+    reviewer = scripted_agent("reviewer", slow(call_tool("approve", note="ok"), 1.0))
+    builder = HandoffWorkflowBuilder(planner).with_review(planner, reviewer)
+    result = await run(builder.with_timeouts(agent_call=0.2), "fix")
+    assert result.status == "agent_timeout"
+    assert texts(result) == []
+
+
+async def test_a_reviewer_that_hands_off_has_not_approved() -> None:
+    planner = scripted_agent("planner", reply(UNSAFE))
+    reviewer = scripted_agent(
+        "reviewer", handoff_to("triage", goal="Not mine."), reply("Refunds take 5 days.")
+    )
+    triage = scripted_agent(
+        "triage", reply("Let me check."), handoff_to("reviewer", goal="How long do refunds take?")
+    )
+    builder = (
+        HandoffWorkflowBuilder(planner)
+        .with_handoff(reviewer, triage)
+        .with_handoff(triage, reviewer)
+        .with_review(planner, reviewer)
+        .enable_return_to_previous()
+    )
+    workflow = builder.build()
+    first = (await workflow.run("fix")).get_outputs()[-1]
+    assert isinstance(first, HandoffTurnResult)
+    assert texts(first) == ["Let me check."]  # the draft was not approved: it stays out
+    # Later the reviewer is reached as a participant: its answer is an answer, not feedback.
+    second = (await workflow.run("and refunds?")).get_outputs()[-1]
+    assert isinstance(second, HandoffTurnResult)
+    assert texts(second) == ["Refunds take 5 days."]
+    assert "review" not in [s.kind for s in second.trace]
+
+
+async def test_text_written_before_an_approval_wait_is_part_of_the_draft() -> None:
+    PAID.clear()
+    planner = scripted_agent(
+        "planner",
+        respond("Step 1: flush every cache.", call_tool("lookup_order", order="A-1")),
+        reply(UNSAFE),
+        reply(STILL_UNSAFE),
+        tools=[lookup_order],
+    )
+    reviewer = scripted_agent(
+        "reviewer",
+        call_tool("request_changes", feedback=BROAD),
+        call_tool("request_changes", feedback=NO_ROLLBACK),
+    )
+    workflow = HandoffWorkflowBuilder(planner).with_review(planner, reviewer).build()
+    result = await answer_all(workflow, await workflow.run("fix"))
+    assert result.status == "review_rounds"
+    assert PAID == ["A-1"]
+    assert [m.author_name for m in result.messages] == ["handoff_host"]  # the apology alone
+
+
+async def test_a_verdict_beside_a_tool_that_needs_approval_stands() -> None:
+    PAID.clear()
+    planner = scripted_agent("planner", reply(UNSAFE), reply(SAFE))
+    reviewer = scripted_agent(
+        "reviewer",
+        respond(call_tool("request_changes", feedback=BROAD), call_tool("lookup_order", order="B")),
+        call_tool("approve", note="ok"),
+        tools=[lookup_order],
+    )
+    workflow = HandoffWorkflowBuilder(planner).with_review(planner, reviewer).build()
+    result = await answer_all(workflow, await workflow.run("fix"))
+    assert texts(result) == [SAFE]
+    assert received(planner).sees(BROAD)
+    assert PAID == ["B"]
+    assert [(s.kind, s.by) for s in result.trace][1:] == [
+        ("review", "review"),
+        ("review", "request_changes"),
+        ("review", "review"),
+        ("end", "approve"),
+    ]
+
+
+async def test_the_next_message_goes_to_the_producer_that_was_reviewed() -> None:
+    one = scripted_agent("one", handoff_to("two", goal="Write it."))
+    two = scripted_agent("two", reply("Two's draft."), reply("Two again."))
+    reviewer = scripted_agent(
+        "reviewer", call_tool("approve", note="ok"), call_tool("approve", note="ok")
+    )
+    builder = (
+        HandoffWorkflowBuilder(one)
+        .with_handoff(one, two)
+        .with_review(one, reviewer)
+        .with_review(two, reviewer)
+        .enable_return_to_previous()
+    )
+    workflow = builder.build()
+    first = (await workflow.run("write")).get_outputs()[-1]
+    assert isinstance(first, HandoffTurnResult)
+    assert first.active_agent == "two"  # not the reviewer
+    second = (await workflow.run("again")).get_outputs()[-1]
+    assert isinstance(second, HandoffTurnResult)
+    assert second.trace[0] == RoutingStep("start", "code", "previous_agent", None, "two")
+
+
+async def test_a_termination_condition_does_not_skip_the_review() -> None:
+    planner = scripted_agent("planner", reply(UNSAFE), reply(SAFE))
+    reviewer = scripted_agent(
+        "reviewer", call_tool("request_changes", feedback=BROAD), call_tool("approve", note="ok")
+    )
+    builder = (
+        HandoffWorkflowBuilder(planner)
+        .with_review(planner, reviewer)
+        .with_termination_condition(lambda conversation: True)
+    )
+    result = await run(builder, "fix")
+    assert texts(result) == [SAFE]
+
+
+def test_the_lint_warns_of_a_route_or_a_manager_that_a_review_makes_moot() -> None:
+    planner, reviewer, other = (scripted_agent(n) for n in ("planner", "reviewer", "other"))
+    routed = (
+        HandoffWorkflowBuilder(planner).with_review(planner, reviewer).with_route(planner, other)
+    )
+    assert "review-and-route" in [f.code for f in routed.lint()]
+    managed = (
+        HandoffWorkflowBuilder(planner).with_review(planner, reviewer).with_manager(HandoffManager)
+    )
+    assert "review-with-manager" in [f.code for f in managed.lint()]

@@ -63,7 +63,7 @@ async def test_a_conversation_stored_by_schema_1_continues() -> None:
     )
     record = await store.load("conv-v1")
     assert record is not None
-    assert record.state["host"]["schema_version"] == 2
+    assert record.state["host"]["schema_version"] == 3
 
 
 async def test_a_checkpoint_written_by_schema_1_restores_mid_turn() -> None:

@@ -79,9 +79,10 @@ from ._manager import (
     RouteFunction,
     TerminationCondition,
 )
+from ._participant import AgentRun
 from ._payloads import DelegateTask, HandBackSummary, HandoffGoal, ReviewApproval, ReviewChanges
 from ._requests import decline
-from ._review import DEFAULT_MAX_REVIEW_ROUNDS
+from ._review import DEFAULT_MAX_REVIEW_ROUNDS, Review
 from ._routes import HandoffRoute, hand_back_tool_name, handoff_tool_name
 from ._state import HandoffState
 from ._views import HandoffToolCallFiltering
@@ -164,6 +165,7 @@ __all__ = [
     "HANDOFF_TURN_EVENT",
     "MAX_IDEMPOTENCY_KEY_LENGTH",
     "AgentReply",
+    "AgentRun",
     "AutonomousMode",
     "CapOutcome",
     "CodeRoute",
@@ -216,6 +218,7 @@ __all__ = [
     "PendingRequestsError",
     "ReissueRequests",
     "ResumeTurn",
+    "Review",
     "ReviewApproval",
     "ReviewChanges",
     "ReviewVerdict",

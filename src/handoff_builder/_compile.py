@@ -281,6 +281,7 @@ def compile_workflow(
         turn_timeout=config.turn_timeout,
         experts=experts,
         max_delegation_depth=config.max_delegation_depth,
+        reviewed=frozenset(plan.reviews),
     )
     builder = WorkflowBuilder(
         start_executor=host,
@@ -429,8 +430,31 @@ def _plan(config: BuildConfig) -> _Plan:
     }
     safe = [str(o.name) for o in config.cap_outcomes.values() if isinstance(o, Agent)]
     findings = lint_graph(initial, agents, routes, code_routes, safe, delegates, reviews)
+    findings += [
+        LintFinding(
+            "warning",
+            "review-and-route",
+            (producer,),
+            f"The route from {producer!r} never runs: its replies go to its reviewer "
+            f"{reviews[producer].reviewer!r}, and an approved reply ends the turn. Remove the "
+            "route, or route from another agent.",
+        )
+        for producer in reviews
+        if producer in code_routes
+    ]
     if config.manager_factory is not None:  # a manager of its own may pick any agent
         findings = [f for f in findings if f.code != "unreachable-agent"]
+        findings += [
+            LintFinding(
+                "warning",
+                "review-with-manager",
+                (producer,),
+                f"The review of {producer!r} by {review.reviewer!r} is not run: a manager of "
+                "your own (with_manager) decides who speaks; read settings.reviews in it, or "
+                "remove the review.",
+            )
+            for producer, review in reviews.items()
+        ]
         findings += [
             LintFinding(
                 "warning",

@@ -42,7 +42,7 @@ from typing_extensions import override
 
 from ._events import DelegationEvent, DelegationOutcome
 from ._payloads import DelegateTask, payload_label, validate_arguments
-from ._requests import dangling_calls, requests_in, settle, unanswered
+from ._requests import BESIDE_WAITING_RESULT, dangling_calls, requests_in, settle, unanswered
 from ._state import DelegationFrame
 from ._telemetry import delegation_span, settle_delegation_span
 from ._tools import HandoffTool
@@ -209,8 +209,14 @@ class Delegations:
         """The middleware that carries out this run's delegate calls."""
         return DelegateToolMiddleware(delegates, self)
 
-    async def call(self, route: DelegateRoute, call_id: str, arguments: Any) -> str | None:
-        """Carry out one delegate call: its result, or ``None`` when it waits (``suspension``)."""
+    async def call(
+        self, route: DelegateRoute, call_id: str, arguments: Any, *, approved: bool = False
+    ) -> str | None:
+        """Carry out one delegate call: its result, or ``None`` when it waits (``suspension``).
+
+        ``approved``: a person already approved this call (it shared a response with a call
+        that needed approval), so a delegate with ``approval=True`` does not ask again.
+        """
         if isinstance(arguments, BaseModel):
             arguments = arguments.model_dump(mode="json")
         payload, problem = validate_arguments(route.model, arguments)
@@ -229,9 +235,10 @@ class Delegations:
             problem = USED_UP_PROBLEM.format(count=count)
         if problem is None and self.suspension is not None:
             problem = self._one_waiting(route.tool_name)
+        asks = route.approval and not approved
         frame = DelegationFrame(
             route.caller, route.expert, route.tool_name, call_id, task, self.depth + 1,
-            route.history, self.scope.history_length(), started=not route.approval,
+            route.history, self.scope.history_length(), started=not asks,
         )  # fmt: skip
         if problem is not None:
             result = REFUSED_RESULT.format(tool=route.tool_name, problem=problem)
@@ -239,7 +246,7 @@ class Delegations:
             return result
         used[delegate_key(route.caller, route.tool_name)] = count + 1
         frame = replace(frame, messages=(task_message(frame),))
-        if route.approval:
+        if asks:
             call = Content.from_function_call(
                 call_id=call_id, name=route.tool_name, arguments=payload_json(payload)
             )
@@ -282,7 +289,9 @@ class Delegations:
                 waiting = inner.frames[0].call_id
                 others = [r for r in requests if call_id_of(r) != waiting]
                 if others:
-                    transcript = (*transcript, *unanswered(others, frame.expert, "waiting"))
+                    text = BESIDE_WAITING_RESULT.format(tool=inner.frames[0].tool_name)
+                    settled = unanswered(others, frame.expert, "waiting", text=text)
+                    transcript = (*transcript, *settled)
                 settle_delegation_span(span, "waiting", frame.task)
                 own = replace(frame, messages=transcript, started=True)
                 return self._wait(Suspension((own, *inner.frames), inner.requests), frame)
@@ -313,6 +322,23 @@ class Delegations:
     def _one_waiting(self, tool_name: str) -> str:
         waiting = self.suspension.frames[0].tool_name if self.suspension else "another call"
         return ONE_WAITING_PROBLEM.format(waiting=waiting, tool=tool_name)
+
+    def declined(self, route: DelegateRoute, call_id: str, arguments: Any) -> str:
+        """A person declined a delegate call before the expert ran: the caller is told."""
+        payload, _ = validate_arguments(route.model, arguments)
+        task = str(getattr(payload, "task", "")) if route.payload is None else payload_json(payload)
+        frame = DelegationFrame(
+            route.caller,
+            route.expert,
+            route.tool_name,
+            call_id,
+            task,
+            self.depth + 1,
+            route.history,
+            self.scope.history_length(),
+            started=False,
+        )
+        return self.decline(frame)
 
     def decline(self, frame: DelegationFrame) -> str:
         """A person declined ``frame``'s delegate call (``approval=True``): the caller is told."""

@@ -170,9 +170,6 @@ class HandoffManager(GroupChatManager):
             name: route for by in settings.routes.values() for name, route in by.items()
         }
         self._state = HandoffState()
-        self._reviewed_by: dict[str, str] = {}
-        for review in settings.reviews.values():  # a reviewer of several: its first producer
-            self._reviewed_by.setdefault(review.reviewer, review.producer)
 
     @property
     def state(self) -> HandoffState:
@@ -278,10 +275,10 @@ class HandoffManager(GroupChatManager):
             decision = self._hand_over(tally.accepted, events)
         elif self._blocked_outcome(events):
             return self._at_cap("blocked_handoff", speaker, events)
+        elif self._reviews_now(speaker) and (reply.verdict is not None or not reply.unfinished):
+            decision = self._reviewed(reply, events)  # a verdict stands, even beside a request
         elif reply.unfinished:
             decision = NextAgent(speaker, events=tuple(events))  # the same invocation goes on
-        elif self._state.reviewing is not None and self._state.reviewing[1] == speaker:
-            decision = self._reviewed(reply, events)
         else:
             decision = await self._after_reply(history, reply, events)
         # Past the cap, the turn goes no further; an agent that answered keeps its answer.
@@ -384,12 +381,14 @@ class HandoffManager(GroupChatManager):
         if route.source in turns:
             turns = {agent: n for agent, n in turns.items() if agent != route.source}
         back = (route.source, route.target) if route.edge.returns else state.last_hand_back
+        reviewing = None if self._reviews_now(route.source) else state.reviewing
         self._state = replace(
             state,
             invocations=state.invocations + 1,
             handoffs=state.handoffs + 1,
             autonomous_turns=turns,
             last_hand_back=back,
+            reviewing=reviewing,  # a reviewer that hands off ends its review: not approved
         )
         return NextAgent(route.target, handoff=handoff, events=(*events, handoff))
 
@@ -398,6 +397,9 @@ class HandoffManager(GroupChatManager):
     ) -> Decision:
         """A finished reply without a handoff: termination, the speaker's route, autonomy."""
         speaker = reply.agent
+        review = self.settings.reviews.get(speaker)
+        if review is not None:  # before anything that ends the turn: the reply is held
+            return self._to_review(review, events)
         condition = self.settings.termination_condition
         if condition is not None:
             verdict = condition(history)
@@ -406,9 +408,6 @@ class HandoffManager(GroupChatManager):
             if verdict:
                 step = RoutingStep("end", "code", "termination_condition", speaker)
                 return self._end_loop(speaker, EndTurn(events=tuple(events), step=step))
-        review = self.settings.reviews.get(speaker)
-        if review is not None:
-            return self._to_review(review, events)
         route = self.settings.code_routes.get(speaker)
         if route is not None:
             return await self._route(route, history, reply, events)
@@ -464,6 +463,11 @@ class HandoffManager(GroupChatManager):
         self._update(invocations=state.invocations + 1, handoffs=state.handoffs + 1)
         step = RoutingStep("route", "code", by, speaker, target)
         return NextAgent(target, handoff=handoff, events=(*events, handoff), step=step)
+
+    def _reviews_now(self, speaker: str) -> bool:
+        """True when ``speaker`` is the reviewer the reply under review was given to."""
+        reviewing = self._state.reviewing
+        return reviewing is not None and reviewing[1] == speaker
 
     def _to_review(self, review: Review, events: list[Event]) -> Decision:
         """The producer replied: its reviewer runs next, told what to review (a code step)."""
@@ -549,8 +553,6 @@ class HandoffManager(GroupChatManager):
         if start.return_to_previous is not None:
             back = start.return_to_previous
         previous = start.previous_agent
-        if previous in self._reviewed_by:  # a reviewer ended the turn: its producer goes on
-            previous = self._reviewed_by[previous]
         if not back or previous is None or previous == self.initial_agent:
             return self.initial_agent
         if previous not in self.agents:

@@ -36,6 +36,7 @@ from ._decision import (
     Event,
     HandoffCall,
     NextAgent,
+    ReviewVerdict,
     TurnStart,
 )
 from ._delegation import (
@@ -75,7 +76,14 @@ from ._logging import ArgumentLogging, log_event
 from ._manager import GroupChatManager
 from ._participant import Participant
 from ._payloads import validate_arguments
-from ._requests import PendingRequests, dangling_calls, requests_in, settle, unanswered
+from ._requests import (
+    BESIDE_WAITING_RESULT,
+    PendingRequests,
+    dangling_calls,
+    requests_in,
+    settle,
+    unanswered,
+)
 from ._state import Continuation, DelegationFrame, HostState, TurnState
 from ._telemetry import TurnTrace
 from ._timeouts import DeadlinePassedError, within
@@ -225,12 +233,14 @@ class GroupChatHost(Executor):
         turn_timeout: float | None = DEFAULT_TURN_TIMEOUT,
         experts: Mapping[str, Participant] | None = None,
         max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH,
+        reviewed: frozenset[str] = frozenset(),
         id: str = HOST_ID,  # noqa: A002 - the Executor API's name
     ) -> None:
         super().__init__(id)
         self._experts = experts or {}
         """Agents as they answer delegated tasks (no handoff tools), by name."""
         self.max_delegation_depth = max_delegation_depth
+        self._reviewed = reviewed  # producers whose replies a reviewer must approve
         self._full_views: dict[str, AgentView] = {}  # experts' unfiltered views (history="full")
         self.agent_timeout = agent_timeout
         """Seconds one agent call may take (``None``: no limit); past it the turn ends."""
@@ -238,7 +248,6 @@ class GroupChatHost(Executor):
         """Seconds a turn may take (``None``: no limit), from its start or from where it
         resumed (after a restore, or once its requests were answered)."""
         self._deadline: float | None = None  # the open turn's, on the event loop's clock
-        self._run_start = 0  # where the last agent run's messages start in the history
         self.last_result: HandoffTurnResult | None = None
         """The result of the last turn that ended in this host."""
         self._participants = participants
@@ -404,7 +413,6 @@ class GroupChatHost(Executor):
             warning = f"The manager selected unknown agent {name!r}."
             return EndTurn(events=(warning,))
         self._speaker = name
-        self._run_start = len(self._history)
         view = self._view(name).update(self._history)
         gate = self._gate_for(participant, closed=closed)
         limit, seconds = self._time_left()
@@ -457,15 +465,22 @@ class GroupChatHost(Executor):
         held = waiting.frames[0].call_id
         others = [r for r in requests if call_id_of(r) != held]
         if others:
-            self._history.extend(unanswered(others, name, "waiting"))
+            text = BESIDE_WAITING_RESULT.format(tool=waiting.frames[0].tool_name)
+            self._history.extend(unanswered(others, name, "waiting", text=text))
         return list(waiting.requests)
 
     def _delegations(
-        self, ctx: HostContext, waiting: Sequence[DelegationFrame] = ()
+        self,
+        ctx: HostContext,
+        waiting: Sequence[DelegationFrame] = (),
+        *,
+        history_end: int | None = None,
     ) -> Delegations:
         """What one run's delegations need, with this turn's calls of each delegate counted.
 
         ``waiting``: the frames of a delegation that carries on; their calls count too.
+        ``history_end``: experts read the shared history up to there, not to its end (the
+        caller's response that made the calls is in the history by then).
         """
         used: dict[str, int] = {}
         finished = self._turn.delegations if self._turn is not None else ()
@@ -492,7 +507,9 @@ class GroupChatHost(Executor):
         scope = DelegationScope(
             experts=self._experts,
             inputs=self._expert_input,
-            history_length=lambda: len(self._history),
+            history_length=(
+                (lambda: len(self._history)) if history_end is None else (lambda: history_end)
+            ),
             on_update=on_update,
             max_depth=self.max_delegation_depth,
             used=used,
@@ -585,10 +602,11 @@ class GroupChatHost(Executor):
                     decision = self._past_invocation_cap(decision)
                     break
                 turn = replace(turn, invocations=turn.invocations + 1)
+            starts = not carrying_on  # a new invocation: its messages start after its input
             carrying_on = False
-            self._turn = turn
             if decision.input:
                 self._history.extend(decision.input)
+            self._turn = replace(turn, since=len(self._history)) if starts else turn
             self._next, self._next_closed = decision.agent, decision.last
             await self._record()  # the next agent is saved before it is called
             await self._emit(decision.events, ctx)
@@ -624,19 +642,37 @@ class GroupChatHost(Executor):
         trace = self._turn_trace()
         for step in steps:
             trace.step(step)
-            turn = turn.with_step(step)
-            end = len(self._history)
-            if step.kind == "review" and step.by == "review":
-                turn = replace(turn, reviewed=(min(self._run_start, end), end))
-            elif turn.reviewed is not None and step.by in ("request_changes", "review_rounds"):
-                hidden = (turn.reviewed[0], end)
-                turn = replace(turn, reviewed=None, hidden=(*turn.hidden, hidden))
-            elif turn.reviewed is not None and step.by == "approve":
-                hidden = (turn.reviewed[1], end)
-                turn = replace(turn, reviewed=None, hidden=(*turn.hidden, hidden))
-            elif step.by == "blocked_handoff" and step.kind in ("route", "escalate"):
-                # The run that tried to leave the graph is not the answer: the safe agent's is.
-                turn = replace(turn, hidden=(*turn.hidden, (min(self._run_start, end), end)))
+            turn = self._hide_for(turn.with_step(step), step)
+        return turn
+
+    def _hide_for(self, turn: TurnState, step: RoutingStep) -> TurnState:
+        """What ``step`` leaves out of the turn's reply (:attr:`TurnState.hidden`).
+
+        A reply given to its reviewer is held; approved, only the review is left out; closed any
+        other way (changes requested, the review cap, another cap, a deadline, a handoff of the
+        reviewer) the reply is left out too: a reply that was not approved never reaches the
+        user. The producer is the active agent again once its review is closed; a reply of a
+        reviewed producer that a cap or a deadline kept from its review is left out too. A
+        blocked handoff that forced a safe agent (or an escalation) leaves out the blocked
+        agent's run.
+        """
+        end = len(self._history)
+        if step.kind == "review" and step.by == "review":
+            return replace(turn, review=(min(turn.since, end), end, str(step.source)))
+        if turn.review is not None and step.kind not in ("blocked", "delegate"):
+            draft, review, producer = turn.review
+            start = review if step.by == "approve" else draft
+            self._speaker = producer
+            return replace(turn, review=None, hidden=(*turn.hidden, (start, end)))
+        if (
+            turn.review is None
+            and step.source in self._reviewed
+            and step.kind in ("escalate", "limit", "route", "end", "timeout")
+        ):  # a reviewed producer's reply that a cap or a deadline kept from its review
+            return replace(turn, hidden=(*turn.hidden, (min(turn.since, end), end)))
+        if step.by == "blocked_handoff" and step.kind in ("route", "escalate"):
+            # The run that tried to leave the graph is not the answer: the safe agent's is.
+            return replace(turn, hidden=(*turn.hidden, (min(turn.since, end), end)))
         return turn
 
     def _steps_of(
@@ -806,6 +842,7 @@ class GroupChatHost(Executor):
         saved = self._pending.to_state()
         limit, seconds = self._time_left()
         calls: tuple[HandoffCall, ...] = ()
+        verdict: ReviewVerdict | None = None
         try:
             with self._turn_trace().active():  # approved handoffs' spans are the turn's
                 if frames:
@@ -814,10 +851,10 @@ class GroupChatHost(Executor):
                         return  # an expert waits again
                     messages = answered
                 else:
-                    messages, calls = await within(
-                        seconds,
-                        self._pending.resolve(participant, self._manager.review_handoff, gate),
-                    )
+                    resolved = await within(seconds, self._resolve_answers(participant, gate, ctx))
+                    if resolved is None:
+                        return  # an approved delegation waits for a person in turn
+                    messages, calls, verdict = resolved
         except DeadlinePassedError:  # an approved tool that hangs: the turn ends, its calls settled
             requests = [Content.from_dict(item) for item in saved.requests] if saved else []
             self._history.extend(self._settlement(requests, frames, name, "timed out"))
@@ -832,8 +869,9 @@ class GroupChatHost(Executor):
         self._history.extend(messages)
         carried = tuple(Message.from_dict(item) for item in then.input)
         decision: Decision = NextAgent(then.agent, input=carried, last=then.last)  # decided then
-        if calls and then.handoff is None:  # approved handoff calls: the manager decides again
-            reply = AgentReply(name, tuple(messages), calls, unfinished=True)
+        decides = bool(calls or verdict) and then.handoff is None
+        if decides:  # approved handoff calls, or a verdict: the manager decides again
+            reply = AgentReply(name, tuple(messages), calls, unfinished=True, verdict=verdict)
             decision = await self._manager.decide(self._history, reply)
         carrying_on = (
             isinstance(decision, NextAgent)
@@ -842,8 +880,60 @@ class GroupChatHost(Executor):
             and then.handoff is None
         )
         # The hop decided with the requests was traced when the turn began to wait.
-        traced = not (calls and then.handoff is None) and not carrying_on
+        traced = not decides and not carrying_on
         await self._carry_out(decision, ctx, carrying_on=carrying_on, traced=traced, source=name)
+
+    async def _resolve_answers(
+        self, participant: Participant, gate: HandoffGate, ctx: HostContext
+    ) -> tuple[list[Message], tuple[HandoffCall, ...], ReviewVerdict | None] | None:
+        """The answers applied.
+
+        Returns the messages that settle the requests, the answered handoff calls and a
+        reviewer's verdict; ``None`` when an approved delegation waits for a person in turn.
+        """
+        pending = self._pending
+        name = str(pending.agent)
+        then = pending.then or Continuation(name)
+        delegations = None
+        if participant.delegates:  # an expert reads the history as it was before the calls
+            start = self._message_with(list(pending.requests.values()))
+            delegations = self._delegations(ctx, history_end=start)
+        verdicts: list[ReviewVerdict] = []
+        messages, calls = await pending.resolve(
+            participant,
+            self._manager.review_handoff,
+            gate,
+            delegations=delegations,
+            verdicts=verdicts,
+        )
+        waiting = None if delegations is None else await self._add_delegations(delegations, ctx)
+        if waiting is not None:
+            self._history.extend(messages)
+            self._pending = PendingRequests()
+            self._pending.open(name, list(waiting.requests), then, waiting.frames)
+            await self._wait_again(waiting.requests, ctx)
+            return None
+        return messages, calls, verdicts[0] if verdicts else None
+
+    def _message_with(self, requests: Sequence[Content]) -> int:
+        """The index of the first history message holding a call one of ``requests`` is about.
+
+        The end of the history if none does.
+        """
+        wanted = {call_id_of(request) for request in requests}
+        for index, message in enumerate(self._history):
+            if any(c.type == "function_call" and c.call_id in wanted for c in message.contents):
+                return index
+        return len(self._history)
+
+    async def _wait_again(self, requests: Sequence[Content], ctx: HostContext) -> None:
+        """The open turn waits for more answers (the pending requests are set): save, ask."""
+        self._deadline = None
+        await self._record()
+        self._paused = self._turn_trace().pause()
+        self._trace = None
+        for request in requests:
+            await ctx.request_info(request, Content, request_id=str(request.id))
 
     async def _carry_on_delegation(self, ctx: HostContext) -> list[Message] | None:
         """The answers are an expert's, in a delegation that waited: the expert carries on.
@@ -856,31 +946,35 @@ class GroupChatHost(Executor):
         then = pending.then or Continuation(caller)
         frames = pending.frames
         inner = frames[-1]
-        delegations = self._delegations(ctx, frames)
+        delegations = self._delegations(ctx, frames, history_end=frames[0].history_end)
+        result: str | None = None
         if not inner.started:  # the delegate call itself waited for approval
             answer = next(iter(pending.answers.values()))
             if answer.approved:
                 result = await delegations.run(replace(inner, started=True))
             else:
                 result = delegations.decline(inner)
+            result = await delegations.carry_on(frames, result)
         else:
             expert = self._experts[inner.expert]
+            nested = Delegations(delegations.scope, inner.depth, delegations.records)
             resolved, _ = await pending.resolve(
-                expert, self._manager.review_handoff, self._gate_for(expert)
+                expert, self._manager.review_handoff, self._gate_for(expert), delegations=nested
             )
-            result = await delegations.run(replace(inner, messages=(*inner.messages, *resolved)))
-        result = await delegations.carry_on(frames, result)
+            moved = replace(inner, messages=(*inner.messages, *resolved))
+            if nested.suspension is not None:  # an approved delegate of the expert waits in turn
+                inside = nested.suspension
+                delegations.suspension = Suspension(
+                    (*frames[:-1], moved, *inside.frames), inside.requests
+                )
+            else:
+                result = await delegations.carry_on(frames, await delegations.run(moved))
         await self._add_delegations(delegations, ctx)
         waiting = delegations.suspension
         if result is None and waiting is not None:
             self._pending = PendingRequests()
             self._pending.open(caller, list(waiting.requests), then, waiting.frames)
-            self._deadline = None
-            await self._record()
-            self._paused = self._turn_trace().pause()
-            self._trace = None
-            for request in waiting.requests:
-                await ctx.request_info(request, Content, request_id=str(request.id))
+            await self._wait_again(waiting.requests, ctx)
             return None
         self._pending = PendingRequests()
         outer = frames[0]
@@ -946,6 +1040,8 @@ class GroupChatHost(Executor):
         abandoned: TurnAbandonedEvent | None = None,
     ) -> HandoffTurnResult:
         """The turn is over: its result, and the host between turns again."""
+        if turn.review is not None:  # closed with a review open (abandoned): the draft stays out
+            turn = replace(turn, hidden=(*turn.hidden, (turn.review[0], len(self._history))))
         result = HandoffTurnResult(
             messages=turn_reply(self._history, turn.start, turn.hidden),
             active_agent=self._speaker or "",

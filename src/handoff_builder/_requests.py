@@ -18,17 +18,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_framework import Agent, Content, FunctionTool, Message
 
-from ._decision import TRANSFERRED_RESULT, HandoffCall
+from ._decision import TRANSFERRED_RESULT, HandoffCall, ReviewVerdict
 from ._hooks import HandoffGate
 from ._participant import Participant
+from ._review import REVIEW_TOOL_KINDS, judge
 from ._routes import HandoffRoute
 from ._state import Continuation, DelegationFrame, PendingState
 from ._telemetry import handoff_span, settle_handoff_span
 from ._tools import HandoffReviewer, call_result, handoff_request
+
+if TYPE_CHECKING:
+    from ._delegation import Delegations
 
 REJECTED_RESULT = "Error: the user did not approve this call, so it was not made."
 DECLINED_RESULT = (
@@ -39,6 +43,10 @@ DECLINE_REASON_KEY = "reason"
 """Key, in a declining answer's ``additional_properties``, of the reviewer's reason."""
 NOT_AVAILABLE_RESULT = "Error: {tool} is not available to you now, so it was not called."
 UNANSWERED_RESULT = "Error: not performed: the turn ended ({status}) before this call was answered."
+BESIDE_WAITING_RESULT = (
+    "Error: not performed: {tool} waits for a person in this response, and this call could not "
+    "wait with it; make it again once {tool} is answered."
+)
 
 
 def requests_in(messages: Sequence[Message]) -> list[Content]:
@@ -88,12 +96,15 @@ def settle(calls: Sequence[Content], agent: str) -> Message:
     return Message(role="tool", contents=results, author_name=agent)
 
 
-def unanswered(requests: Sequence[Content], agent: str, status: str) -> list[Message]:
+def unanswered(
+    requests: Sequence[Content], agent: str, status: str, *, text: str | None = None
+) -> list[Message]:
     """Results that settle ``requests`` when the turn ends without their answers.
 
     A turn never ends with a call that has no result: the next model call would be refused.
+    ``text`` replaces the result's text (for calls that end while the turn goes on).
     """
-    text = UNANSWERED_RESULT.format(status=status)
+    text = text or UNANSWERED_RESULT.format(status=status)
     results = [
         Content.from_function_result(call_id=str(_call_of(request).call_id), result=text)
         for request in requests
@@ -161,12 +172,22 @@ class PendingRequests:
         return len(self.answers) == len(self.requests)
 
     async def resolve(
-        self, participant: Participant, review: HandoffReviewer, gate: HandoffGate
+        self,
+        participant: Participant,
+        review: HandoffReviewer,
+        gate: HandoffGate,
+        *,
+        delegations: Delegations | None = None,
+        verdicts: list[ReviewVerdict] | None = None,
     ) -> tuple[list[Message], tuple[HandoffCall, ...]]:
         """Messages that settle every request, and the answered handoff calls, reviewed.
 
         An approved handoff call is reviewed (and its ``on_handoff`` asked) like one made just
-        now; a declined one gets a result that says so, with the reviewer's reason.
+        now; a declined one gets a result that says so, with the reviewer's reason. A delegate
+        call or a review verdict asks for approval when it shares a response with a call that
+        does: approved, the delegation runs with ``delegations`` (a delegation that waits for a
+        person in turn gets no result here: its result comes when it is answered), and the
+        verdict goes to ``verdicts``.
         """
         approvals: list[Content] = []
         results: list[Content] = []
@@ -181,7 +202,10 @@ class PendingRequests:
             call = request.function_call or request
             route = participant.routes.get(str(call.name))
             if route is None:
-                results.append(await _approved_result(participant.agent, request, answer))
+                result = await _workflow_call(participant, call, answer, delegations, verdicts)
+                if result is _WAITS:
+                    continue
+                results.append(result or await _approved_result(participant.agent, request, answer))
                 continue
             with handoff_span(route, str(call.call_id)) as span:
                 before = (*earlier, *calls)
@@ -200,7 +224,8 @@ class PendingRequests:
             if approvals
             else []
         )
-        messages.append(Message(role="tool", contents=results, author_name=participant.name))
+        if results:
+            messages.append(Message(role="tool", contents=results, author_name=participant.name))
         self.requests, self.answers, self.agent = {}, {}, None
         return messages, tuple(calls)
 
@@ -240,6 +265,41 @@ class PendingRequests:
             then=state.then or Continuation(state.agent),
             frames=state.delegation,
         )
+
+
+_WAITS = Content.from_text("the delegation waits")  # a marker: the call gets no result yet
+
+
+async def _workflow_call(
+    participant: Participant,
+    call: Content,
+    answer: Content,
+    delegations: Delegations | None,
+    verdicts: list[ReviewVerdict] | None,
+) -> Content | None:
+    """The result of an answered call to a tool the workflow added (a delegate, a review tool).
+
+    ``None`` for any other tool; :data:`_WAITS` for a delegation that waits for a person.
+    """
+    name, call_id = str(call.name), str(call.call_id)
+    delegate = participant.delegates.get(name)
+    if delegate is not None and delegations is not None:
+        if not answer.approved:
+            text = delegations.declined(delegate, call_id, call.arguments)
+        else:
+            found = await delegations.call(delegate, call_id, call.arguments, approved=True)
+            if found is None:
+                return _WAITS
+            text = found
+        return Content.from_function_result(call_id=call_id, result=text)
+    if participant.reviewer and name in REVIEW_TOOL_KINDS and verdicts is not None:
+        if not answer.approved:
+            return Content.from_function_result(call_id=call_id, result=REJECTED_RESULT)
+        verdict, text = judge(name, call.arguments, call_id)
+        if verdict is not None and not verdicts:
+            verdicts.append(verdict)
+        return Content.from_function_result(call_id=call_id, result=text)
+    return None
 
 
 async def _answered_handoff(

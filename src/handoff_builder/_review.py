@@ -35,6 +35,7 @@ __all__ = [
     "REQUEST_CHANGES_TOOL",
     "Review",
     "ReviewToolMiddleware",
+    "judge",
     "review_tools",
 ]
 
@@ -129,6 +130,19 @@ _MODELS: Mapping[str, type[BaseModel]] = {
 }
 
 
+def judge(name: str, arguments: object, call_id: str) -> tuple[ReviewVerdict | None, str]:
+    """A call to a review tool: its verdict (``None`` when the call is refused) and its result."""
+    kind = REVIEW_TOOL_KINDS[name]
+    payload, problem = validate_arguments(_MODELS[name], arguments)
+    text = str(getattr(payload, "note" if kind == "approve" else "feedback", "") or "")
+    if problem is not None:
+        return None, f"Error: {name} was not called: {problem}; fix the arguments."
+    if kind == "request_changes" and not text.strip():
+        return None, EMPTY_FEEDBACK_ERROR
+    verdict = ReviewVerdict(kind, text.strip(), call_id)
+    return verdict, APPROVED_RESULT if kind == "approve" else SENT_BACK_RESULT
+
+
 class ReviewToolMiddleware(FunctionMiddleware):
     """Records a reviewer's verdict and ends its tool loop; other calls pass through."""
 
@@ -143,25 +157,18 @@ class ReviewToolMiddleware(FunctionMiddleware):
     ) -> None:
         """The first valid verdict stands and ends the run; a second one is not performed."""
         name = context.function.name
-        kind = REVIEW_TOOL_KINDS.get(name)
-        if kind is None:
+        if name not in REVIEW_TOOL_KINDS:
             await call_next()
             return
         if self.verdicts:
             context.result = ONE_VERDICT_RESULT.format(first=self.verdicts[0].kind)
             return
-        payload, problem = validate_arguments(_MODELS[name], context.arguments)
-        text = str(getattr(payload, "note" if kind == "approve" else "feedback", "") or "")
-        if problem is not None or (kind == "request_changes" and not text.strip()):
-            context.result = (
-                EMPTY_FEEDBACK_ERROR
-                if problem is None
-                else f"Error: {name} was not called: {problem}; fix the arguments."
-            )
-            return
         call_id = str(context.metadata.get("call_id") or "")
-        self.verdicts.append(ReviewVerdict(kind, text.strip(), call_id))
-        result = APPROVED_RESULT if kind == "approve" else SENT_BACK_RESULT
+        verdict, result = judge(name, context.arguments, call_id)
+        if verdict is None:
+            context.result = result
+            return
+        self.verdicts.append(verdict)
         raise MiddlewareTermination(
             result, result=Content.from_function_result(call_id=call_id, result=result)
         )

@@ -53,8 +53,10 @@ __all__ = [
     "validated",
 ]
 
-STATE_SCHEMA_VERSION = 2
-"""Version of the host state written by this release (1: handoff_builder 0.1's first format)."""
+STATE_SCHEMA_VERSION = 3
+"""Version of the host state written by this release (1: handoff_builder 0.1's first format;
+2: without delegations and reviews, which 3 adds; a release that reads 2 refuses 3, so a worker
+of it never drops a delegation it cannot see)."""
 
 HANDOFF_RECORD_KEY = "handoff_builder"
 """Key, in a handoff call's function result ``additional_properties``, of its record."""
@@ -75,12 +77,15 @@ class TurnState:
     invocations: int = 0
     steps: tuple[RoutingStep, ...] = ()
     delegations: tuple[DelegationEvent, ...] = ()
-    reviewed: tuple[int, int] | None = None
-    """While a reviewer has it: where the reply under review starts, and where the review does
-    (indexes in the history)."""
+    since: int = 0
+    """Where the messages of the agent invocation under way start in the history (after its
+    input): a reply that waited for answers is one invocation."""
+    review: tuple[int, int, str] | None = None
+    """While a reviewer has the reply: where the reply starts, where the review does, and its
+    producer."""
     hidden: tuple[tuple[int, int], ...] = ()
-    """History ranges (start, end) left out of the turn's reply: drafts a reviewer sent back,
-    and the reviews themselves."""
+    """History ranges (start, end) left out of the turn's reply: a draft that was not approved,
+    the reviews, and the run of an agent whose blocked handoff forced a safe agent."""
 
     def with_handoff(self, handoff: HandoffEvent) -> TurnState:
         """This turn with one more handoff."""
@@ -223,8 +228,10 @@ def decode_host_state(raw: Mapping[str, Any], where: str) -> HostState:
         raise CorruptStateError(where, f"schema_version is {version!r}, not an integer")
     if version > STATE_SCHEMA_VERSION:
         raise SchemaVersionError(where, version, STATE_SCHEMA_VERSION)
-    if version < STATE_SCHEMA_VERSION:
+    if version == 1:
         raw = _upgrade_from_1(raw)
+    elif version < STATE_SCHEMA_VERSION:  # 2: every field 3 adds has its default
+        raw = {**raw, "schema_version": STATE_SCHEMA_VERSION}
     return cast(HostState, validated(HostState, raw, where))
 
 
