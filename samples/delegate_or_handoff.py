@@ -21,7 +21,7 @@ from typing import Any
 
 from agent_framework import Agent, Workflow
 
-from handoff_builder import HandoffTurnResult, HandoffWorkflowBuilder
+from handoff_builder import HandoffBuilderError, HandoffTurnResult, HandoffWorkflowBuilder
 from handoff_builder.providers import PROVIDERS, chat_client
 from handoff_builder.testing import ScriptedChatClient, ScriptStep, call_tool, handoff_to, reply
 
@@ -136,5 +136,13 @@ async def main(provider: str = "scripted") -> tuple[HandoffTurnResult, HandoffTu
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--provider", choices=PROVIDERS, default="scripted")
-    asyncio.run(main(parser.parse_args().provider))
+    parser.add_argument(
+        "--provider",
+        choices=PROVIDERS,
+        default="scripted",
+        help="the model behind the agents (default: scripted, offline)",
+    )
+    try:
+        asyncio.run(main(parser.parse_args().provider))
+    except HandoffBuilderError as error:  # a provider that is not set up, say: one line
+        raise SystemExit(f"delegate_or_handoff: {error}") from None

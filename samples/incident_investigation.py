@@ -24,7 +24,12 @@ from typing import Any
 
 from agent_framework import Agent, Content, Workflow, tool
 
-from handoff_builder import HandoffTurnResult, HandoffWorkflowBuilder
+from handoff_builder import (
+    HandoffBuilderError,
+    HandoffTurnResult,
+    HandoffWorkflowBuilder,
+    RoutingStep,
+)
 from handoff_builder.providers import PROVIDERS, chat_client
 from handoff_builder.testing import ScriptedChatClient, ScriptStep, call_tool, handoff_to, reply
 
@@ -186,14 +191,26 @@ def show(turn: HandoffTurnResult) -> None:
     print(f"  status: {turn.status}")
     if turn.escalation is not None:
         print(f"  escalated: {turn.escalation.reason} (limit {turn.escalation.limit})")
-        for number, feedback in enumerate(turn.escalation.evidence, 1):
-            print(f"    round {number}: {feedback}")
-        print(f"    still open: {turn.escalation.goal}")
+        evidence = turn.escalation.evidence
+        for number, feedback in enumerate(evidence, 1):
+            still = " (still open)" if number == len(evidence) else ""
+            print(f"    round {number}{still}: {feedback}")
     print("  trace:")
     for step in turn.trace:
         target = f" -> {step.target}" if step.target else ""
-        cap = f" ({step.count}/{step.limit})" if step.count is not None else ""
-        print(f"    {step.decided_by:>5}  {step.kind:<9} {step.by}: {step.source}{target}{cap}")
+        print(
+            f"    {step.decided_by:>5}  {step.kind:<9} {step.by}: {step.source}{target}"
+            f"{progress(step)}"
+        )
+
+
+def progress(step: RoutingStep) -> str:
+    """How far a review or a cap had got at a step."""
+    if step.limit is None or step.count is None:
+        return ""
+    if step.kind == "review" and step.by == "review":
+        return f" (round {step.count + 1} of {step.limit})"
+    return f" ({step.count} of {step.limit})"
 
 
 async def main(provider: str = "scripted", *, stubborn: bool = False) -> list[HandoffTurnResult]:
@@ -213,9 +230,17 @@ async def main(provider: str = "scripted", *, stubborn: bool = False) -> list[Ha
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--provider", choices=PROVIDERS, default="scripted")
+    parser.add_argument(
+        "--provider",
+        choices=PROVIDERS,
+        default="scripted",
+        help="the model behind the agents (default: scripted, offline)",
+    )
     parser.add_argument(
         "--stubborn", action="store_true", help="the planner insists: the review escalates"
     )
     arguments = parser.parse_args()
-    asyncio.run(main(arguments.provider, stubborn=arguments.stubborn))
+    try:
+        asyncio.run(main(arguments.provider, stubborn=arguments.stubborn))
+    except HandoffBuilderError as error:  # a provider that is not set up, say: one line
+        raise SystemExit(f"incident_investigation: {error}") from None

@@ -1397,3 +1397,37 @@ def assert_valid(messages: Sequence[Message]) -> None:
                 assert str(content.call_id) in calls, f"a result before its call: {content}"
                 results.append(str(content.call_id))
     assert sorted(calls) == sorted(results)
+
+
+async def test_a_handoff_in_a_batch_whose_delegation_waits_is_followed_once_it_answers() -> None:
+    ran: list[str] = []
+    batch = respond(
+        call_tool("ask_policy", task=TASK),
+        handoff_to("billing", goal="Refund it."),
+        call_tool("lookup_order", order="T-1"),
+    )
+    triage = scripted_agent("triage", batch, tools=[approval_tool(ran)])
+    billing = scripted_agent("billing", reply("Billing here."))
+    policy = scripted_agent(
+        "policy", call_tool("lookup_order", order="P-1"), reply(ANSWER), tools=[approval_tool(ran)]
+    )
+    workflow = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, billing)
+        .with_delegate(triage, policy, "policy")
+        .build()
+    )
+    first = list(await workflow.run(USER))
+    batch_answers = {
+        r.request_id: r.data.to_function_approval_response(approved=True)
+        for r in requests_of(first)
+    }
+    [inner] = requests_of(list(await workflow.run(responses=batch_answers)))
+    result = result_of(await answer(workflow, inner, approved=True))
+
+    assert ran == ["T-1", "P-1"]
+    assert [(h.source, h.target) for h in result.handoffs] == [("triage", "billing")]
+    assert result.active_agent == "billing"
+    assert result.text.endswith("Billing here.")
+    assert received(billing).sees("Goal: Refund it.")
+    assert_valid(result.conversation)

@@ -7,21 +7,38 @@ node outside the allowlist is blocked, forced to the safe node, and still answer
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
-from agent_framework import Agent, Workflow, WorkflowRunResult, tool
+from agent_framework import (
+    Agent,
+    Content,
+    FunctionTool,
+    Message,
+    Workflow,
+    WorkflowRunResult,
+    tool,
+)
+from typing_extensions import override
 
 from handoff_builder import (
+    DEFAULT_REVIEW_ESCALATION_MESSAGE,
+    AgentReply,
     CapOutcome,
     ConversationHost,
+    Decision,
+    EndTurn,
+    GroupChatManager,
     HandoffConfigurationError,
     HandoffManager,
     HandoffTurnResult,
     HandoffWorkflowBuilder,
+    NextAgent,
+    PendingRequestsError,
     RoutingStep,
+    TurnStart,
 )
-from handoff_builder.stores import ConversationStore
+from handoff_builder.stores import ConversationStore, InMemoryConversationStore
 from handoff_builder.testing import (
     call_tool,
     client_of,
@@ -493,6 +510,136 @@ def test_the_lint_warns_of_a_route_or_a_manager_that_a_review_makes_moot() -> No
     )
     assert "review-and-route" in [f.code for f in routed.lint()]
     managed = (
-        HandoffWorkflowBuilder(planner).with_review(planner, reviewer).with_manager(HandoffManager)
+        HandoffWorkflowBuilder(planner)
+        .with_review(planner, reviewer)
+        .with_manager(lambda settings: HandoffManager(settings))  # not known to run reviews
     )
     assert "review-with-manager" in [f.code for f in managed.lint()]
+    subclassed = (
+        HandoffWorkflowBuilder(planner)
+        .with_review(planner, reviewer)
+        .with_manager(HandoffManager)  # a HandoffManager (or a subclass) runs them
+    )
+    assert subclassed.lint() == []
+
+
+def ask_human() -> FunctionTool:
+    """A declaration-only tool: the application answers it."""
+    return FunctionTool(
+        name="ask_human",
+        description="Ask a person.",
+        input_model={"type": "object", "properties": {"q": {"type": "string"}}},
+    )
+
+
+async def test_the_answers_to_a_draft_sent_back_stay_out_of_the_reply_with_it() -> None:
+    planner = scripted_agent("planner", reply(UNSAFE), reply(SAFE))
+    reviewer = scripted_agent(
+        "reviewer",
+        respond(call_tool("request_changes", feedback=BROAD), call_tool("ask_human", q="ok?")),
+        call_tool("approve", note="ok"),
+        tools=[ask_human()],
+    )
+    workflow = HandoffWorkflowBuilder(planner).with_review(planner, reviewer).build()
+    [request] = (await workflow.run("fix")).get_request_info_events()
+    answer = Content.from_function_result(call_id=request.data.call_id, result="a person said ok")
+    result = (await workflow.run(responses={request.request_id: answer})).get_outputs()[-1]
+    assert isinstance(result, HandoffTurnResult)
+    assert texts(result) == [SAFE]
+    assert [m.role for m in result.messages] == ["assistant"]  # no result without its call
+
+
+async def test_abandoning_a_review_leaves_the_producer_active_and_its_draft_out() -> None:
+    planner = scripted_agent("planner", reply(UNSAFE), reply(SAFE))
+    reviewer = scripted_agent(
+        "reviewer",
+        call_tool("lookup_order", order="R-1"),
+        call_tool("approve", note="ok"),
+        tools=[lookup_order],
+    )
+    host = ConversationHost(
+        HandoffWorkflowBuilder(planner).with_review(planner, reviewer), InMemoryConversationStore()
+    )
+    with pytest.raises(PendingRequestsError):
+        await host.send("c", "fix")
+    abandoned = await host.abandon("c")
+    assert abandoned is not None
+    assert abandoned.active_agent == "planner"
+    assert UNSAFE not in abandoned.text
+    later = await host.send("c", "try again")
+    assert later.trace[0].target == "planner"
+    assert texts(later) == [SAFE]
+
+
+async def test_abandoning_a_reviewed_producer_that_waits_leaves_its_draft_out() -> None:
+    planner = scripted_agent(
+        "planner",
+        respond("Step 1: flush every cache.", call_tool("lookup_order", order="A-1")),
+        tools=[lookup_order],
+    )
+    reviewer = scripted_agent("reviewer")
+    host = ConversationHost(
+        HandoffWorkflowBuilder(planner).with_review(planner, reviewer), InMemoryConversationStore()
+    )
+    with pytest.raises(PendingRequestsError):
+        await host.send("c", "fix")
+    abandoned = await host.abandon("c")
+    assert abandoned is not None
+    assert "flush every cache" not in abandoned.text
+
+
+async def test_a_manager_of_your_own_keeps_a_reviewed_producers_replies() -> None:
+    class FirstSpeaks(GroupChatManager):
+        @override
+        async def start_turn(self, history: Sequence[Message], start: TurnStart) -> Decision:
+            return NextAgent("planner")
+
+        @override
+        async def decide(self, history: Sequence[Message], reply: AgentReply) -> Decision:
+            return EndTurn()
+
+    planner = scripted_agent("planner", reply(SAFE))
+    reviewer = scripted_agent("reviewer")
+    builder = (
+        HandoffWorkflowBuilder(planner)
+        .with_review(planner, reviewer)
+        .with_manager(lambda settings: FirstSpeaks())
+    )
+    result = await run(builder, "fix")
+    assert texts(result) == [SAFE]  # it decides who speaks: no review, nothing held back
+
+
+def test_a_reviewed_producer_cannot_be_a_safe_agent() -> None:
+    triage, planner, reviewer = (scripted_agent(n) for n in ("triage", "planner", "reviewer"))
+    builder = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, planner)
+        .with_review(planner, reviewer)
+        .with_blocked_handoff_outcome(planner)
+    )
+    with pytest.raises(HandoffConfigurationError, match="is the safe agent of blocked_handoff"):
+        builder.build()
+    builder.with_blocked_handoff_outcome(None)  # back to the default: it builds
+    assert builder.lint() == []
+
+
+async def test_a_review_that_escalates_says_so() -> None:
+    planner = scripted_agent("planner", reply(UNSAFE), reply(STILL_UNSAFE))
+    reviewer = scripted_agent(
+        "reviewer",
+        call_tool("request_changes", feedback=BROAD),
+        call_tool("request_changes", feedback=NO_ROLLBACK),
+    )
+    result = await run(HandoffWorkflowBuilder(planner).with_review(planner, reviewer), "fix")
+    assert result.text == DEFAULT_REVIEW_ESCALATION_MESSAGE
+    chosen = (
+        HandoffWorkflowBuilder(planner)
+        .with_review(planner, reviewer)
+        .with_max_handoffs_per_turn(3, escalation_message="A person will call you.")
+    )
+    client_of(planner).add_steps(reply(UNSAFE), reply(STILL_UNSAFE))
+    client_of(reviewer).add_steps(
+        call_tool("request_changes", feedback=BROAD),
+        call_tool("request_changes", feedback=NO_ROLLBACK),
+    )
+    assert (await run(chosen, "fix")).text == "A person will call you."

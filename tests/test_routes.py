@@ -167,7 +167,7 @@ def test_a_route_with_a_manager_of_your_own_is_a_warning() -> None:
 
     a, b = scripted_agent("a"), scripted_agent("b")
     builder = HandoffWorkflowBuilder(a).with_handoff(a, b).with_route(b, a)
-    builder.with_manager(HandoffManager)
+    builder.with_manager(lambda settings: HandoffManager(settings))  # not known to follow routes
     [finding] = builder.lint()
     assert (finding.severity, finding.code, finding.agents) == (
         "warning",

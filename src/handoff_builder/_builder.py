@@ -404,7 +404,7 @@ class HandoffWorkflowBuilder:
         self._outcome("rejected_handoffs", outcome)
         return self
 
-    def with_blocked_handoff_outcome(self, outcome: Outcome) -> HandoffWorkflowBuilder:
+    def with_blocked_handoff_outcome(self, outcome: Outcome | None) -> HandoffWorkflowBuilder:
         """What a blocked handoff does to the turn (by default: nothing, the agent carries on).
 
         A blocked handoff is a refused handoff call (the agent was not granted the tool, it does
@@ -415,10 +415,12 @@ class HandoffWorkflowBuilder:
         * :attr:`CapOutcome.RETURN_TO_USER`: the turn ends with the last reply;
         * an agent (the safe agent): it runs once, with no handoff tools, and the turn ends with
           its reply (status ``"blocked_handoff"``), so a run that tried to leave the graph still
-          answers.
+          answers;
+        * ``None``: back to the default (the agent carries on).
         """
-        if outcome is None:  # pyright: ignore[reportUnnecessaryComparison]
-            raise TypeError("outcome must be a CapOutcome or an agent, not None.")
+        if outcome is None:
+            self._config.cap_outcomes.pop("blocked_handoff", None)
+            return self
         self._outcome("blocked_handoff", outcome)
         return self
 

@@ -22,6 +22,7 @@ from ._hooks import PLAIN, EdgePolicy
 from ._host import (
     DEFAULT_AGENT_TIMEOUT,
     DEFAULT_ESCALATION_MESSAGE,
+    DEFAULT_REVIEW_ESCALATION_MESSAGE,
     DEFAULT_TURN_TIMEOUT,
     HOST_ID,
     GroupChatHost,
@@ -281,7 +282,12 @@ def compile_workflow(
         turn_timeout=config.turn_timeout,
         experts=experts,
         max_delegation_depth=config.max_delegation_depth,
-        reviewed=frozenset(plan.reviews),
+        reviewed=frozenset(plan.reviews) if isinstance(manager, HandoffManager) else frozenset(),
+        apologies=(
+            {"review_rounds": DEFAULT_REVIEW_ESCALATION_MESSAGE}
+            if config.escalation_message == DEFAULT_ESCALATION_MESSAGE
+            else None
+        ),
     )
     builder = WorkflowBuilder(
         start_executor=host,
@@ -378,7 +384,10 @@ def _plan(config: BuildConfig) -> _Plan:
     )
     problems = participant_problems(participants + expert_agents) + edge_problems(edges)
     problems += delegate_problems(config.delegates, in_graph)
-    problems += review_problems(config.reviews)
+    safe_agents: dict[str, Any] = {
+        cap: outcome for cap, outcome in config.cap_outcomes.items() if isinstance(outcome, Agent)
+    }
+    problems += review_problems(config.reviews, safe_agents)
     tool_names: dict[Any, list[tuple[str, Any, str]]] = {}
     distinct = {(id(e.source), id(e.target), e.kind): e for e in reversed(edges)}
     for edge in reversed(distinct.values()):  # a duplicate edge is reported once, above
@@ -442,30 +451,7 @@ def _plan(config: BuildConfig) -> _Plan:
         for producer in reviews
         if producer in code_routes
     ]
-    if config.manager_factory is not None:  # a manager of its own may pick any agent
-        findings = [f for f in findings if f.code != "unreachable-agent"]
-        findings += [
-            LintFinding(
-                "warning",
-                "review-with-manager",
-                (producer,),
-                f"The review of {producer!r} by {review.reviewer!r} is not run: a manager of "
-                "your own (with_manager) decides who speaks; read settings.reviews in it, or "
-                "remove the review.",
-            )
-            for producer, review in reviews.items()
-        ]
-        findings += [
-            LintFinding(
-                "warning",
-                "route-with-manager",
-                (source,),
-                f"The route from {source!r} is not followed: a manager of your own "
-                "(with_manager) decides who speaks; read settings.code_routes in it, or remove "
-                "the route.",
-            )
-            for source in code_routes
-        ]
+    findings = _with_manager_findings(config, findings, reviews, code_routes)
     return _Plan(
         initial,
         code_routes,
@@ -480,6 +466,48 @@ def _plan(config: BuildConfig) -> _Plan:
         experts,
         reviews,
     )
+
+
+def _with_manager_findings(
+    config: BuildConfig,
+    findings: list[LintFinding],
+    reviews: Mapping[str, Review],
+    code_routes: Mapping[str, CodeRoute],
+) -> list[LintFinding]:
+    """The findings with a manager of your own.
+
+    No agent is unreachable (it may pick any), and the routes and reviews that only a
+    HandoffManager follows are warned of.
+    """
+    factory = config.manager_factory
+    if factory is None:
+        return findings
+    findings = [f for f in findings if f.code != "unreachable-agent"]
+    if isinstance(factory, type) and issubclass(factory, HandoffManager):
+        return findings
+    findings += [
+        LintFinding(
+            "warning",
+            "review-with-manager",
+            (producer,),
+            f"The review of {producer!r} by {review.reviewer!r} is not run: a manager of "
+            "your own (with_manager) decides who speaks; read settings.reviews in it, or "
+            "remove the review.",
+        )
+        for producer, review in reviews.items()
+    ]
+    findings += [
+        LintFinding(
+            "warning",
+            "route-with-manager",
+            (source,),
+            f"The route from {source!r} is not followed: a manager of your own "
+            "(with_manager) decides who speaks; read settings.code_routes in it, or remove "
+            "the route.",
+        )
+        for source in code_routes
+    ]
+    return findings
 
 
 def _code_routes(
@@ -572,6 +600,15 @@ def _autonomous(
     return mode, problems
 
 
+def _outcome_comments(config: BuildConfig) -> list[str]:
+    """Mermaid comments naming each cap's safe agent (an outcome, not an edge)."""
+    return [
+        f"    %% {cap}: the safe agent {outcome.name} answers"
+        for cap, outcome in config.cap_outcomes.items()
+        if isinstance(outcome, Agent)
+    ]
+
+
 def to_mermaid(config: BuildConfig) -> str:
     """The handoff graph as a Mermaid flowchart (validated like ``build()``)."""
     plan = _plan(config)
@@ -589,6 +626,7 @@ def to_mermaid(config: BuildConfig) -> str:
             lines.append(f"    {ids[source]} {arrow}|{route.tool_name}| {ids[route.target]}")
     for producer, review in plan.reviews.items():
         lines.append(f"    {ids[producer]} <-->|review| {ids[review.reviewer]}")
+    lines += _outcome_comments(config)
     for caller, by_tool in plan.delegates.items():
         for delegate in by_tool.values():
             lines.append(f"    {ids[caller]} --o|{delegate.tool_name}| {ids[delegate.expert]}")

@@ -318,11 +318,11 @@ class HandoffManager(GroupChatManager):
             outcome = speaker
         if outcome == CapOutcome.RETURN_TO_USER:
             reached = LimitReachedEvent(cap, speaker, limit)
-            step = RoutingStep("limit", "code", cap, speaker, None, limit, count)
+            step = RoutingStep("limit", "code", cap, speaker, None, _counted(cap, limit), count)
             return EndTurn(cast(TurnStatus, cap), events=(*events, reached), step=step)
         safe = str(outcome)
         self._update(forced=(safe, cap))
-        step = RoutingStep("route", "code", cap, speaker, safe, limit, count)
+        step = RoutingStep("route", "code", cap, speaker, safe, _counted(cap, limit), count)
         note = SAFE_AGENT_NOTE.format(agent=safe, why=SAFE_AGENT_REASONS[cap].format(limit=limit))
         return NextAgent(
             safe, input=(_host_note(note),), events=tuple(events), step=step, last=True
@@ -638,6 +638,11 @@ def _call(
         request.payload,
         request.arguments if blocked is not None or escalation is not None else "",
     )
+
+
+def _counted(cap: EscalationReason, limit: int) -> int | None:
+    """A cap's limit for its step: a blocked handoff has none (the first one takes the outcome)."""
+    return None if cap == "blocked_handoff" else limit
 
 
 def _host_note(text: str) -> Message:

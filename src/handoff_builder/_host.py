@@ -94,6 +94,7 @@ from .exceptions import CorruptStateError
 __all__ = [
     "DEFAULT_AGENT_TIMEOUT",
     "DEFAULT_ESCALATION_MESSAGE",
+    "DEFAULT_REVIEW_ESCALATION_MESSAGE",
     "DEFAULT_TURN_TIMEOUT",
     "GroupChatHost",
     "Participant",
@@ -110,6 +111,11 @@ DEFAULT_AGENT_TIMEOUT = 120.0
 """Seconds one agent call may take, its own tool calls included, before the turn is cut short."""
 DEFAULT_TURN_TIMEOUT = 600.0
 """Seconds one user turn may take, every agent call and handoff included."""
+DEFAULT_REVIEW_ESCALATION_MESSAGE = (
+    "I'm sorry, I couldn't get an answer ready that passed its review. I'm passing this "
+    "conversation to a human colleague, who will get back to you."
+)
+"""What the user reads when a review escalates (unless ``escalation_message`` was given)."""
 DEFAULT_ESCALATION_MESSAGE = (
     "I'm sorry, I wasn't able to get your request to the right place. I'm passing this "
     "conversation to a human colleague, who will get back to you."
@@ -234,6 +240,7 @@ class GroupChatHost(Executor):
         experts: Mapping[str, Participant] | None = None,
         max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH,
         reviewed: frozenset[str] = frozenset(),
+        apologies: Mapping[str, str] | None = None,
         id: str = HOST_ID,  # noqa: A002 - the Executor API's name
     ) -> None:
         super().__init__(id)
@@ -253,6 +260,7 @@ class GroupChatHost(Executor):
         self._participants = participants
         self._manager = manager
         self._apology = apology
+        self._apologies = dict(apologies or {})  # by escalation reason, where not the default
         self._history: list[Message] = []
         self._saved: list[dict[str, Any]] = []  # to_dict() of history[: len(_saved)], reused
         self._turn: TurnState | None = None
@@ -786,21 +794,24 @@ class GroupChatHost(Executor):
         then: NextAgent,
         ctx: HostContext,
         frames: Sequence[DelegationFrame] = (),
+        *,
+        traced: bool = False,
     ) -> None:
         """Surface the agent's requests; the turn stays open until all are answered.
 
         ``then`` is carried out once they are: a handoff made in the same response stands.
         ``frames``: the requests are an expert's, in a delegation of ``name`` that waits.
+        ``traced``: ``then`` was traced already (the turn waited before, and waits again).
         """
         carried = tuple(message.to_dict() for message in then.input)
         waiting = Continuation(then.agent, then.handoff, carried, then.last)
         self._pending.open(name, requests, waiting, tuple(frames))
-        if self._turn is not None:
+        if self._turn is not None and not traced:
             steps = self._steps_of(then, name, self._turn)
             if then.handoff is None and then.step is None and then.agent == name:
                 steps = [step for step in steps if step.kind == "blocked"]  # no hop: it waits
             self._turn = self._with_steps(self._turn, steps)
-        if then.handoff is not None and self._turn is not None:
+        if then.handoff is not None and self._turn is not None and not traced:
             self._turn = self._turn.with_handoff(then.handoff)
         self._next = None
         self._deadline = None  # a person may take long: the turn's deadline starts again after
@@ -866,7 +877,7 @@ class GroupChatHost(Executor):
             self._pending = PendingRequests.from_state(saved)
             self._pending.answers = {}
             raise
-        self._history.extend(messages)
+        self._extend_after_wait(messages)
         carried = tuple(Message.from_dict(item) for item in then.input)
         decision: Decision = NextAgent(then.agent, input=carried, last=then.last)  # decided then
         decides = bool(calls or verdict) and then.handoff is None
@@ -907,13 +918,40 @@ class GroupChatHost(Executor):
             verdicts=verdicts,
         )
         waiting = None if delegations is None else await self._add_delegations(delegations, ctx)
-        if waiting is not None:
-            self._history.extend(messages)
-            self._pending = PendingRequests()
-            self._pending.open(name, list(waiting.requests), then, waiting.frames)
-            await self._wait_again(waiting.requests, ctx)
-            return None
-        return messages, calls, verdicts[0] if verdicts else None
+        verdict = verdicts[0] if verdicts else None
+        if waiting is None:
+            return messages, calls, verdict
+        # An approved delegation waits in turn: what the batch decided is decided now, and
+        # carried out once the delegation is answered.
+        self._extend_after_wait(messages)
+        self._pending = PendingRequests()
+        carried = tuple(Message.from_dict(item) for item in then.input)
+        decision: Decision = NextAgent(then.agent, then.handoff, carried, last=then.last)
+        decides = bool(calls or verdict) and then.handoff is None
+        if decides:
+            reply = AgentReply(name, tuple(messages), calls, unfinished=True, verdict=verdict)
+            decision = await self._manager.decide(self._history, reply)
+        if isinstance(decision, NextAgent):
+            requests = list(waiting.requests)
+            await self._wait_for(name, requests, decision, ctx, waiting.frames, traced=not decides)
+        else:  # the turn ends now: the waiting delegation's call is closed
+            self._history.extend(settle_waiting(waiting.frames, _status(decision)))
+            await self._carry_out(decision, ctx, source=name)
+        return None
+
+    def _extend_after_wait(self, messages: Sequence[Message]) -> None:
+        """Add the answers of a run that waited.
+
+        When that run is left out of the turn's reply (a hidden range ends where the history
+        does), so are its answers.
+        """
+        turn = self._turn
+        end = len(self._history)
+        self._history.extend(messages)
+        if turn is not None and turn.hidden and turn.hidden[-1][1] == end:
+            start = turn.hidden[-1][0]
+            hidden = (*turn.hidden[:-1], (start, len(self._history)))
+            self._turn = replace(turn, hidden=hidden)
 
     def _message_with(self, requests: Sequence[Content]) -> int:
         """The index of the first history message holding a call one of ``requests`` is about.
@@ -1014,7 +1052,8 @@ class GroupChatHost(Executor):
         """Yield the turn's result; in streaming runs the messages went out as updates already."""
         turn = self._turn or TurnState(start=len(self._history))
         if escalation is not None:
-            apology = Message(role="assistant", contents=[self._apology], author_name=self.id)
+            text = self._apologies.get(escalation.reason, self._apology)
+            apology = Message(role="assistant", contents=[text], author_name=self.id)
             self._history.append(apology)
             if ctx.is_streaming():
                 await ctx.yield_output(
@@ -1041,7 +1080,11 @@ class GroupChatHost(Executor):
     ) -> HandoffTurnResult:
         """The turn is over: its result, and the host between turns again."""
         if turn.review is not None:  # closed with a review open (abandoned): the draft stays out
-            turn = replace(turn, hidden=(*turn.hidden, (turn.review[0], len(self._history))))
+            draft, _, producer = turn.review
+            turn = replace(turn, hidden=(*turn.hidden, (draft, len(self._history))))
+            self._speaker = producer
+        elif abandoned is not None and self._speaker in self._reviewed:  # never reviewed
+            turn = replace(turn, hidden=(*turn.hidden, (turn.since, len(self._history))))
         result = HandoffTurnResult(
             messages=turn_reply(self._history, turn.start, turn.hidden),
             active_agent=self._speaker or "",

@@ -75,8 +75,8 @@ def _unreachable(
     safe_agents: frozenset[str],
     reviews: Mapping[str, Review],
 ) -> list[LintFinding]:
-    reached = {initial, *safe_agents}  # a cap's safe agent is reached by the cap ...
-    frontier = [initial]  # ... and runs without its handoff tools: its edges lead nowhere
+    reached = {initial}
+    frontier = [initial]
     while frontier:
         source = frontier.pop()
         targets = [route.target for route in routes.get(source, {}).values()]
@@ -90,6 +90,9 @@ def _unreachable(
             if target not in reached:
                 reached.add(target)
                 frontier.append(target)
+    # A cap's safe agent is reached by the cap, and runs without its handoff tools there: its
+    # edges are followed only when a handoff reaches it too.
+    reached |= safe_agents
     return [
         LintFinding(
             "error",

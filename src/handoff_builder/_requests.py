@@ -25,7 +25,7 @@ from agent_framework import Agent, Content, FunctionTool, Message
 from ._decision import TRANSFERRED_RESULT, HandoffCall, ReviewVerdict
 from ._hooks import HandoffGate
 from ._participant import Participant
-from ._review import REVIEW_TOOL_KINDS, judge
+from ._review import ONE_VERDICT_RESULT, REVIEW_TOOL_KINDS, judge
 from ._routes import HandoffRoute
 from ._state import Continuation, DelegationFrame, PendingState
 from ._telemetry import handoff_span, settle_handoff_span
@@ -295,8 +295,11 @@ async def _workflow_call(
     if participant.reviewer and name in REVIEW_TOOL_KINDS and verdicts is not None:
         if not answer.approved:
             return Content.from_function_result(call_id=call_id, result=REJECTED_RESULT)
+        if verdicts:
+            text = ONE_VERDICT_RESULT.format(first=verdicts[0].kind)
+            return Content.from_function_result(call_id=call_id, result=text)
         verdict, text = judge(name, call.arguments, call_id)
-        if verdict is not None and not verdicts:
+        if verdict is not None:
             verdicts.append(verdict)
         return Content.from_function_result(call_id=call_id, result=text)
     return None

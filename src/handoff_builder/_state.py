@@ -230,8 +230,12 @@ def decode_host_state(raw: Mapping[str, Any], where: str) -> HostState:
         raise SchemaVersionError(where, version, STATE_SCHEMA_VERSION)
     if version == 1:
         raw = _upgrade_from_1(raw)
-    elif version < STATE_SCHEMA_VERSION:  # 2: every field 3 adds has its default
+    if version < STATE_SCHEMA_VERSION:  # every field 3 adds has its default, but one
         raw = {**raw, "schema_version": STATE_SCHEMA_VERSION}
+        turn = raw.get("turn")
+        if isinstance(turn, Mapping) and "since" not in turn:  # the invocation's start: unknown
+            start = cast(Mapping[str, Any], turn).get("start")
+            raw["turn"] = {**turn, "since": start if isinstance(start, int) else 0}
     return cast(HostState, validated(HostState, raw, where))
 
 

@@ -251,9 +251,23 @@ def _delegate_cycles(asks: Mapping[int, tuple[Any, Sequence[Any]]]) -> list[str]
     return problems
 
 
-def review_problems(reviews: Sequence[tuple[Any, Any, int]]) -> list[str]:
-    """Reviews (producer, reviewer, rounds): two agents, one review per producer, no chains."""
+def review_problems(
+    reviews: Sequence[tuple[Any, Any, int]], safe_agents: Mapping[str, Any] | None = None
+) -> list[str]:
+    """Reviews (producer, reviewer, rounds): two agents, one review per producer, no chains.
+
+    A reviewed producer cannot be a cap's safe agent (``safe_agents``: cap -> agent): a safe
+    agent's reply ends the turn, without a review.
+    """
     problems: list[str] = []
+    for cap, safe in (safe_agents or {}).items():
+        for producer, reviewer, _ in reviews:
+            if safe is producer:
+                problems.append(
+                    f"Agent {label(producer)} is the safe agent of {cap} and {label(reviewer)} "
+                    "reviews its replies: a safe agent's reply ends the turn without a review. "
+                    "Name another safe agent, or remove the review."
+                )
     producers: set[int] = set()
     reviewers = {id(reviewer) for _, reviewer, _ in reviews}
     for producer, reviewer, _ in reviews:
