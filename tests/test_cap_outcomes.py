@@ -309,3 +309,42 @@ async def test_what_a_blocked_run_leaves_out_does_not_depend_on_a_restart(hosted
         "I'm passing you to billing.",
         "A colleague will follow up.",
     ]
+
+
+async def test_an_approved_handoff_does_not_undo_a_safe_agent_already_decided() -> None:
+    """A blocked handoff forced the safe agent while another call waited for approval: once it
+    is approved, a handoff call of the same response is not performed."""
+    paid: list[str] = []
+
+    @tool(name="lookup_order", description="Look an order up.", approval_mode="always_require")
+    def lookup_order(order: str) -> str:
+        paid.append(order)
+        return f"order {order}: paid"
+
+    a = scripted_agent(
+        "a",
+        respond(
+            call_tool("lookup_order", order="A"),
+            handoff_to("nowhere"),
+            handoff_to("b", goal="Go."),
+        ),
+        tools=[lookup_order],
+    )
+    b = scripted_agent("b")
+    safe = scripted_agent("safe", reply("A colleague will follow up."))
+    workflow = (
+        HandoffWorkflowBuilder(a).with_handoff(a, b).with_blocked_handoff_outcome(safe).build()
+    )
+    first = await workflow.run("hi")
+    answers = {
+        r.request_id: r.data.to_function_approval_response(approved=True)
+        for r in first.get_request_info_events()
+    }
+    result = (await workflow.run(responses=answers)).get_outputs()[-1]
+    assert isinstance(result, HandoffTurnResult)
+    assert result.status == "blocked_handoff"
+    assert result.handoffs == ()
+    assert client_of(b).calls == []
+    assert result.text == "A colleague will follow up."
+    results = [str(c.result) for m in result.conversation for c in m.contents if c.result]
+    assert any(r.startswith("Not performed: only one handoff per response") for r in results)

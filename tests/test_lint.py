@@ -96,3 +96,18 @@ def test_lint_reports_what_does_not_build_as_build_does() -> None:
     a = scripted_agent("a", reply("hi"))
     with pytest.raises(HandoffConfigurationError, match="cannot hand off to itself"):
         HandoffWorkflowBuilder(a).with_handoff(a, a).lint()
+
+
+def test_a_safe_agents_edges_lead_somewhere() -> None:
+    """The next message may start at a safe agent (a remembered active agent): its handoffs
+    reach agents nothing else leads to."""
+    a, b, safe, x = (scripted_agent(n) for n in ("a", "b", "safe", "x"))
+    builder = (
+        HandoffWorkflowBuilder(a)
+        .with_handoff(a, b)
+        .with_handoff(safe, x)
+        .with_blocked_handoff_outcome(safe)
+    )
+    assert builder.lint() == []
+    builder.with_blocked_handoff_outcome(None)  # the safe agent stays a participant: now x is not
+    assert [f.agents for f in builder.lint()] == [("safe",), ("x",)]

@@ -416,7 +416,8 @@ class HandoffWorkflowBuilder:
         * an agent (the safe agent): it runs once, with no handoff tools, and the turn ends with
           its reply (status ``"blocked_handoff"``), so a run that tried to leave the graph still
           answers;
-        * ``None``: back to the default (the agent carries on).
+        * ``None``: back to the default (the agent carries on); an agent an earlier call named
+          stays a participant.
         """
         if outcome is None:
             self._config.cap_outcomes.pop("blocked_handoff", None)

@@ -490,9 +490,9 @@ def _with_manager_findings(
             "warning",
             "review-with-manager",
             (producer,),
-            f"The review of {producer!r} by {review.reviewer!r} is not run: a manager of "
-            "your own (with_manager) decides who speaks; read settings.reviews in it, or "
-            "remove the review.",
+            f"The review of {producer!r} by {review.reviewer!r} runs only if your manager "
+            "(with_manager) is a HandoffManager or reads settings.reviews: it decides who "
+            "speaks. Pass a HandoffManager subclass itself, or remove the review.",
         )
         for producer, review in reviews.items()
     ]
@@ -501,9 +501,9 @@ def _with_manager_findings(
             "warning",
             "route-with-manager",
             (source,),
-            f"The route from {source!r} is not followed: a manager of your own "
-            "(with_manager) decides who speaks; read settings.code_routes in it, or remove "
-            "the route.",
+            f"The route from {source!r} is followed only if your manager (with_manager) is "
+            "a HandoffManager or reads settings.code_routes: it decides who speaks. Pass a "
+            "HandoffManager subclass itself, or remove the route.",
         )
         for source in code_routes
     ]

@@ -751,7 +751,7 @@ class GroupChatHost(Executor):
         if requests:
             agent = str(self._pending.agent or self._speaker or self.id)
             frames = self._pending.frames
-            self._history.extend(self._settlement(requests, frames, agent, "abandoned"))
+            self._extend_after_wait(self._settlement(requests, frames, agent, "abandoned"))
         self._pending = PendingRequests()
         log_event(f"turn abandoned ({event.reason}, {event.attempts} failed attempt(s)): "
                   f"{event.error or 'no error'}", self._logging)  # fmt: skip
@@ -868,7 +868,7 @@ class GroupChatHost(Executor):
                     messages, calls, verdict = resolved
         except DeadlinePassedError:  # an approved tool that hangs: the turn ends, its calls settled
             requests = [Content.from_dict(item) for item in saved.requests] if saved else []
-            self._history.extend(self._settlement(requests, frames, name, "timed out"))
+            self._extend_after_wait(self._settlement(requests, frames, name, "timed out"))
             self._pending = PendingRequests()
             await self._carry_out(self._timed_out(limit, name), ctx)
             return
@@ -880,7 +880,7 @@ class GroupChatHost(Executor):
         self._extend_after_wait(messages)
         carried = tuple(Message.from_dict(item) for item in then.input)
         decision: Decision = NextAgent(then.agent, input=carried, last=then.last)  # decided then
-        decides = bool(calls or verdict) and then.handoff is None
+        decides = bool(calls or verdict) and undecided(then, name)
         if decides:  # approved handoff calls, or a verdict: the manager decides again
             reply = AgentReply(name, tuple(messages), calls, unfinished=True, verdict=verdict)
             decision = await self._manager.decide(self._history, reply)
@@ -927,7 +927,7 @@ class GroupChatHost(Executor):
         self._pending = PendingRequests()
         carried = tuple(Message.from_dict(item) for item in then.input)
         decision: Decision = NextAgent(then.agent, then.handoff, carried, last=then.last)
-        decides = bool(calls or verdict) and then.handoff is None
+        decides = bool(calls or verdict) and undecided(then, name)
         if decides:
             reply = AgentReply(name, tuple(messages), calls, unfinished=True, verdict=verdict)
             decision = await self._manager.decide(self._history, reply)
@@ -1210,6 +1210,15 @@ def _end_step(decision: EndTurn, source: str | None, manager: str) -> RoutingSte
     if limit is not None:
         return RoutingStep("limit", "code", limit.kind, source or limit.agent, None, limit.limit)
     return RoutingStep("end", "code", manager, source)
+
+
+def undecided(then: Continuation, agent: str) -> bool:
+    """True when the turn that waited had not decided where it goes (``agent`` carries on).
+
+    Only then may its answered calls (an approved handoff, a verdict) decide it; a handoff, a
+    route or a safe agent decided with the requests stands.
+    """
+    return then.handoff is None and then.agent == agent
 
 
 def turn_reply(

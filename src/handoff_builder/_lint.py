@@ -75,8 +75,10 @@ def _unreachable(
     safe_agents: frozenset[str],
     reviews: Mapping[str, Review],
 ) -> list[LintFinding]:
-    reached = {initial}
-    frontier = [initial]
+    # A cap's safe agent is reached by the cap; its edges count too: with a remembered active
+    # agent (hosted conversations, enable_return_to_previous) the next message starts there.
+    reached = {initial, *safe_agents}
+    frontier = [initial, *safe_agents]
     while frontier:
         source = frontier.pop()
         targets = [route.target for route in routes.get(source, {}).values()]
@@ -90,9 +92,6 @@ def _unreachable(
             if target not in reached:
                 reached.add(target)
                 frontier.append(target)
-    # A cap's safe agent is reached by the cap, and runs without its handoff tools there: its
-    # edges are followed only when a handoff reaches it too.
-    reached |= safe_agents
     return [
         LintFinding(
             "error",

@@ -230,8 +230,16 @@ class PendingRequests:
         return messages, tuple(calls)
 
     def _followed(self, participant: Participant) -> tuple[HandoffCall, ...]:
-        """The handoff the waiting response already made, as an earlier call of this run."""
-        handoff = self.then.handoff if self.then is not None else None
+        """The handoff the waiting response already made, as an earlier call of this run.
+
+        A route decided with the requests (a safe agent a cap forced, say) counts as one: an
+        approved handoff call after it is not performed.
+        """
+        then = self.then
+        handoff = then.handoff if then is not None else None
+        if then is not None and handoff is None and then.agent != participant.name:
+            decided = HandoffRoute(participant.name, then.agent, f"the route to {then.agent}", "")
+            return (HandoffCall(decided, "", "", "transferred", TRANSFERRED_RESULT),)
         route = participant.routes.get(handoff.tool_name) if handoff is not None else None
         if handoff is None or route is None:
             return ()

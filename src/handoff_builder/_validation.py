@@ -268,6 +268,12 @@ def review_problems(
                     "reviews its replies: a safe agent's reply ends the turn without a review. "
                     "Name another safe agent, or remove the review."
                 )
+            elif safe is reviewer:
+                problems.append(
+                    f"Agent {label(reviewer)} is the safe agent of {cap} and reviews the replies "
+                    f"of {label(producer)}: a reviewer's run is a verdict, not an answer to the "
+                    "user. Name another safe agent."
+                )
     producers: set[int] = set()
     reviewers = {id(reviewer) for _, reviewer, _ in reviews}
     for producer, reviewer, _ in reviews:
