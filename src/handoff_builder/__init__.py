@@ -105,6 +105,7 @@ from .exceptions import (
 
 if _typing.TYPE_CHECKING:
     from . import stores as stores
+    from ._hosted_agent import HostedConversationAgent
     from ._hosting import (
         DEFAULT_IDLE_TIMEOUT,
         DEFAULT_MAX_TURN_RETRIES,
@@ -115,6 +116,7 @@ if _typing.TYPE_CHECKING:
 # name -> (module, attribute of it; None for the module itself)
 _LAZY: dict[str, tuple[str, str | None]] = {
     "ConversationHost": ("._hosting", "ConversationHost"),
+    "HostedConversationAgent": ("._hosted_agent", "HostedConversationAgent"),
     "DEFAULT_IDLE_TIMEOUT": ("._hosting", "DEFAULT_IDLE_TIMEOUT"),
     "DEFAULT_MAX_TURN_RETRIES": ("._hosting", "DEFAULT_MAX_TURN_RETRIES"),
     "MAX_IDEMPOTENCY_KEY_LENGTH": ("._hosting", "MAX_IDEMPOTENCY_KEY_LENGTH"),
@@ -208,6 +210,7 @@ __all__ = [
     "HandoffWorkflow",
     "HandoffWorkflowBuilder",
     "HistoryMode",
+    "HostedConversationAgent",
     "LeaseLostError",
     "LimitReachedEvent",
     "LintFinding",

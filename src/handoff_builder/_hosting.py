@@ -7,7 +7,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from agent_framework import Content, Message, Workflow, WorkflowEvent
 from pydantic import AwareDatetime
@@ -46,6 +46,9 @@ from .stores import (
     hold,
     new_owner,
 )
+
+if TYPE_CHECKING:
+    from ._hosted_agent import HostedConversationAgent
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT",
@@ -422,7 +425,8 @@ class ConversationHost:
                 )
             self._last_step(host, idempotency_key)
             await workflow.run(ReissueRequests())
-            events = await self._attempt(workflow, host, responses=dict(answers))
+            responses = _by_request_id(answers, host.pending_requests)
+            events = await self._attempt(workflow, host, responses=responses)
             result = _turn_result(conversation_id, host, events)
             self._keep(conversation_id, workflow, host)
             return result
@@ -471,6 +475,21 @@ class ConversationHost:
                 raise
             if not host.turn_open:
                 self._keep(conversation_id, workflow, host)
+
+    def as_agent(
+        self, *, name: str = "handoff", description: str | None = None
+    ) -> HostedConversationAgent:
+        """These conversations as an agent_framework agent, one conversation per session.
+
+        The session id is the conversation id: ``agent.run(text, session=agent.create_session(
+        session_id="alice"))`` continues Alice's stored conversation at her remembered agent.
+        agent_framework's hosting (DevUI, the AG-UI endpoint) keeps one session per
+        conversation, so it serves these conversations isolated, each at its active agent; see
+        ``docs/serving.md``.
+        """
+        from ._hosted_agent import HostedConversationAgent
+
+        return HostedConversationAgent(self, name=name, description=description)
 
     async def resume(self, conversation_id: str, *, wait: bool = False) -> HandoffTurnResult | None:
         """Finish a turn that a crash interrupted; ``None`` when there is nothing to finish.
@@ -765,6 +784,18 @@ def _decode(kind: type[Any], raw: Any, conversation_id: str) -> Any:
         raise CorruptConversationError(
             conversation_id, f"the hosting state is not valid ({error.detail})"
         ) from error
+
+
+def _by_request_id(
+    answers: Mapping[str, Content], pending: Sequence[Content]
+) -> dict[str, Content]:
+    """``answers`` keyed by request id; an external call's answer may be keyed by its call id."""
+    by_call = {
+        str(request.call_id): str(request.id)
+        for request in pending
+        if request.type == "function_call" and request.call_id is not None
+    }
+    return {by_call.get(key, key): answer for key, answer in answers.items()}
 
 
 def _replayed(receipt: _Receipt, history: Sequence[Message]) -> HandoffTurnResult:

@@ -1,0 +1,53 @@
+"""A hosted support desk served over HTTP for the serving tests: ``python -m tests.serving_app
+KIND PORT DB``.
+
+KIND is ``devui`` (agent_framework's DevUI server, its OpenAI-compatible API) or ``agui`` (the
+AG-UI endpoint on a FastAPI app, at ``/desk``). The desk: triage hands every first message to
+billing; billing answers with every user message it has read, so a reply shows any cross-talk.
+The conversations live in a SQLite file (DB), so a restarted server remembers them.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from handoff_builder import ConversationHost, HandoffWorkflowBuilder
+from handoff_builder.stores import SqliteConversationStore
+from handoff_builder.testing import ModelCall, Step, handoff_to, reply, scripted_agent
+
+TOKEN = "serving-test-token"  # noqa: S105 - a test server's bearer token
+
+
+def billing_answer(call: ModelCall) -> Step:
+    users = [m.text for m in call.messages if m.role == "user" and m.author_name is None]
+    return reply("billing read: " + " | ".join(users))
+
+
+def desk(db: str) -> ConversationHost:
+    triage = scripted_agent("triage", respond_with=lambda call: handoff_to("billing", goal="Help."))
+    billing = scripted_agent("billing", respond_with=billing_answer)
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+    return ConversationHost(builder, SqliteConversationStore(db))
+
+
+def main(kind: str, port: str, db: str) -> None:
+    agent = desk(db).as_agent(name="desk", description="A support desk")
+    if kind == "devui":
+        from agent_framework_devui import serve
+
+        serve(entities=[agent], port=int(port), auth_token=TOKEN, ui_enabled=False)
+        return
+    import uvicorn
+    from agent_framework_ag_ui import add_agent_framework_fastapi_endpoint
+    from fastapi import FastAPI
+
+    def scope() -> str:  # one stable scope: the conversations are found again after a restart
+        return "support-desk"
+
+    app = FastAPI()
+    add_agent_framework_fastapi_endpoint(app, agent, "/desk", authorization_scope_resolver=scope)
+    uvicorn.run(app, host="127.0.0.1", port=int(port), log_level="warning")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])

@@ -1,0 +1,253 @@
+"""ConversationHost.as_agent served by agent_framework's own hosting, over HTTP on 127.0.0.1.
+
+Each test starts a server process (``tests/serving_app.py``): DevUI's OpenAI-compatible API, or
+the AG-UI endpoint. Two conversations must not see each other's messages, and the second message
+of each must start at its remembered agent (billing), not at triage again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_framework import AgentSession
+
+from handoff_builder import ConversationHost, HandoffTurnResult
+from tests.serving_app import TOKEN, desk
+
+ROOT = Path(__file__).resolve().parent.parent
+
+Serve = Callable[[str], str]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Callable[[str], str]]:
+    """Start a server of a kind (``devui``, ``agui``) on a SQLite file; its base URL."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(kind: str) -> str:
+        pytest.importorskip(
+            "agent_framework_devui" if kind == "devui" else "agent_framework_ag_ui",
+            reason="install handoff-builder[serve] (agent-framework-devui, agent-framework-ag-ui)",
+        )
+        port = free_port()
+        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            [sys.executable, "-m", "tests.serving_app", kind, str(port), str(tmp_path / "c.db")],
+            cwd=ROOT, env={**os.environ, "PYTHONPATH": path}, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        started.append(process)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    out = process.communicate()[0] if process.poll() is not None else ""
+                    pytest.fail(f"the {kind} server did not start: {out}")
+                time.sleep(0.1)
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for process in started:
+        process.kill()
+        process.communicate(timeout=30)
+
+
+def post(url: str, body: dict[str, Any], *, token: str | None = None) -> bytes:
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, json.dumps(body).encode(), headers)  # noqa: S310
+    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - loopback
+        return bytes(response.read())
+
+
+def get(url: str, *, token: str) -> Any:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})  # noqa: S310
+    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - loopback
+        return json.loads(response.read())
+
+
+def sse(raw: bytes) -> list[dict[str, Any]]:
+    """The JSON events of a server-sent event stream."""
+    return [
+        json.loads(line[len(b"data: ") :])
+        for line in raw.splitlines()
+        if line.startswith(b"data: ") and line[len(b"data: ") :].strip() not in (b"", b"[DONE]")
+    ]
+
+
+# -- in-process ----------------------------------------------------------------------------------
+
+
+async def test_a_session_is_a_conversation(tmp_path: Path) -> None:
+    agent = desk(str(tmp_path / "c.db")).as_agent(name="desk")
+    alice, bob = agent.create_session(session_id="alice"), agent.create_session(session_id="bob")
+
+    first = await agent.run("secret account 123", session=alice)
+    assert isinstance(first, HandoffTurnResult)
+    assert first.text == "billing read: secret account 123"
+    assert (await agent.run("hello", session=bob)).text == "billing read: hello"
+
+    again = await agent.run("second", session=alice)
+    assert isinstance(again, HandoffTurnResult)
+    assert again.text == "billing read: secret account 123 | second"
+    assert again.trace[0].target == "billing"  # the remembered agent, not triage
+    stream = agent.run("again", session=bob, stream=True)
+    updates = [update async for update in stream]
+    final = await stream.get_final_response()
+    assert isinstance(final, HandoffTurnResult)
+    assert final.text == "billing read: hello | again"  # nothing of Alice's
+    assert "billing read: hello | again" in [u.text for u in updates]
+
+
+async def test_a_resent_transcript_adds_only_the_new_message(tmp_path: Path) -> None:
+    """A client that resends the conversation (as AG-UI does) adds its last message only."""
+    agent = desk(str(tmp_path / "c.db")).as_agent(name="desk")
+    alice = AgentSession(session_id="alice")
+    first = await agent.run("secret account 123", session=alice)
+    resent = [*first.conversation, "second"]
+    again = await agent.run(resent, session=alice)
+    assert again.text == "billing read: secret account 123 | second"
+
+
+async def test_a_turn_that_waits_returns_its_requests_and_takes_the_answers(
+    tmp_path: Path,
+) -> None:
+    from agent_framework import Message, tool
+
+    from handoff_builder import HandoffWorkflowBuilder
+    from handoff_builder.stores import SqliteConversationStore
+    from handoff_builder.testing import call_tool, reply, scripted_agent
+
+    paid: list[int] = []
+
+    @tool(name="refund", description="Refund.", approval_mode="always_require")
+    def refund(amount: int) -> str:
+        paid.append(amount)
+        return f"refunded {amount}"
+
+    billing = scripted_agent(
+        "billing", call_tool("refund", amount=5), reply("Refunded 5 EUR."), tools=[refund]
+    )
+    host = ConversationHost(
+        HandoffWorkflowBuilder(billing), SqliteConversationStore(tmp_path / "c.db")
+    )
+    agent = host.as_agent(name="billing")
+    session = agent.create_session(session_id="c")
+    waiting = await agent.run("refund me", session=session)
+    [request] = waiting.user_input_requests
+    assert request.type == "function_approval_request"
+    # A new agent on the same store (a restart) takes the answer.
+    agent = ConversationHost(host.builder, SqliteConversationStore(tmp_path / "c.db")).as_agent()
+    answer = Message(role="user", contents=[request.to_function_approval_response(approved=True)])
+    done = await agent.run(answer, session=session)
+    assert done.text == "Refunded 5 EUR."
+    assert paid == [5]
+
+
+# -- DevUI ---------------------------------------------------------------------------------------
+
+
+def devui_turn(base: str, entity: str, conversation: str, text: str, *, stream: bool) -> str:
+    body = {
+        "metadata": {"entity_id": entity},
+        "input": text,
+        "conversation": conversation,
+        "stream": stream,
+    }
+    raw = post(f"{base}/v1/responses", body, token=TOKEN)
+    if not stream:
+        output = json.loads(raw)["output"]
+    else:
+        [done] = [e for e in sse(raw) if e.get("type") == "response.completed"]
+        output = done["response"]["output"]
+    texts = [
+        part["text"]
+        for item in output
+        if item.get("type") == "message"
+        for part in item["content"]
+        if part.get("type") == "output_text"
+    ]
+    calls = [item["name"] for item in output if item.get("type") == "function_call"]
+    return " / ".join(texts) + (f" [{', '.join(calls)}]" if calls else "")
+
+
+def test_devui_serves_isolated_conversations_that_remember_their_agent(serve: Serve) -> None:
+    base = serve("devui")
+    [entity] = get(f"{base}/v1/entities", token=TOKEN)["entities"]
+    assert (entity["name"], entity["type"]) == ("desk", "agent")
+    body = {"metadata": {"agent_id": entity["id"]}}
+    alice = json.loads(post(f"{base}/v1/conversations", body, token=TOKEN))["id"]
+    bob = json.loads(post(f"{base}/v1/conversations", body, token=TOKEN))["id"]
+
+    turn = devui_turn
+    e = entity["id"]
+    assert turn(base, e, alice, "secret account 123", stream=False) == (
+        "billing read: secret account 123 [handoff_to_billing]"
+    )
+    assert turn(base, e, bob, "hello", stream=True) == "billing read: hello [handoff_to_billing]"
+    # The second message of each starts at billing (no handoff), and sees only its own.
+    assert turn(base, e, alice, "second", stream=True) == (
+        "billing read: secret account 123 | second"
+    )
+    assert turn(base, e, bob, "again", stream=False) == "billing read: hello | again"
+
+
+# -- AG-UI ---------------------------------------------------------------------------------------
+
+
+def agui_turn(base: str, thread: str, messages: list[dict[str, Any]]) -> tuple[str, list[Any]]:
+    body: dict[str, Any] = {
+        "threadId": thread,
+        "runId": f"run-{len(messages)}",
+        "messages": messages,
+        "tools": [],
+        "context": [],
+        "state": {},
+        "forwardedProps": {},
+    }
+    events = sse(post(f"{base}/desk", body))
+    text = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+    calls = [e["toolCallName"] for e in events if e["type"] == "TOOL_CALL_START"]
+    [snapshot] = [e["messages"] for e in events if e["type"] == "MESSAGES_SNAPSHOT"]
+    return text + (f" [{', '.join(calls)}]" if calls else ""), snapshot
+
+
+def user(text: str, number: int) -> dict[str, Any]:
+    return {"id": f"u{number}", "role": "user", "content": text}
+
+
+def test_agui_serves_isolated_threads_that_remember_their_agent_after_a_restart(
+    serve: Serve,
+) -> None:
+    base = serve("agui")
+    said, alice = agui_turn(base, "alice", [user("secret account 123", 1)])
+    assert said == "billing read: secret account 123 [handoff_to_billing]"
+    said, bob = agui_turn(base, "bob", [user("hello", 1)])
+    assert said == "billing read: hello [handoff_to_billing]"
+    # The client resends its transcript with the new message, as AG-UI clients do.
+    said, _ = agui_turn(base, "alice", [*alice, user("second", 2)])
+    assert said == "billing read: secret account 123 | second"
+
+    again = serve("agui")  # another server process on the same store: a restart
+    said, _ = agui_turn(again, "bob", [*bob, user("again", 2)])
+    assert said == "billing read: hello | again"
