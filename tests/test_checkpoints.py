@@ -200,3 +200,30 @@ async def test_a_run_without_checkpoints_takes_one_superstep_per_turn() -> None:
         async for e in workflow2.run("I was charged twice", stream=True, checkpoint_storage=storage)
     ]
     assert [e.type for e in events2].count("superstep_started") == 3  # one per agent invocation
+
+
+async def test_a_workflow_built_with_checkpointing_checkpoints_every_run() -> None:
+    storage = InMemoryCheckpointStorage()
+    agents = {
+        "triage": scripted_agent("triage", handoff_to("billing", goal="Double charge.")),
+        "billing": scripted_agent("billing", reply("Refunded.")),
+    }
+    workflow = (
+        HandoffWorkflowBuilder(agents["triage"])
+        .with_handoff(agents["triage"], agents["billing"])
+        .with_name("kept")
+        .with_checkpointing(storage)
+        .build()
+    )
+    turn = await run_turn(workflow, "I was charged twice")  # no storage passed to the run
+    assert turn.result.text == "Refunded."
+    checkpoints = await storage.list_checkpoints(workflow_name="kept")
+    assert sorted(c.iteration_count for c in checkpoints) == [0, 1, 2]  # one per hop
+    # Restore the one taken after triage handed off, from the workflow's own storage.
+    [after_triage] = [c for c in checkpoints if c.iteration_count == 1]
+    again = HandoffWorkflowBuilder(agents["triage"]).with_handoff(
+        agents["triage"], scripted_agent("billing", reply("Refunded again."))
+    )
+    restored = again.with_name("kept").with_checkpointing(storage).build()
+    result = await restored.run(checkpoint_id=after_triage.checkpoint_id)
+    assert result.get_outputs()[-1].text == "Refunded again."

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeAlias, cast, overload
 
-from agent_framework import Agent
+from agent_framework import Agent, CheckpointStorage
 from pydantic import BaseModel
 
 from ._compile import (
@@ -490,6 +490,18 @@ class HandoffWorkflowBuilder:
                                  f"{value!r}.")  # fmt: skip
         self._config.agent_timeout = None if agent_call is None else float(agent_call)
         self._config.turn_timeout = None if turn is None else float(turn)
+        return self
+
+    def with_checkpointing(self, storage: CheckpointStorage | None) -> HandoffWorkflowBuilder:
+        """Checkpoint every run of the built workflow to ``storage`` (``None``: no storage).
+
+        As agent_framework's ``HandoffBuilder.with_checkpointing``: each agent invocation is its
+        own superstep, so a checkpoint is taken after every hop, and
+        ``workflow.run(checkpoint_id=...)`` restores from ``storage``. A run may still pass a
+        ``checkpoint_storage`` of its own. Hosted conversations keep their state in their store
+        either way.
+        """
+        self._config.checkpoint_storage = storage
         return self
 
     def with_manager(self, factory: ManagerFactory) -> HandoffWorkflowBuilder:

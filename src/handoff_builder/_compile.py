@@ -139,6 +139,7 @@ class BuildConfig:
     delegates: list[DelegateEdge] = field(default_factory=list[DelegateEdge])
     max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH
     reviews: list[tuple[Any, Any, int]] = field(default_factory=list[tuple[Any, Any, int]])
+    checkpoint_storage: Any = None
 
 
 class _HopEdgeNotice(logging.Filter):
@@ -294,8 +295,11 @@ def compile_workflow(
         name=config.name,
         description=config.description,
         max_iterations=manager.max_iterations + 2,
+        checkpoint_storage=config.checkpoint_storage,
     )
-    return specialise(builder.add_edge(host, host).build(), host)
+    workflow = specialise(builder.add_edge(host, host).build(), host)
+    workflow.checkpoints = config.checkpoint_storage is not None
+    return workflow
 
 
 def _participant(

@@ -73,12 +73,15 @@ class HandoffWorkflow(Workflow):
 
     * a ``list[Message]`` input reaches the host as a :class:`MessageBatch`, so agent_framework's
       ``executor_invoked`` event does not deep-copy the whole history the list may carry;
-    * a run without ``checkpoint_storage`` runs a whole turn in one superstep; with it, every
-      agent invocation is its own superstep, so a checkpoint is taken after every hop.
+    * a run without ``checkpoint_storage`` (and a workflow without one of its own, see
+      ``with_checkpointing``) runs a whole turn in one superstep; with it, every agent invocation
+      is its own superstep, so a checkpoint is taken after every hop.
     """
 
     host: "GroupChatHost | None" = None
     """The start executor, which the workflow configures for each run (set by the builder)."""
+    checkpoints: bool = False
+    """True when the workflow has a checkpoint storage of its own (``with_checkpointing``)."""
 
     @overload
     def run(
@@ -96,7 +99,8 @@ class HandoffWorkflow(Workflow):
     ) -> ResponseStream[WorkflowEvent, WorkflowRunResult] | Awaitable[WorkflowRunResult]:
         """Run the workflow; the arguments are those of ``agent_framework.Workflow.run``."""
         if self.host is not None:
-            self.host.superstep_per_hop = kwargs.get("checkpoint_storage") is not None
+            given = kwargs.get("checkpoint_storage") is not None
+            self.host.superstep_per_hop = self.checkpoints or given
         return super().run(as_batch(message), stream=stream, **kwargs)
 
 
@@ -104,8 +108,8 @@ def specialise(workflow: Workflow, host: "GroupChatHost") -> HandoffWorkflow:
     """Give a workflow that ``WorkflowBuilder.build()`` made the :class:`HandoffWorkflow` type.
 
     ``host`` is its start executor; the workflow tells it, for each run, whether to take a
-    superstep (and so a checkpoint) per hop. The builder never gives the workflow a checkpoint
-    storage of its own, so a run checkpoints exactly when ``checkpoint_storage`` is passed.
+    superstep (and so a checkpoint) per hop: a run checkpoints when ``checkpoint_storage`` is
+    passed, or always when the builder gave the workflow one (``with_checkpointing``).
     """
     workflow.__class__ = HandoffWorkflow
     handoff_workflow = cast(HandoffWorkflow, workflow)
