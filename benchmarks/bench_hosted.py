@@ -37,7 +37,7 @@ The targets (PASS/FAIL is printed; the exit status is 1 on a FAIL only with ``--
   PostgreSQL with ``synchronous_commit=False`` (alike durability).
 
 Run from the repository root (PostgreSQL must be reachable; ``--dsn`` or
-``$HANDOFF_BUILDER_TEST_POSTGRES_DSN``, default ``postgresql://postgres@127.0.0.1:5432/test``)::
+``$HANDOFF_BUILDER_POSTGRES_DSN``, default ``postgresql://postgres@127.0.0.1:5432/test``)::
 
     .venv/bin/python benchmarks/bench_hosted.py                       # 2 rounds x 5 s, ~1.5 min
     .venv/bin/python benchmarks/bench_hosted.py --seconds 10 --rounds 3 --check
@@ -819,7 +819,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--conversations", type=int, default=50, help="in flight at once")
     parser.add_argument("--turns-per-conversation", type=int, default=10)
     parser.add_argument(
-        "--dsn", default=os.environ.get("HANDOFF_BUILDER_TEST_POSTGRES_DSN") or DEFAULT_DSN
+        "--dsn", default=os.environ.get("HANDOFF_BUILDER_POSTGRES_DSN") or DEFAULT_DSN
     )
     parser.add_argument("--pool-size", type=int, default=10, help="PostgreSQL max_size, per worker")
     parser.add_argument("--check", action="store_true", help="exit 1 unless every target passes")

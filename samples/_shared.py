@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import re
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
 from typing import Any
 
 from agent_framework import Agent, Workflow
 
-from handoff_builder import HandoffTurnResult
-from handoff_builder.providers import chat_client
+from handoff_builder import HandoffBuilderError, HandoffTurnResult
+from handoff_builder.providers import PROVIDERS, chat_client
 from handoff_builder.testing import ModelCall, ScriptStep, Step, scripted_agent
 
 # The seed's prompts (shared/seeds, "Handoffs"), filled in by render().
@@ -91,11 +95,24 @@ def make_agent(
     )
 
 
-def provider_from_argv(argv: Sequence[str]) -> str:
-    """``--provider NAME`` from the command line (default ``scripted``)."""
-    if "--provider" in argv:
-        return argv[argv.index("--provider") + 1]
-    return "scripted"
+def run_sample(doc: str | None, main: Callable[[str], Coroutine[Any, Any, object]]) -> None:
+    """Run a sample's ``main`` with the ``--provider`` of the command line.
+
+    ``--help`` shows the sample's first paragraph; a provider that is not set up is a one-line
+    error (exit status 1), not a traceback.
+    """
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    parser.add_argument(
+        "--provider",
+        choices=PROVIDERS,
+        default="scripted",
+        help="the model behind the agents (default: scripted, offline)",
+    )
+    provider = parser.parse_args().provider
+    try:
+        asyncio.run(main(provider))
+    except HandoffBuilderError as error:
+        raise SystemExit(f"{Path(sys.argv[0]).stem}: {error}") from None
 
 
 async def run_turn(workflow: Workflow, message: str) -> HandoffTurnResult:

@@ -1,6 +1,6 @@
 """Autonomous mode: an agent keeps working without the user until it hands off.
 
-Run with: python -m samples.autonomous_mode [--provider scripted|openai|azure]
+Run with: python samples/autonomous_mode.py [--provider scripted|openai|azure]
 
 The researcher is run again with a continuation prompt after each reply (at most 3 times here),
 until it hands its findings to the writer, which answers the user.
@@ -8,12 +8,15 @@ until it hands its findings to the writer, which answers the user.
 
 from __future__ import annotations
 
-import asyncio
 import sys
+from pathlib import Path
 
 from handoff_builder import HandoffTurnResult, HandoffWorkflowBuilder
 from handoff_builder.testing import handoff_to, reply
-from samples._shared import make_agent, provider_from_argv, run_turn, show
+
+if __package__ in (None, ""):  # python samples/<name>.py: the samples package is one level up
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from samples._shared import make_agent, run_sample, run_turn, show
 
 
 async def main(provider: str = "scripted") -> HandoffTurnResult:
@@ -50,4 +53,4 @@ async def main(provider: str = "scripted") -> HandoffTurnResult:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(provider_from_argv(sys.argv)))
+    run_sample(__doc__, main)

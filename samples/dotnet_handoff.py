@@ -1,6 +1,6 @@
 """The .NET handoff sample, ported: an intake agent, experts reachable from every agent.
 
-Run with: python -m samples.dotnet_handoff [--provider scripted|openai|azure]
+Run with: python samples/dotnet_handoff.py [--provider scripted|openai|azure]
 
 As in .NET's Orchestration/Handoff sample: every agent (intake and experts) can hand off to every
 expert, return-to-previous lets an expert that asked the user a question get the answer, and a
@@ -13,12 +13,16 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
 
 from agent_framework import Agent, AgentResponseUpdate, Workflow
 
 from handoff_builder import HandoffEvent, HandoffWorkflowBuilder
 from handoff_builder.testing import handoff_to, reply
-from samples._shared import make_agent, provider_from_argv
+
+if __package__ in (None, ""):  # python samples/<name>.py: the samples package is one level up
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from samples._shared import make_agent, run_sample
 
 SCRIPTED_MESSAGES = (
     "I need a flight from Oslo to Lisbon on May 3rd.",
@@ -101,4 +105,4 @@ async def _iterate(messages: Iterable[str]) -> AsyncIterator[str]:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(provider_from_argv(sys.argv)))
+    run_sample(__doc__, main)

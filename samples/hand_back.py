@@ -1,6 +1,6 @@
 """Hand back: a request that spans two specialists, coordinated by triage.
 
-Run with: python -m samples.hand_back [--provider scripted|openai|azure]
+Run with: python samples/hand_back.py [--provider scripted|openai|azure]
 
 The seed's "Hand back" pattern: billing does its part and hands back with a summary ("refund done;
 crash still open"), then triage hands the open part to tech. At most 4 handoffs per message,
@@ -9,17 +9,20 @@ hand-backs included.
 
 from __future__ import annotations
 
-import asyncio
 import sys
+from pathlib import Path
 
 from handoff_builder import HandoffTurnResult, HandoffWorkflowBuilder
 from handoff_builder.testing import call_tool, handoff_to, reply, respond
+
+if __package__ in (None, ""):  # python samples/<name>.py: the samples package is one level up
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from samples._shared import (
     SPECIALIST_HAND_BACK,
     TRIAGE_HAND_BACK,
     make_agent,
-    provider_from_argv,
     render,
+    run_sample,
     run_turn,
     show,
 )
@@ -72,4 +75,4 @@ async def main(provider: str = "scripted") -> HandoffTurnResult:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(provider_from_argv(sys.argv)))
+    run_sample(__doc__, main)

@@ -1,6 +1,6 @@
 """The handoff workflow hosted as an agent, over several turns (.NET's 12_HandOff_HostAsAgent).
 
-Run with: python -m samples.hosted_as_agent [--provider scripted|openai|azure]
+Run with: python samples/hosted_as_agent.py [--provider scripted|openai|azure]
 
 ``workflow.as_agent()`` turns the whole handoff workflow into one agent_framework agent: callers
 see one agent, and the workflow keeps the conversation and the handoffs between turns.
@@ -8,12 +8,15 @@ see one agent, and the workflow keeps the conversation and the handoffs between 
 
 from __future__ import annotations
 
-import asyncio
 import sys
+from pathlib import Path
 
 from handoff_builder import HandoffWorkflowBuilder
 from handoff_builder.testing import handoff_to, reply
-from samples._shared import make_agent, provider_from_argv
+
+if __package__ in (None, ""):  # python samples/<name>.py: the samples package is one level up
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from samples._shared import make_agent, run_sample
 
 TURNS = (
     "My router keeps dropping the connection.",
@@ -57,4 +60,4 @@ async def main(provider: str = "scripted") -> list[str]:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(provider_from_argv(sys.argv)))
+    run_sample(__doc__, main)

@@ -1,6 +1,6 @@
 """Pass it on: triage hands off to billing, billing to refunds, which answers.
 
-Run with: python -m samples.pass_it_on [--provider scripted|openai|azure]
+Run with: python samples/pass_it_on.py [--provider scripted|openai|azure]
 
 The seed's "Pass it on" pattern. The triage and specialist prompts are the seed's templates,
 filled in by code; the handoff tools use the seed's names (transfer_to_billing, ...).
@@ -8,17 +8,20 @@ filled in by code; the handoff tools use the seed's names (transfer_to_billing, 
 
 from __future__ import annotations
 
-import asyncio
 import sys
+from pathlib import Path
 
 from handoff_builder import HandoffTurnResult, HandoffWorkflowBuilder
 from handoff_builder.testing import handoff_to, reply
+
+if __package__ in (None, ""):  # python samples/<name>.py: the samples package is one level up
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from samples._shared import (
     SPECIALIST,
     TRIAGE,
     make_agent,
-    provider_from_argv,
     render,
+    run_sample,
     run_turn,
     show,
 )
@@ -81,4 +84,4 @@ async def main(provider: str = "scripted") -> HandoffTurnResult:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(provider_from_argv(sys.argv)))
+    run_sample(__doc__, main)

@@ -1,6 +1,6 @@
 """A hosted conversation service on PostgreSQL: two worker processes serve one conversation.
 
-Run with: HANDOFF_BUILDER_POSTGRES_DSN=postgresql://user@host/db python -m samples.postgres_workers
+Run with: HANDOFF_BUILDER_POSTGRES_DSN=postgresql://user@host/db python samples/postgres_workers.py
 
 Each worker is a separate process with its own ConversationHost on the same database. Both get a
 message for the same conversation at the same time: the conversation's lock lets one turn run at
@@ -44,7 +44,7 @@ async def main(dsn: str) -> list[str]:
     conversation = "customer-7"
     workers = [
         await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "samples.postgres_workers", "--worker", dsn, prefix,
+            sys.executable, __file__, "--worker", dsn, prefix,
             conversation, text, cwd=ROOT,
         )
         for text in ("Why was I charged twice?", "Also, can I get a paper invoice?")

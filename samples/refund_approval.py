@@ -1,6 +1,6 @@
 """A typed refund handoff behind an approval gate, traced with OpenTelemetry.
 
-Run with: python -m samples.refund_approval [--provider scripted|openai|azure] [--decline]
+Run with: python samples/refund_approval.py [--provider scripted|openai|azure] [--decline]
 
 Billing hands the conversation to refunds with a typed ``RefundRequest`` (order id, amount, reason):
 the handoff tool's schema is the pydantic model, and an invalid call is refused field by field.
@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from enum import Enum
+from pathlib import Path
 
 from agent_framework import Content
 from opentelemetry import trace
@@ -26,6 +28,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from handoff_builder import HandoffContext, HandoffTurnResult, HandoffWorkflowBuilder, decline
 from handoff_builder.providers import PROVIDERS
 from handoff_builder.testing import call_tool, reply
+
+if __package__ in (None, ""):  # python samples/<name>.py: the samples package is one level up
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from samples._shared import make_agent
 
 QUESTION = "I was charged twice for order A-1 (240 EUR). Please refund the duplicate."

@@ -1,6 +1,6 @@
 """Remembers active agent: each message starts with the specialist the user was talking to.
 
-Run with: python -m samples.remembers_active_agent [--provider scripted|openai|azure]
+Run with: python samples/remembers_active_agent.py [--provider scripted|openai|azure]
 
 The seed's "Remembers active agent" pattern on a ConversationHost with the SQLite store: message 1
 goes triage -> billing; the service "restarts" (a new host and store object on the same file);
@@ -9,7 +9,6 @@ message 2 starts at billing, and triage is not called.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import tempfile
 from pathlib import Path
@@ -17,7 +16,10 @@ from pathlib import Path
 from handoff_builder import ConversationHost, HandoffTurnResult, HandoffWorkflowBuilder
 from handoff_builder.stores import SqliteConversationStore
 from handoff_builder.testing import handoff_to, reply
-from samples._shared import SPECIALIST, TRIAGE, make_agent, provider_from_argv, render, show
+
+if __package__ in (None, ""):  # python samples/<name>.py: the samples package is one level up
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from samples._shared import SPECIALIST, TRIAGE, make_agent, render, run_sample, show
 
 COMPANY = "Contoso"
 
@@ -69,4 +71,4 @@ async def main(provider: str = "scripted", database: Path | None = None) -> Hand
 
 
 if __name__ == "__main__":
-    asyncio.run(main(provider_from_argv(sys.argv)))
+    run_sample(__doc__, main)

@@ -1,6 +1,6 @@
 """Tool approval with checkpoint and resume: a refund waits for a human, across a restart.
 
-Run with: python -m samples.tool_approval_checkpoint [--provider scripted|openai|azure]
+Run with: python samples/tool_approval_checkpoint.py [--provider scripted|openai|azure]
 
 Billing calls an approval-required tool. The workflow stops with a request_info event and is
 checkpointed to files; a new workflow object (a restarted process) resumes from the checkpoint,
@@ -9,15 +9,18 @@ the approval is given, and billing -- not the initial agent -- carries on.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import tempfile
+from pathlib import Path
 
 from agent_framework import FileCheckpointStorage, Workflow, tool
 
 from handoff_builder import HANDOFF_TURN_EVENT, HandoffTurnResult, HandoffWorkflowBuilder
 from handoff_builder.testing import call_tool, handoff_to, reply
-from samples._shared import make_agent, provider_from_argv, show
+
+if __package__ in (None, ""):  # python samples/<name>.py: the samples package is one level up
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from samples._shared import make_agent, run_sample, show
 
 
 @tool(name="issue_refund", description="Refund an amount in EUR.", approval_mode="always_require")
@@ -68,4 +71,4 @@ async def main(provider: str = "scripted") -> HandoffTurnResult:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(provider_from_argv(sys.argv)))
+    run_sample(__doc__, main)

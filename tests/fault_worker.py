@@ -84,7 +84,7 @@ def open_store(spec: str) -> ConversationStore:
     kind, _, value = spec.partition(":")
     if kind == "sqlite":
         return SqliteConversationStore(value)
-    dsn = os.environ["HANDOFF_BUILDER_TEST_POSTGRES_DSN"]
+    dsn = os.environ["HANDOFF_BUILDER_POSTGRES_DSN"]
     return PostgresConversationStore(dsn, table_prefix=value)
 
 

@@ -16,7 +16,7 @@ from handoff_builder.stores import (
     SqliteConversationStore,
 )
 
-POSTGRES_DSN_VARIABLE = "HANDOFF_BUILDER_TEST_POSTGRES_DSN"
+POSTGRES_DSN_VARIABLE = "HANDOFF_BUILDER_POSTGRES_DSN"
 
 
 def postgres_dsn() -> str:

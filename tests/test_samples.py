@@ -163,3 +163,31 @@ async def test_delegate_or_handoff() -> None:
     assert all(m.author_name == "support" for m in delegated.conversation if m.role != "user")
     assert handed_off.active_agent == "policy"
     assert handed_off.delegations == ()
+
+
+def test_a_sample_runs_as_a_script_from_anywhere(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parent.parent / "samples" / "pass_it_on.py"
+    ran = subprocess.run(  # noqa: S603 - our own interpreter and sample
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "refunds" in ran.stdout
+    bogus = subprocess.run(  # noqa: S603
+        [sys.executable, str(script), "--provider", "bogus"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert bogus.returncode == 2
+    assert "invalid choice: 'bogus'" in bogus.stderr
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+    unset = subprocess.run(  # noqa: S603
+        [sys.executable, str(script), "--provider", "openai"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert unset.returncode == 1
+    assert unset.stderr.strip().splitlines() == [
+        "pass_it_on: Set OPENAI_API_KEY to use the openai provider."
+    ]
