@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from typing_extensions import override
 
 from handoff_builder.cli import main
 
@@ -155,3 +156,103 @@ def test_graph_of_something_else_is_one_line(tmp_path: Path, spec: str, error: s
     [line] = done.stderr.splitlines()
     assert line.startswith("handoff-builder: error: ")
     assert error in line
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from handoff_builder import __version__
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out == f"handoff-builder {__version__}\n"
+    assert __version__ != "0+unknown"
+
+
+def test_an_error_is_one_line_and_debug_shows_it_whole(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["chat", "--store", "mongo://x"]) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("handoff-builder: error: --store must be")
+    with pytest.raises(ValueError, match="--store must be"):
+        main(["--debug", "chat", "--store", "mongo://x"])
+
+
+def test_the_default_store_is_in_the_data_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+    assert main(["chat"]) == 0
+    assert (tmp_path / "data" / "handoff-builder" / "chat.db").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]  # nothing in the cwd
+    capsys.readouterr()
+
+
+def test_idle_timeout_starts_the_conversation_again_at_triage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+
+    store = f"sqlite:{tmp_path / 'chat.db'}"
+    monkeypatch.setattr(sys, "stdin", io.StringIO("my invoice is wrong\n"))
+    assert main(["chat", "--store", store, "--idle-timeout", "0.2"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("billing:")
+    time.sleep(0.3)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+    assert main(["chat", "--store", store, "--idle-timeout", "0.2"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("triage:")
+
+
+def test_ctrl_c_mid_turn_and_the_next_chat_finishes_the_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C while billing answers: the command ends quietly (130); the next one finishes
+    the turn, shows its reply, and goes on."""
+    import handoff_builder._support_desk as desk
+    from handoff_builder import HandoffWorkflowBuilder
+    from handoff_builder.testing import ModelCall, Step, handoff_to, reply, scripted_agent
+
+    interrupted = [True]
+
+    def billing_answer(call: ModelCall) -> Step:
+        if interrupted[0]:
+            interrupted[0] = False
+            raise KeyboardInterrupt  # as Ctrl-C does, in the middle of the model call
+        return reply(f"billing: {call.user_text}")
+
+    def desk_with_ctrl_c(provider: str = "scripted") -> HandoffWorkflowBuilder:
+        del provider
+        triage = scripted_agent("triage", respond_with=lambda c: handoff_to("billing", goal="g"))
+        billing = scripted_agent("billing", respond_with=billing_answer)
+        return HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+
+    monkeypatch.setattr(desk, "support_desk", desk_with_ctrl_c)
+    store = f"sqlite:{tmp_path / 'chat.db'}"
+    monkeypatch.setattr(sys, "stdin", io.StringIO("my invoice is wrong\n"))
+    assert main(["chat", "--store", store]) == 130
+    out = capsys.readouterr()
+    assert out.err == ""  # no traceback
+    monkeypatch.setattr(sys, "stdin", io.StringIO("thanks\n"))
+    assert main(["chat", "--store", store]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:3] == [
+        "(finishing the turn that was interrupted)",
+        "  [triage -> billing] g",
+        "billing: billing: my invoice is wrong",
+    ]
+    assert lines[-1] == "billing: billing: thanks"
+
+
+def test_ctrl_c_at_the_prompt_ends_quietly(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    class CtrlC(io.StringIO):
+        @override
+        def readline(self, size: int | None = -1) -> str:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(sys, "stdin", CtrlC())
+    assert main(["chat", "--store", "memory"]) == 130
+    assert capsys.readouterr().err == ""

@@ -8,6 +8,8 @@ use, so a program that only builds and runs workflows does not load it (nor ``sq
 """
 
 import typing as _typing
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
+from importlib.metadata import version as _version
 
 from ._builder import HandoffWorkflowBuilder, Outcome
 from ._decision import (
@@ -122,6 +124,13 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "MAX_IDEMPOTENCY_KEY_LENGTH": ("._hosting", "MAX_IDEMPOTENCY_KEY_LENGTH"),
     "stores": (".stores", None),
 }
+
+
+try:
+    __version__: str = _version("handoff-builder")
+    """The installed version of handoff_builder."""
+except _PackageNotFoundError:  # pragma: no cover - a source tree that was never installed
+    __version__ = "0+unknown"
 
 
 def __getattr__(name: str) -> object:

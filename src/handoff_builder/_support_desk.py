@@ -6,10 +6,10 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import TextIO
 
-from agent_framework import Agent
+from agent_framework import Agent, AgentResponseUpdate
 
 from ._builder import HandoffWorkflowBuilder
-from ._events import HandoffTurnResult
+from ._events import HANDOFF_EVENT, HANDOFF_TURN_EVENT, HandoffEvent, HandoffTurnResult
 from ._hosting import ConversationHost
 from .providers import chat_client
 from .stores import ConversationStore, InMemoryConversationStore, SqliteConversationStore
@@ -129,18 +129,73 @@ def print_turn(turn: HandoffTurnResult, out: TextIO) -> None:
         print("  [escalated to a human]", file=out)
 
 
+class _Printer:
+    """Prints a streamed turn as it happens: each agent's text as it comes, each handoff."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.speaking: str | None = None  # the agent whose text is being printed
+
+    def text(self, update: AgentResponseUpdate) -> None:
+        if not update.text:
+            return
+        if update.author_name != self.speaking:
+            self.end_line()
+            self.out.write(f"{update.author_name}: ")
+            self.speaking = update.author_name
+        self.out.write(update.text)
+        self.out.flush()
+
+    def handoff(self, handoff: HandoffEvent) -> None:
+        self.end_line()
+        self.out.write(f"  [{handoff.source} -> {handoff.target}] {handoff.goal}\n")
+        self.out.flush()
+
+    def end_line(self) -> None:
+        if self.speaking is not None:
+            self.out.write("\n")
+            self.speaking = None
+
+
+async def stream_turn(
+    host: ConversationHost, conversation_id: str, text: str, out: TextIO
+) -> HandoffTurnResult | None:
+    """One turn, printed as it happens (a turn finished first, after a crash, is printed too)."""
+    printer = _Printer(out)
+    result: HandoffTurnResult | None = None
+    async for event in host.stream(conversation_id, text, wait=True):
+        if event.type == "output" and isinstance(event.data, AgentResponseUpdate):
+            printer.text(event.data)
+        elif event.type == HANDOFF_EVENT and isinstance(event.data, HandoffEvent):
+            printer.handoff(event.data)
+        elif event.type == HANDOFF_TURN_EVENT and isinstance(event.data, HandoffTurnResult):
+            result = event.data
+    printer.end_line()
+    if result is not None and result.escalated:
+        print("  [escalated to a human]", file=out)
+    return result
+
+
 async def chat(
     host: ConversationHost,
     conversation_id: str,
     lines: Iterable[str],
     out: TextIO | None = None,
 ) -> int:
-    """Send each line as a user message and print the turn; stops at "exit" or the end."""
+    """Send each line as a user message and print the turn as it happens.
+
+    Stops at "exit" or the end of the input. A turn an earlier run left unfinished (Ctrl-C,
+    a crash) is finished first, and its reply printed.
+    """
     sink = out or sys.stdout
+    recovered = await host.resume(conversation_id, wait=True)
+    if recovered is not None:
+        print("(finishing the turn that was interrupted)", file=sink)
+        print_turn(recovered, sink)
     active = await host.active_agent(conversation_id)
     print(
         f"conversation {conversation_id!r}: talking to {active or 'triage'} (exit to quit)",
-        file=out,
+        file=sink,
     )
     turns = 0
     for line in lines:
@@ -149,6 +204,6 @@ async def chat(
             break
         if not text:
             continue
-        print_turn(await host.send(conversation_id, text, wait=True), sink)
+        await stream_turn(host, conversation_id, text, sink)
         turns += 1
     return turns

@@ -18,11 +18,23 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 
+def default_store() -> str:
+    """The chat's default store: a SQLite file in the user's data directory."""
+    import platformdirs
+
+    folder = platformdirs.user_data_path("handoff-builder", appauthor=False)
+    return f"sqlite:{folder / 'chat.db'}"
+
+
 def _parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(
         prog="handoff-builder",
         description="Multi-agent handoff orchestration on Microsoft Agent Framework.",
     )
+    parser.add_argument("--version", action="version", version=f"handoff-builder {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show the whole traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_parser(
         "demo",
@@ -46,11 +58,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     chat.add_argument(
         "--store",
-        default="sqlite:handoff-chat.db",
-        help="where conversations live: sqlite:PATH (default sqlite:handoff-chat.db), "
-        "postgresql://..., or memory",
+        default=None,
+        help="where conversations live: sqlite:PATH, postgresql://..., or memory (default: "
+        "sqlite:chat.db in your data directory, e.g. ~/.local/share/handoff-builder)",
     )
     chat.add_argument("--conversation", default="cli", help="the conversation id (default: cli)")
+    chat.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="after this long without a message the conversation starts again at triage "
+        "(default: 30 minutes)",
+    )
     graph = commands.add_parser(
         "graph",
         help="print a workflow's handoff graph as Mermaid",
@@ -145,19 +165,33 @@ def _stdin_lines() -> Iterator[str]:
         yield line
 
 
-async def _chat(provider: str, store_spec: str, conversation: str) -> None:
-    from ._hosting import ConversationHost
+async def _chat(
+    provider: str, store_spec: str | None, conversation: str, idle_timeout: float | None
+) -> None:
+    from pathlib import Path
+
+    from ._hosting import DEFAULT_IDLE_TIMEOUT, ConversationHost
     from ._support_desk import chat, open_store, support_desk
 
-    store = open_store(store_spec)
+    spec = store_spec or default_store()
+    if store_spec is None:
+        Path(spec.removeprefix("sqlite:")).parent.mkdir(parents=True, exist_ok=True)
+    store = open_store(spec)
+    idle = DEFAULT_IDLE_TIMEOUT if idle_timeout is None else idle_timeout
     try:
-        await chat(ConversationHost(support_desk(provider), store), conversation, _stdin_lines())
+        host = ConversationHost(support_desk(provider), store, idle_timeout=idle)
+        await chat(host, conversation, _stdin_lines())
     finally:
         await store.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the process exit code."""
+    """Run the command line; returns the process exit code.
+
+    Every error is one line on stderr and exit status 1 (``--debug`` shows the traceback);
+    Ctrl-C ends the command quietly with status 130: a chat turn it interrupted is finished by
+    the next ``chat``.
+    """
     args = _parser().parse_args(argv)
     try:
         if args.command == "demo":
@@ -165,13 +199,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             asyncio.run(run_demo(sys.stdout))
         elif args.command == "chat":
-            asyncio.run(_chat(args.provider, args.store, args.conversation))
+            asyncio.run(_chat(args.provider, args.store, args.conversation, args.idle_timeout))
         else:
             _graph(args.builder, args.workflow)
-    except (HandoffBuilderError, ValueError) as error:
-        sys.stderr.write(f"handoff-builder: error: {error}\n")
+    except KeyboardInterrupt:
+        sys.stdout.write("\n")
+        return 130
+    except Exception as error:
+        if args.debug:
+            raise
+        sys.stderr.write(f"handoff-builder: error: {_one_line(error)}\n")
         return 1
     return 0
+
+
+def _one_line(error: BaseException) -> str:
+    """An error in one line: its message (the type too, for errors that are not ours)."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    if isinstance(error, (HandoffBuilderError, ValueError)):
+        return text
+    return f"{type(error).__name__}: {text}"
 
 
 if __name__ == "__main__":  # pragma: no cover
