@@ -8,12 +8,12 @@ import re
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from agent_framework import Agent, Workflow
 
 from handoff_builder import HandoffBuilderError, HandoffTurnResult
-from handoff_builder.providers import PROVIDERS, chat_client
+from handoff_builder.providers import PROVIDERS, agent_options, chat_client
 from handoff_builder.testing import ModelCall, ScriptStep, Step, scripted_agent
 
 # The seed's prompts (shared/seeds, "Handoffs"), filled in by render().
@@ -92,6 +92,7 @@ def make_agent(
         instructions=instructions,
         description=description,
         tools=list(tools) if tools else None,
+        default_options=cast(Any, agent_options()),  # a cap on output tokens
     )
 
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from agent_framework import Agent, Workflow
 
 from handoff_builder import HandoffBuilderError, HandoffTurnResult, HandoffWorkflowBuilder
-from handoff_builder.providers import PROVIDERS, chat_client
+from handoff_builder.providers import PROVIDERS, agent_options, chat_client
 from handoff_builder.testing import ScriptedChatClient, ScriptStep, call_tool, handoff_to, reply
 
 QUESTION = "I returned order A-7 after 40 days. Can I still get my 80 EUR back?"
@@ -37,7 +37,13 @@ def agent(
     client: Any = (
         ScriptedChatClient(*script, name=name) if provider == "scripted" else chat_client(provider)
     )
-    return Agent(client=client, name=name, instructions=instructions, description=description)
+    return Agent(
+        client=client,
+        name=name,
+        instructions=instructions,
+        description=description,
+        default_options=cast(Any, agent_options()),  # a cap on output tokens
+    )
 
 
 def experts(provider: str, *, asked: bool) -> tuple[Agent, Agent]:

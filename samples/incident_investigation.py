@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from agent_framework import Agent, Content, Workflow, tool
 
@@ -30,7 +30,7 @@ from handoff_builder import (
     HandoffWorkflowBuilder,
     RoutingStep,
 )
-from handoff_builder.providers import PROVIDERS, chat_client
+from handoff_builder.providers import PROVIDERS, agent_options, chat_client
 from handoff_builder.testing import ScriptedChatClient, ScriptStep, call_tool, handoff_to, reply
 
 INCIDENT = "The catalog service shows stale prices since 09:12. Please investigate and fix it."
@@ -76,7 +76,12 @@ def agent(
         ScriptedChatClient(*script, name=name) if provider == "scripted" else chat_client(provider)
     )
     return Agent(
-        client=client, name=name, instructions=instructions, description=description, tools=tools
+        client=client,
+        name=name,
+        instructions=instructions,
+        description=description,
+        tools=tools,
+        default_options=cast(Any, agent_options()),  # a cap on output tokens
     )
 
 

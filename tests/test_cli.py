@@ -222,8 +222,8 @@ def test_ctrl_c_mid_turn_and_the_next_chat_finishes_the_turn(
             raise KeyboardInterrupt  # as Ctrl-C does, in the middle of the model call
         return reply(f"billing: {call.user_text}")
 
-    def desk_with_ctrl_c(provider: str = "scripted") -> HandoffWorkflowBuilder:
-        del provider
+    def desk_with_ctrl_c(*args: object) -> HandoffWorkflowBuilder:
+        del args
         triage = scripted_agent("triage", respond_with=lambda c: handoff_to("billing", goal="g"))
         billing = scripted_agent("billing", respond_with=billing_answer)
         return HandoffWorkflowBuilder(triage).with_handoff(triage, billing)

@@ -67,3 +67,22 @@ def test_azure_without_a_key_needs_azure_identity(monkeypatch: pytest.MonkeyPatc
     environ = {"AZURE_OPENAI_ENDPOINT": "https://x", "AZURE_OPENAI_DEPLOYMENT": "d"}
     with pytest.raises(ProviderConfigurationError, match=r"install azure-identity to sign in"):
         chat_client("azure", environ=environ)
+
+
+def test_agent_options_cap_output_tokens() -> None:
+    from handoff_builder.providers import (
+        DEFAULT_MAX_OUTPUT_TOKENS,
+        ProviderConfigurationError,
+        agent_options,
+    )
+
+    assert agent_options(environ={}) == {"max_tokens": DEFAULT_MAX_OUTPUT_TOKENS}
+    assert agent_options(environ={"HANDOFF_BUILDER_MAX_OUTPUT_TOKENS": "256"}) == {
+        "max_tokens": 256
+    }
+    assert agent_options(64, environ={"HANDOFF_BUILDER_MAX_OUTPUT_TOKENS": "256"}) == {
+        "max_tokens": 64
+    }
+    for bad in ("0", "-3", "lots"):
+        with pytest.raises(ProviderConfigurationError, match="positive whole number"):
+            agent_options(environ={"HANDOFF_BUILDER_MAX_OUTPUT_TOKENS": bad})

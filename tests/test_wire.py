@@ -525,3 +525,26 @@ async def test_a_review_over_the_wire(
     assert "tools" not in rework or not rework["tools"]
     for body in server.bodies():
         assert_provider_accepts(body)
+
+
+@pytest.mark.parametrize(("setting", "sent"), [(None, 1024), ("300", 300)])
+async def test_the_support_desk_caps_each_response_s_output_tokens(
+    fake_openai: Callable[[list[dict[str, Any]]], FakeOpenAI],
+    monkeypatch: pytest.MonkeyPatch,
+    setting: str | None,
+    sent: int,
+) -> None:
+    """A model that does not stop is cut off: every request carries the cap."""
+    from handoff_builder._support_desk import support_desk
+
+    server = fake_openai([text("Hello, how can I help?")])
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    if setting is None:
+        monkeypatch.delenv("HANDOFF_BUILDER_MAX_OUTPUT_TOKENS", raising=False)
+    else:
+        monkeypatch.setenv("HANDOFF_BUILDER_MAX_OUTPUT_TOKENS", setting)
+    workflow = support_desk("openai").build()
+    await workflow.run("hello")
+    [body] = server.bodies()
+    assert body["max_completion_tokens"] == sent

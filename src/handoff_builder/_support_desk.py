@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable
-from typing import TextIO
+from typing import Any, TextIO, cast
 
 from agent_framework import Agent, AgentResponseUpdate
 
 from ._builder import HandoffWorkflowBuilder
 from ._events import HANDOFF_EVENT, HANDOFF_TURN_EVENT, HandoffEvent, HandoffTurnResult
 from ._hosting import ConversationHost
-from .providers import chat_client
+from .providers import agent_options, chat_client
 from .stores import ConversationStore, InMemoryConversationStore, SqliteConversationStore
 from .testing import ModelCall, Step, call_tool, handoff_to, reply, scripted_agent
 
@@ -68,7 +68,7 @@ def _specialist(name: str) -> Callable[[ModelCall], Step]:
     return respond
 
 
-def support_agents(provider: str) -> dict[str, Agent]:
+def support_agents(provider: str, max_output_tokens: int | None = None) -> dict[str, Agent]:
     """triage, billing and tech: on a real provider, or keyword-driven scripts offline."""
     responders = {"triage": _triage, "billing": _specialist("billing"), "tech": _specialist("tech")}
     agents: dict[str, Agent] = {}
@@ -86,13 +86,16 @@ def support_agents(provider: str) -> dict[str, Agent]:
                 name=name,
                 instructions=INSTRUCTIONS[name],
                 description=DESCRIPTIONS.get(name),
+                default_options=cast(Any, agent_options(max_output_tokens)),
             )
     return agents
 
 
-def support_desk(provider: str = "scripted") -> HandoffWorkflowBuilder:
+def support_desk(
+    provider: str = "scripted", max_output_tokens: int | None = None
+) -> HandoffWorkflowBuilder:
     """The support desk workflow: triage hands off; specialists hand back."""
-    agents = support_agents(provider)
+    agents = support_agents(provider, max_output_tokens)
     triage = agents["triage"]
     return (
         HandoffWorkflowBuilder(triage)

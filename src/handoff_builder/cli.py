@@ -64,6 +64,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     chat.add_argument("--conversation", default="cli", help="the conversation id (default: cli)")
     chat.add_argument(
+        "--max-output-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="output tokens one model response may use (default: "
+        "HANDOFF_BUILDER_MAX_OUTPUT_TOKENS, else 1024)",
+    )
+    chat.add_argument(
         "--idle-timeout",
         type=float,
         default=None,
@@ -166,7 +174,11 @@ def _stdin_lines() -> Iterator[str]:
 
 
 async def _chat(
-    provider: str, store_spec: str | None, conversation: str, idle_timeout: float | None
+    provider: str,
+    store_spec: str | None,
+    conversation: str,
+    idle_timeout: float | None,
+    max_output_tokens: int | None,
 ) -> None:
     from pathlib import Path
 
@@ -179,7 +191,8 @@ async def _chat(
     store = open_store(spec)
     idle = DEFAULT_IDLE_TIMEOUT if idle_timeout is None else idle_timeout
     try:
-        host = ConversationHost(support_desk(provider), store, idle_timeout=idle)
+        desk = support_desk(provider, max_output_tokens)
+        host = ConversationHost(desk, store, idle_timeout=idle)
         await chat(host, conversation, _stdin_lines())
     finally:
         await store.close()
@@ -199,7 +212,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             asyncio.run(run_demo(sys.stdout))
         elif args.command == "chat":
-            asyncio.run(_chat(args.provider, args.store, args.conversation, args.idle_timeout))
+            asyncio.run(
+                _chat(
+                    args.provider,
+                    args.store,
+                    args.conversation,
+                    args.idle_timeout,
+                    args.max_output_tokens,
+                )
+            )
         else:
             _graph(args.builder, args.workflow)
     except KeyboardInterrupt:

@@ -25,10 +25,21 @@ from typing import Any
 
 from .exceptions import HandoffBuilderError
 
-__all__ = ["PROVIDERS", "ProviderConfigurationError", "chat_client"]
+__all__ = [
+    "DEFAULT_MAX_OUTPUT_TOKENS",
+    "MAX_OUTPUT_TOKENS_VARIABLE",
+    "PROVIDERS",
+    "ProviderConfigurationError",
+    "agent_options",
+    "chat_client",
+]
 
 PROVIDERS = ("scripted", "openai", "azure")
 DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
+DEFAULT_MAX_OUTPUT_TOKENS = 1024
+"""Output tokens one model response may use, unless set: a model that does not stop (a small
+local one can generate until its context is full) is cut off there."""
+MAX_OUTPUT_TOKENS_VARIABLE = "HANDOFF_BUILDER_MAX_OUTPUT_TOKENS"
 
 
 class ProviderConfigurationError(HandoffBuilderError, ValueError):
@@ -71,6 +82,33 @@ def chat_client(provider: str, *, environ: Mapping[str, str] | None = None) -> A
     raise ProviderConfigurationError(
         f"Unknown provider {provider!r}; choose one of: {', '.join(PROVIDERS)}."
     )
+
+
+def agent_options(
+    max_output_tokens: int | None = None, *, environ: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The options the samples and the CLI give their agents: a cap on output tokens.
+
+    ``max_output_tokens``, else ``HANDOFF_BUILDER_MAX_OUTPUT_TOKENS``, else
+    :data:`DEFAULT_MAX_OUTPUT_TOKENS`; pass the result as ``Agent(default_options=...)``
+    (agent_framework sends it as ``max_completion_tokens`` to OpenAI).
+
+    Raises:
+        ProviderConfigurationError: the variable is not a positive whole number.
+    """
+    env = os.environ if environ is None else environ
+    if max_output_tokens is None:
+        raw = env.get(MAX_OUTPUT_TOKENS_VARIABLE, "").strip()
+        try:
+            max_output_tokens = int(raw) if raw else DEFAULT_MAX_OUTPUT_TOKENS
+        except ValueError:
+            max_output_tokens = 0
+    if max_output_tokens < 1:
+        raise ProviderConfigurationError(
+            f"The maximum number of output tokens must be a positive whole number "
+            f"({MAX_OUTPUT_TOKENS_VARIABLE} or --max-output-tokens)."
+        )
+    return {"max_tokens": max_output_tokens}
 
 
 def _required(env: Mapping[str, str], name: str, provider: str) -> str:
