@@ -191,3 +191,22 @@ def test_a_sample_runs_as_a_script_from_anywhere(tmp_path: Path) -> None:
     assert unset.stderr.strip().splitlines() == [
         "pass_it_on: Set OPENAI_API_KEY to use the openai provider."
     ]
+
+
+async def test_tutors_handoff() -> None:
+    from samples.tutors_handoff import main
+
+    printed = await main()
+    assert printed == [
+        "user: What is 12 times 7?",
+        "  [triage -> math_tutor] Answer: What is 12 times 7?",
+        "  math_tutor: 12 x 7 = 84.",
+        "user: And who was the first emperor of Rome?",
+        "  [math_tutor -> triage] Route: And who was the first emperor of Rome?",
+        "  [triage -> history_tutor] Answer: And who was the first emperor of Rome?",
+        "  history_tutor: Augustus, from 27 BC.",
+        "user: Thanks! What is 144 divided by 12?",
+        "  [history_tutor -> triage] Route: Thanks! What is 144 divided by 12?",
+        "  [triage -> math_tutor] Answer: Thanks! What is 144 divided by 12?",
+        "  math_tutor: 144 ÷ 12 = 12.",
+    ]  # each handoff printed where it happened, between the replies
