@@ -126,11 +126,14 @@ async def run_turn(workflow: Workflow, message: str) -> HandoffTurnResult:
 
 
 def show(turn: HandoffTurnResult) -> None:
-    """Print who spoke and every handoff of a turn."""
-    for handoff in turn.handoffs:
-        print(f"  [{handoff.kind}] {handoff.source} -> {handoff.target}: {handoff.goal}")
+    """Print a turn in the order it happened: each reply, each handoff where it was made."""
+    by_call = {handoff.call_id: handoff for handoff in turn.handoffs}
     for message in turn.messages:
         if message.role == "assistant" and message.text:
             print(f"  {message.author_name}: {message.text}")
+        for content in message.contents:
+            handoff = by_call.get(str(content.call_id)) if content.type == "function_call" else None
+            if handoff is not None:
+                print(f"  [{handoff.kind}] {handoff.source} -> {handoff.target}: {handoff.goal}")
     if turn.escalated:
         print("  [escalated to a human]")

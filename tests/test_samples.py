@@ -38,11 +38,19 @@ async def test_pass_it_on() -> None:
     ]
 
 
-async def test_hand_back() -> None:
+async def test_hand_back(capsys: pytest.CaptureFixture[str]) -> None:
     from samples.hand_back import main
 
     turn = await main()
     assert ["triage"] + [h.target for h in turn.handoffs] == ["triage", "billing", "triage", "tech"]
+    printed = [line.split(":")[0].strip() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert printed == [  # in the order it happened: each handoff between the replies
+        "[handoff] triage -> billing",
+        "billing",
+        "[hand_back] billing -> triage",
+        "[handoff] triage -> tech",
+        "tech",
+    ]
 
 
 async def test_remembers_active_agent(tmp_path: Path) -> None:
