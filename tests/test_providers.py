@@ -34,7 +34,8 @@ def test_azure_client_with_a_key() -> None:
         (
             "azure",
             {"AZURE_OPENAI_ENDPOINT": "https://x"},
-            "Set AZURE_OPENAI_DEPLOYMENT to use the azure provider.",
+            "Set AZURE_OPENAI_MODEL (or AZURE_OPENAI_CHAT_COMPLETION_MODEL, or "
+            "AZURE_OPENAI_DEPLOYMENT) to use the azure provider.",
         ),
         ("gemini", {}, "Unknown provider 'gemini'; choose one of: scripted, openai, azure."),
         (
@@ -86,3 +87,15 @@ def test_agent_options_cap_output_tokens() -> None:
     for bad in ("0", "-3", "lots"):
         with pytest.raises(ProviderConfigurationError, match="positive whole number"):
             agent_options(environ={"HANDOFF_BUILDER_MAX_OUTPUT_TOKENS": bad})
+
+
+def test_agent_framework_s_own_model_names_come_first() -> None:
+    environ = {"OPENAI_API_KEY": "k", "OPENAI_MODEL": "older", "OPENAI_CHAT_COMPLETION_MODEL": "m"}
+    assert chat_client("openai", environ=environ).model == "m"
+    azure = {
+        "AZURE_OPENAI_ENDPOINT": "https://example.openai.azure.com",
+        "AZURE_OPENAI_API_KEY": "k",
+        "AZURE_OPENAI_MODEL": "gpt-deployment",
+        "AZURE_OPENAI_DEPLOYMENT": "legacy",
+    }
+    assert chat_client("azure", environ=azure).model == "gpt-deployment"

@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
         choices=PROVIDERS,
         default="scripted",
         help="the model: scripted (offline, keyword-driven; the default), openai "
-        "(OPENAI_API_KEY) or azure (AZURE_OPENAI_ENDPOINT, AZURE_OPENAI_DEPLOYMENT)",
+        "(OPENAI_API_KEY) or azure (AZURE_OPENAI_ENDPOINT, AZURE_OPENAI_MODEL)",
     )
     chat.add_argument(
         "--store",

@@ -8,9 +8,11 @@ what to set.
 =============  ==========================================================================
 provider       environment
 =============  ==========================================================================
-``openai``     ``OPENAI_API_KEY`` (required), ``OPENAI_MODEL`` (default ``gpt-4o-mini``),
+``openai``     ``OPENAI_API_KEY`` (required), the model: ``OPENAI_CHAT_COMPLETION_MODEL``, else
+               ``OPENAI_MODEL`` (agent_framework's names; default ``gpt-4o-mini``),
                ``OPENAI_BASE_URL`` (optional: an OpenAI-compatible server)
-``azure``      ``AZURE_OPENAI_ENDPOINT`` and ``AZURE_OPENAI_DEPLOYMENT`` (required);
+``azure``      ``AZURE_OPENAI_ENDPOINT`` and the deployment: ``AZURE_OPENAI_CHAT_COMPLETION_MODEL``,
+               else ``AZURE_OPENAI_MODEL``, else ``AZURE_OPENAI_DEPLOYMENT`` (required);
                ``AZURE_OPENAI_API_KEY`` (optional: without it, azure-identity's
                ``DefaultAzureCredential`` signs in); ``AZURE_OPENAI_API_VERSION`` (optional)
 =============  ==========================================================================
@@ -57,13 +59,24 @@ def chat_client(provider: str, *, environ: Mapping[str, str] | None = None) -> A
         key = _required(env, "OPENAI_API_KEY", "openai")
         client_class = _openai_client_class("openai")
         return client_class(
-            model=env.get("OPENAI_MODEL", DEFAULT_OPENAI_MODEL),
+            model=_first(env, "OPENAI_CHAT_COMPLETION_MODEL", "OPENAI_MODEL")
+            or DEFAULT_OPENAI_MODEL,
             api_key=key,
             base_url=env.get("OPENAI_BASE_URL") or None,
         )
     if provider == "azure":
         endpoint = _required(env, "AZURE_OPENAI_ENDPOINT", "azure")
-        deployment = _required(env, "AZURE_OPENAI_DEPLOYMENT", "azure")
+        names = (
+            "AZURE_OPENAI_CHAT_COMPLETION_MODEL",
+            "AZURE_OPENAI_MODEL",
+            "AZURE_OPENAI_DEPLOYMENT",
+        )
+        deployment = _first(env, *names)
+        if deployment is None:
+            raise ProviderConfigurationError(
+                "Set AZURE_OPENAI_MODEL (or AZURE_OPENAI_CHAT_COMPLETION_MODEL, or "
+                "AZURE_OPENAI_DEPLOYMENT) to use the azure provider."
+            )
         client_class = _openai_client_class("azure")
         key = env.get("AZURE_OPENAI_API_KEY")
         credentials: dict[str, Any] = (
@@ -109,6 +122,15 @@ def agent_options(
             f"({MAX_OUTPUT_TOKENS_VARIABLE} or --max-output-tokens)."
         )
     return {"max_tokens": max_output_tokens}
+
+
+def _first(env: Mapping[str, str], *names: str) -> str | None:
+    """The first of ``names`` that is set (agent_framework's own names come first)."""
+    for name in names:
+        value = env.get(name, "").strip()
+        if value:
+            return value
+    return None
 
 
 def _required(env: Mapping[str, str], name: str, provider: str) -> str:
