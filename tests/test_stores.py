@@ -542,3 +542,39 @@ async def test_a_lost_lease_is_logged_and_not_renewed_again(
         await asyncio.sleep(0.35)
     assert any("was lost" in r.getMessage() for r in caplog.records)
     assert await store.acquire("c1", owner="third", ttl=30) is None  # the thief still holds it
+
+
+@pytest.mark.parametrize(
+    "kind", ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+async def test_async_with_closes_the_store(kind: str, tmp_path: Path) -> None:
+    from handoff_builder.stores import (
+        InMemoryConversationStore,
+        PostgresConversationStore,
+        SqliteConversationStore,
+    )
+    from tests.stores import postgres_dsn, unique_prefix
+
+    closed: list[bool] = []
+    if kind == "memory":
+        made: Any = InMemoryConversationStore()
+    elif kind == "sqlite":
+        made = SqliteConversationStore(tmp_path / "c.db")
+    else:
+        made = PostgresConversationStore(postgres_dsn(), table_prefix=unique_prefix())
+    real_close = made.close
+
+    async def close() -> None:
+        closed.append(True)
+        await real_close()
+
+    made.close = close
+    async with made as store:
+        assert store is made
+        await store.append(
+            "c", start=0, messages=[{"role": "user", "contents": []}], state={}, expected_version=0
+        )
+        assert (await store.load("c")) is not None
+        if kind == "postgres":
+            await store.drop_tables()
+    assert closed == [True]

@@ -9,6 +9,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast, runtime_checkable
 
+from typing_extensions import Self
+
 from handoff_builder.exceptions import CorruptConversationError, SchemaVersionError
 
 RECORD_SCHEMA_VERSION = 1
@@ -133,6 +135,19 @@ class ConversationStore(Protocol):
     async def close(self) -> None:
         """Release connections."""
         ...
+
+
+class ClosingStore:
+    """``async with store:`` closes it at the end of the block (a store's connections, files)."""
+
+    async def close(self) -> None:
+        """Release connections (the store overrides it)."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
 
 
 MAX_CONVERSATION_ID_LENGTH = 256

@@ -8,13 +8,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from typing_extensions import override
+
 from handoff_builder.exceptions import (
     ConversationBusyError,
     ConversationConflictError,
     LeaseLostError,
 )
 
-from ._base import ConversationRecord, Lease
+from ._base import ClosingStore, ConversationRecord, Lease
 
 
 @dataclass
@@ -26,7 +28,7 @@ class _Row:
     expires: float = 0.0
 
 
-class InMemoryConversationStore:
+class InMemoryConversationStore(ClosingStore):
     """Keeps conversations in this process's memory; leases are per process."""
 
     def __init__(self) -> None:
@@ -136,5 +138,6 @@ class InMemoryConversationStore:
         self._messages.pop(conversation_id, None)
         self._rows.pop(conversation_id, None)
 
+    @override
     async def close(self) -> None:
         """Nothing to release."""

@@ -10,6 +10,8 @@ import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from typing_extensions import override
+
 from handoff_builder._timeouts import DeadlinePassedError, within
 from handoff_builder.exceptions import (
     ConversationBusyError,
@@ -20,6 +22,7 @@ from handoff_builder.exceptions import (
 
 from ._base import (
     RECORD_SCHEMA_VERSION,
+    ClosingStore,
     ConversationRecord,
     Lease,
     encode,
@@ -46,7 +49,7 @@ _LOCK_NAMESPACE = 0x48424C  # "HBL"
 _UNAVAILABLE = (psycopg.OperationalError, PoolTimeout, TimeoutError)
 
 
-class PostgresConversationStore:
+class PostgresConversationStore(ClosingStore):
     """Conversations in PostgreSQL, shared by every worker that points at the database.
 
     Every operation is one statement on a connection borrowed from the pool for that statement
@@ -322,6 +325,7 @@ class PostgresConversationStore:
         await self._execute("drop", None)
         self._ready = False
 
+    @override
     async def close(self) -> None:
         """Close the pool."""
         await self._pool.close()

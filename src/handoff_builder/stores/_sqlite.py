@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from typing_extensions import override
+
 from handoff_builder.exceptions import (
     ConversationBusyError,
     ConversationConflictError,
@@ -21,6 +23,7 @@ from handoff_builder.exceptions import (
 
 from ._base import (
     RECORD_SCHEMA_VERSION,
+    ClosingStore,
     ConversationRecord,
     Lease,
     encode,
@@ -158,7 +161,7 @@ def _is_busy(error: sqlite3.OperationalError) -> bool:
     return "locked" in str(error)  # pragma: no cover - Python 3.10
 
 
-class SqliteConversationStore:
+class SqliteConversationStore(ClosingStore):
     """Conversations in one SQLite file; several processes on one machine may share it.
 
     Writes are transactions (a turn's new messages and its state row together, or nothing).
@@ -448,6 +451,7 @@ class SqliteConversationStore:
 
         await self._run(conversation_id, lambda db: _transaction(db, forget))
 
+    @override
     async def close(self) -> None:
         """Close the database connection (in a worker thread: closing may checkpoint the WAL)."""
 
