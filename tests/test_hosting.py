@@ -403,3 +403,34 @@ async def test_live_conversation_is_reused_until_another_worker_writes(
     assert "via b" in seen
     assert "from worker b" in seen
     assert client_of(other_billing).calls[0].texts.count("second") == 1
+
+
+async def test_read_and_delete_a_conversation_through_the_host(store: ConversationStore) -> None:
+    builder, _, _ = desk(
+        [handoff_to("billing", goal="Explain the invoice."), reply("Hello again.")],
+        [reply("Your invoice is 42 EUR.")],
+    )
+    host = ConversationHost(builder, store)
+    await host.send("conv-1", "What is on my invoice?")
+    history = await host.history("conv-1")
+    assert [(m.role, m.author_name, m.text) for m in history][-1] == (
+        "assistant",
+        "billing",
+        "Your invoice is 42 EUR.",
+    )
+    assert await host.history("nobody") == []
+    await host.delete("conv-1")
+    assert await host.history("conv-1") == []
+    assert await store.load("conv-1") is None
+    assert await host.active_agent("conv-1") is None
+    again = await host.send("conv-1", "hi")  # a new conversation, at triage
+    assert again.text == "Hello again."
+    assert [m.text for m in await host.history("conv-1")] == ["hi", "Hello again."]
+
+
+async def test_deleting_a_conversation_whose_turn_runs_is_busy(store: ConversationStore) -> None:
+    builder, _, _ = desk([reply("hi")], [])
+    host = ConversationHost(builder, store)
+    async with hold(store, "conv-2", ttl=30, owner="another-worker"):
+        with pytest.raises(ConversationBusyError):
+            await host.delete("conv-2")

@@ -476,6 +476,28 @@ class ConversationHost:
             if not host.turn_open:
                 self._keep(conversation_id, workflow, host)
 
+    async def history(self, conversation_id: str) -> list[Message]:
+        """The stored conversation, every message in order (empty for an unknown id).
+
+        Raises:
+            ValueError: the conversation id is not valid (no I/O done).
+            CorruptConversationError: a stored message cannot be read.
+        """
+        check_conversation_id(conversation_id)
+        record = await self.store.load(conversation_id)
+        return [] if record is None else _history(record)
+
+    async def delete(self, conversation_id: str, *, wait: bool = False) -> None:
+        """Forget the conversation: its history and its state (its next message starts afresh).
+
+        A turn that runs holds the conversation: ``ConversationBusyError``, or with
+        ``wait=True`` the deletion waits for it.
+        """
+        check_conversation_id(conversation_id)
+        async with self._hold(conversation_id, wait):
+            self._live.pop(conversation_id, None)
+            await self.store.delete(conversation_id)
+
     def as_agent(
         self, *, name: str = "handoff", description: str | None = None
     ) -> HostedConversationAgent:
