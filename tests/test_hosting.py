@@ -419,7 +419,9 @@ async def test_read_and_delete_a_conversation_through_the_host(store: Conversati
         "Your invoice is 42 EUR.",
     )
     assert await host.history("nobody") == []
+    assert await host.conversations() == ["conv-1"]
     await host.delete("conv-1")
+    assert await host.conversations() == []
     assert await host.history("conv-1") == []
     assert await store.load("conv-1") is None
     assert await host.active_agent("conv-1") is None

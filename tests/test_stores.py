@@ -578,3 +578,18 @@ async def test_async_with_closes_the_store(kind: str, tmp_path: Path) -> None:
         if kind == "postgres":
             await store.drop_tables()
     assert closed == [True]
+
+
+async def test_conversation_ids_in_pages(store: ConversationStore) -> None:
+    for name in ("c", "a", "b", "d"):
+        await store.append(
+            name, start=0, messages=[{"role": "user", "contents": []}], state={}, expected_version=0
+        )
+    asked = await store.acquire("e-only-asked", owner="w", ttl=30)  # nothing written: not listed
+    assert asked is not None
+    assert await store.conversation_ids() == ["a", "b", "c", "d"]
+    assert await store.conversation_ids(limit=2) == ["a", "b"]
+    assert await store.conversation_ids(after="b", limit=2) == ["c", "d"]
+    assert await store.conversation_ids(after="d") == []
+    await store.delete("b")
+    assert await store.conversation_ids() == ["a", "c", "d"]

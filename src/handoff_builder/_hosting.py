@@ -487,6 +487,13 @@ class ConversationHost:
         record = await self.store.load(conversation_id)
         return [] if record is None else _history(record)
 
+    async def conversations(self, *, after: str = "", limit: int = 100) -> list[str]:
+        """Ids of the stored conversations after ``after``, in order, at most ``limit``.
+
+        Page through them by passing the last id of a page as ``after``.
+        """
+        return await self.store.conversation_ids(after=after, limit=limit)
+
     async def delete(self, conversation_id: str, *, wait: bool = False) -> None:
         """Forget the conversation: its history and its state (its next message starts afresh).
 

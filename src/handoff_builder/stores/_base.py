@@ -132,6 +132,10 @@ class ConversationStore(Protocol):
         """Forget the conversation."""
         ...
 
+    async def conversation_ids(self, *, after: str = "", limit: int = 100) -> list[str]:
+        """Ids of the stored conversations after ``after``, in order, at most ``limit``."""
+        ...
+
     async def close(self) -> None:
         """Release connections."""
         ...

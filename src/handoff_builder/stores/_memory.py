@@ -138,6 +138,11 @@ class InMemoryConversationStore(ClosingStore):
         self._messages.pop(conversation_id, None)
         self._rows.pop(conversation_id, None)
 
+    async def conversation_ids(self, *, after: str = "", limit: int = 100) -> list[str]:
+        """Ids of the stored conversations after ``after``, in order, at most ``limit``."""
+        found = sorted(cid for cid, row in self._rows.items() if row.version > 0 and cid > after)
+        return found[: max(limit, 0)]
+
     @override
     async def close(self) -> None:
         """Nothing to release."""

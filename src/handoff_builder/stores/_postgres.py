@@ -320,6 +320,15 @@ class PostgresConversationStore(ClosingStore):
         """Forget the conversation."""
         await self._execute("delete", {"id": conversation_id})
 
+    async def conversation_ids(self, *, after: str = "", limit: int = 100) -> list[str]:
+        """Ids of the stored conversations after ``after``, in order, at most ``limit``."""
+
+        async def read(db: psycopg.AsyncConnection[Any]) -> list[str]:
+            found = await db.execute(self._q["ids"], {"after": after, "limit": max(limit, 0)})
+            return [str(row[0]) for row in await found.fetchall()]
+
+        return await self._run(read)
+
     async def drop_tables(self) -> None:
         """Drop this store's tables (tests and tear-down)."""
         await self._execute("drop", None)
@@ -419,6 +428,8 @@ def _queries(conversations: sql.Identifier, messages: sql.Identifier) -> dict[st
         "delete": "WITH gone AS (DELETE FROM {m} WHERE conversation_id = %(id)s) "
         "DELETE FROM {c} WHERE conversation_id = %(id)s",
         "drop": "DROP TABLE IF EXISTS {m}, {c}",
+        "ids": "SELECT conversation_id FROM {c} WHERE version > 0 AND conversation_id > %(after)s "
+        "ORDER BY conversation_id LIMIT %(limit)s",
     }
     return {
         name: sql.SQL(text).format(c=conversations, m=messages).as_bytes(None)  # pyright: ignore[reportArgumentType]

@@ -451,6 +451,15 @@ class SqliteConversationStore(ClosingStore):
 
         await self._run(conversation_id, lambda db: _transaction(db, forget))
 
+    async def conversation_ids(self, *, after: str = "", limit: int = 100) -> list[str]:
+        """Ids of the stored conversations after ``after``, in order, at most ``limit``."""
+
+        def read(db: sqlite3.Connection) -> list[str]:
+            rows = db.execute(_IDS, (after, max(limit, 0))).fetchall()
+            return [str(row[0]) for row in rows]
+
+        return await self._run(after, read)
+
     @override
     async def close(self) -> None:
         """Close the database connection (in a worker thread: closing may checkpoint the WAL)."""
@@ -496,6 +505,12 @@ def _add_lease_columns(db: sqlite3.Connection) -> None:
                 db.execute(f"ALTER TABLE handoff_conversations ADD COLUMN {name} {declaration}")
 
     _transaction(db, add)
+
+
+_IDS = (
+    "SELECT conversation_id FROM handoff_conversations WHERE version > 0 AND conversation_id > ? "
+    "ORDER BY conversation_id LIMIT ?"
+)
 
 
 def _transaction(db: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
