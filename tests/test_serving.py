@@ -251,3 +251,120 @@ def test_agui_serves_isolated_threads_that_remember_their_agent_after_a_restart(
     again = serve("agui")  # another server process on the same store: a restart
     said, _ = agui_turn(again, "bob", [*bob, user("again", 2)])
     assert said == "billing read: hello | again"
+
+
+def refund_desk(path: Path) -> tuple[ConversationHost, list[int]]:
+    """billing alone, with a refund tool that needs approval and an external lookup."""
+    from agent_framework import FunctionTool, tool
+
+    from handoff_builder import HandoffWorkflowBuilder
+    from handoff_builder.stores import SqliteConversationStore
+    from handoff_builder.testing import ModelCall, Step, call_tool, reply, scripted_agent
+
+    paid: list[int] = []
+
+    @tool(name="refund", description="Refund.", approval_mode="always_require")
+    def refund(amount: int) -> str:
+        paid.append(amount)
+        return f"refunded {amount}"
+
+    lookup = FunctionTool(
+        name="lookup",
+        description="Asked of the application.",
+        input_model={"type": "object", "properties": {"order": {"type": "string"}}},
+    )
+
+    def billing_answer(call: ModelCall) -> Step:
+        last = call.messages[-1]
+        if last.role == "tool":
+            return reply(f"done: {last.contents[0].result}")
+        if "look" in call.user_text:
+            return call_tool("lookup", order="A-1")
+        return call_tool("refund", amount=5)
+
+    billing = scripted_agent("billing", respond_with=billing_answer, tools=[refund, lookup])
+    host = ConversationHost(HandoffWorkflowBuilder(billing), SqliteConversationStore(path))
+    return host, paid
+
+
+async def test_an_answered_turn_returns_what_came_after_the_answers(tmp_path: Path) -> None:
+    from agent_framework import Message
+
+    host, paid = refund_desk(tmp_path / "c.db")
+    agent = host.as_agent(name="billing")
+    session = agent.create_session(session_id="c")
+    [request] = (await agent.run("refund me", session=session)).user_input_requests
+    # A new message while it waits gets the same request again, streamed or not.
+    again = await agent.run("hello?", session=session)
+    assert [r.id for r in again.user_input_requests] == [request.id]
+    stream = agent.run("hello?", session=session, stream=True)
+    _ = [update async for update in stream]
+    assert [r.id for r in (await stream.get_final_response()).user_input_requests] == [request.id]
+    answer = Message(role="user", contents=[request.to_function_approval_response(approved=True)])
+    done = await agent.run(answer, session=session)
+    assert done.user_input_requests == []  # nothing is asked again
+    assert [m.text for m in done.messages] == ["done: refunded 5"]
+    assert paid == [5]
+
+
+async def test_an_external_call_is_answered_by_a_tool_message(tmp_path: Path) -> None:
+    from agent_framework import Content, Message
+
+    host, _ = refund_desk(tmp_path / "c.db")
+    agent = host.as_agent(name="billing")
+    session = agent.create_session(session_id="c")
+    stream = agent.run("look it up", session=session, stream=True)
+    updates = [update async for update in stream]
+    waiting = await stream.get_final_response()
+    [request] = waiting.user_input_requests
+    asked = [c for u in updates for c in u.contents if c.user_input_request]
+    assert len(asked) == 1  # the request comes once
+    result = Content.from_function_result(call_id=str(request.call_id), result="paid on 3 March")
+    done = await agent.run(Message(role="tool", contents=[result]), session=session)
+    assert done.text == "done: paid on 3 March"
+
+
+async def test_a_wrong_answer_is_refused_and_not_counted_as_a_failure(tmp_path: Path) -> None:
+    from agent_framework import Content
+
+    from handoff_builder import HandoffBuilderError, PendingRequestsError
+
+    host, _ = refund_desk(tmp_path / "c.db")
+    with pytest.raises(PendingRequestsError):
+        await host.send("c", "refund me")
+    wrong = Content.from_function_result(call_id="nope", result="?")
+    with pytest.raises(HandoffBuilderError, match="waits for no request with id 'nope'"):
+        await host.respond("c", {"nope": wrong})
+    record = await host.store.load("c")
+    assert record is not None
+    assert record.state.get("failures", 0) == 0
+    assert len(await host.pending("c")) == 1
+
+
+async def test_a_resent_transcript_after_a_failed_turn_stores_the_message_once(
+    tmp_path: Path,
+) -> None:
+    from handoff_builder import HandoffWorkflowBuilder
+    from handoff_builder.stores import SqliteConversationStore
+    from handoff_builder.testing import ModelCall, Step, reply, scripted_agent
+
+    fail = [True]
+
+    def answer(call: ModelCall) -> Step:
+        if fail[0]:
+            fail[0] = False
+            raise RuntimeError("the model is down")
+        users = [m.text for m in call.messages if m.role == "user"]
+        return reply(" | ".join(users))
+
+    agent_ = scripted_agent("billing", respond_with=answer)
+    host = ConversationHost(
+        HandoffWorkflowBuilder(agent_), SqliteConversationStore(tmp_path / "c.db")
+    )
+    agent = host.as_agent()
+    session = agent.create_session(session_id="c")
+    with pytest.raises(RuntimeError):
+        await agent.run("first", session=session)
+    done = await agent.run(["first", "second"], session=session)  # the client resends
+    assert [m.text for m in await host.history("c") if m.role == "user"] == ["first", "second"]
+    assert done.text == "first | second"

@@ -88,59 +88,81 @@ class HostedConversationAgent(BaseAgent):
         """
         del kwargs
         conversation_id = (session or self.create_session()).session_id
-        inputs = _new_input(messages)
-        if stream:
-            return self._stream(conversation_id, inputs)
-        return self._send(conversation_id, inputs)
-
-    async def _send(self, conversation_id: str, inputs: list[Message]) -> AgentResponse[Any]:
-        answers = _answers(inputs)
-        try:
-            if answers:
-                return await self.host.respond(conversation_id, answers, wait=True)
-            return await self.host.send(conversation_id, inputs, wait=True)
-        except PendingRequestsError as waiting:
-            return _waiting(waiting.requests)
-
-    def _stream(
-        self, conversation_id: str, inputs: list[Message]
-    ) -> ResponseStream[AgentResponseUpdate, AgentResponse[Any]]:
+        given = _messages_of(messages)
         final: list[AgentResponse[Any]] = []
-        if _answers(inputs):
-            updates = self._answered(conversation_id, inputs, final)
-        else:
-            updates = self._turn(conversation_id, inputs, final)
+        if not stream:
+            return self._send(conversation_id, given)
 
         def finish(seen: Sequence[AgentResponseUpdate]) -> AgentResponse[Any]:
             return final[-1] if final else AgentResponse.from_updates(list(seen))
 
-        return ResponseStream(updates, finalizer=finish)
+        return ResponseStream(self._updates(conversation_id, given, final), finalizer=finish)
 
-    async def _answered(
-        self, conversation_id: str, inputs: list[Message], final: list[AgentResponse[Any]]
-    ) -> AsyncIterator[AgentResponseUpdate]:
-        """Answers are not streamed: the rest of the turn comes as one update per message."""
-        result = await self._send(conversation_id, inputs)
-        final.append(result)
-        for message in result.messages:
-            yield _update(message)
+    async def _send(self, conversation_id: str, given: list[Message]) -> AgentResponse[Any]:
+        answered = await self._answer(conversation_id, given)
+        if answered is not None:
+            return answered
+        inputs = await self._new_input(conversation_id, given)
+        try:
+            return await self.host.send(conversation_id, inputs, wait=True)
+        except PendingRequestsError as waiting:
+            return _waiting(waiting.requests)
 
-    async def _turn(
-        self, conversation_id: str, inputs: list[Message], final: list[AgentResponse[Any]]
+    async def _updates(
+        self, conversation_id: str, given: list[Message], final: list[AgentResponse[Any]]
     ) -> AsyncIterator[AgentResponseUpdate]:
-        """The agents' updates as they come; a turn that waits ends with its requests."""
+        """The agents' updates as they come; answers and a waiting turn come as one update."""
+        answered = await self._answer(conversation_id, given)
+        if answered is not None:
+            final.append(answered)
+            for message in answered.messages:
+                yield _update(message)
+            return
+        inputs = await self._new_input(conversation_id, given)
         requests: list[Content] = []
         async for event in self.host.stream(conversation_id, inputs, wait=True):
             if event.type == "output" and isinstance(event.data, AgentResponseUpdate):
-                yield event.data
+                yield event.data  # a request the turn waits for comes in an update too
             elif event.type == "request_info" and isinstance(event.data, Content):
                 requests.append(event.data)
             elif event.type == HANDOFF_TURN_EVENT and isinstance(event.data, HandoffTurnResult):
                 final.append(event.data)
         if requests and not final:
-            waiting = _waiting(requests)
-            final.append(waiting)
-            yield _update(waiting.messages[0])
+            final.append(_waiting(requests))
+
+    async def _answer(
+        self, conversation_id: str, given: list[Message]
+    ) -> AgentResponse[Any] | None:
+        """When the conversation waits, the answers in ``given`` carried out.
+
+        A new message while it waits gets the requests again; ``None``: it waits for nothing.
+        """
+        pending = await self.host.pending(conversation_id)
+        if not pending:
+            return None
+        answers = _answers_to(pending, given)
+        if not answers:
+            return _waiting(pending)
+        result = await self.host.respond(conversation_id, answers, wait=True)
+        return _after_answers(result)
+
+    async def _new_input(self, conversation_id: str, given: list[Message]) -> list[Message]:
+        """The new user input: what follows the last reply in what the client sent.
+
+        Less what the store has already: a client resends its transcript after a failed turn.
+        """
+        new = _after_last_reply(given)
+        if not new:
+            raise ValueError(
+                "A run needs a new user message (or answers to the requests it waits for)."
+            )
+        if len(given) > 1:
+            stored = _after_last_reply(await self.host.history(conversation_id))
+            while stored and new and _same_text(stored[0], new[0]):
+                stored, new = stored[1:], new[1:]
+            if not new:
+                raise ValueError("Every message of the run is stored already; send a new one.")
+        return new
 
     @override
     def create_session(self, *, session_id: str | None = None) -> AgentSession:
@@ -163,30 +185,78 @@ def _messages_of(messages: Any) -> list[Message]:
     return found
 
 
-def _new_input(messages: Any) -> list[Message]:
-    """The new input of a run: the messages after the last reply in what the client sent."""
-    given = _messages_of(messages)
-    last_reply = max(
-        (i for i, m in enumerate(given) if m.role in ("assistant", "tool")), default=-1
-    )
-    new = given[last_reply + 1 :]
-    if not new:
-        raise ValueError(
-            "A run needs a new user message (or answers to the requests it waits for)."
-        )
-    return new
+def _after_last_reply(messages: Sequence[Message]) -> list[Message]:
+    """The messages after the last assistant or tool message."""
+    last = max((i for i, m in enumerate(messages) if m.role in ("assistant", "tool")), default=-1)
+    return list(messages[last + 1 :])
 
 
-def _answers(inputs: Sequence[Message]) -> dict[str, Content]:
-    """Answers to pending requests in the input, by request id (approvals, external results)."""
+def _same_text(a: Message, b: Message) -> bool:
+    return a.role == b.role and a.text == b.text
+
+
+def _answers_to(pending: Sequence[Content], given: Sequence[Message]) -> dict[str, Content]:
+    """The answers in ``given`` to ``pending`` requests, by request id (any message's role).
+
+    An approval is answered by a ``function_approval_response`` with the request's id; an
+    external call by a ``function_result`` with its call id.
+    """
+    ids = {str(request.id) for request in pending}
+    calls = {
+        str(request.call_id): str(request.id)
+        for request in pending
+        if request.type == "function_call" and request.call_id is not None
+    }
     answers: dict[str, Content] = {}
-    for message in inputs:
+    for message in given:
         for content in message.contents:
-            if content.type == "function_approval_response" and content.id is not None:
+            if content.type == "function_approval_response" and str(content.id) in ids:
                 answers[str(content.id)] = content
-            elif content.type == "function_result" and content.call_id is not None:
-                answers[str(content.call_id)] = content
+            elif content.type == "function_result" and str(content.call_id) in calls:
+                answers[calls[str(content.call_id)]] = content
     return answers
+
+
+def _after_answers(result: HandoffTurnResult) -> HandoffTurnResult:
+    """The turn's result with what came after the answers only: not the requests again.
+
+    The turn's messages start with the response that asked; the answers (the approvals, the
+    tool results they led to) follow it, then what the agents wrote since.
+    """
+    messages = list(result.messages)
+    answered = next(
+        (
+            i
+            for i, m in enumerate(messages)
+            if any(c.type in ("function_approval_response", "function_result") for c in m.contents)
+        ),
+        None,
+    )
+    if answered is None:
+        return result
+    end = answered
+    while (
+        end < len(messages)
+        and messages[end].role in ("user", "tool")
+        and any(
+            c.type in ("function_approval_response", "function_result")
+            for c in messages[end].contents
+        )
+    ):
+        end += 1
+    return HandoffTurnResult(
+        messages=messages[end:],
+        active_agent=result.active_agent,
+        handoffs=result.handoffs,
+        escalation=result.escalation,
+        conversation=result.conversation,
+        status=result.status,
+        timeout=result.timeout,
+        abandoned=result.abandoned,
+        recovered=result.recovered,
+        trace=result.trace,
+        delegations=result.delegations,
+    )
 
 
 def _waiting(requests: Sequence[Content]) -> AgentResponse[Any]:

@@ -426,6 +426,13 @@ class ConversationHost:
             self._last_step(host, idempotency_key)
             await workflow.run(ReissueRequests())
             responses = _by_request_id(answers, host.pending_requests)
+            waiting = {str(request.id) for request in host.pending_requests}
+            unknown = sorted(set(responses) - waiting)
+            if unknown:  # the caller's mistake, not the turn's: not counted as a failure
+                raise HandoffBuilderError(
+                    f"Conversation {conversation_id!r} waits for no request with id "
+                    f"{', '.join(map(repr, unknown))}; it waits for {sorted(waiting)}."
+                )
             events = await self._attempt(workflow, host, responses=responses)
             result = _turn_result(conversation_id, host, events)
             self._keep(conversation_id, workflow, host)
@@ -475,6 +482,22 @@ class ConversationHost:
                 raise
             if not host.turn_open:
                 self._keep(conversation_id, workflow, host)
+
+    async def pending(self, conversation_id: str) -> list[Content]:
+        """The requests the conversation waits for (approvals, external calls), in order.
+
+        Empty when it waits for nothing; answer them with :meth:`respond`.
+        """
+        check_conversation_id(conversation_id)
+        record = await self.store.load(conversation_id)
+        if record is None:
+            return []
+        pending = _host_state(record).pending
+        if pending is None:
+            return []
+        answered = set(pending.answers)
+        requests = [Content.from_dict(item) for item in pending.requests]
+        return [request for request in requests if str(request.id) not in answered]
 
     async def history(self, conversation_id: str) -> list[Message]:
         """The stored conversation, every message in order (empty for an unknown id).

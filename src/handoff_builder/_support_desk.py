@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from typing import Any, TextIO, cast
 
 from agent_framework import Agent, AgentResponseUpdate
@@ -182,7 +182,7 @@ async def stream_turn(
 async def chat(
     host: ConversationHost,
     conversation_id: str,
-    lines: Iterable[str],
+    lines: Iterable[str] | AsyncIterable[str],
     out: TextIO | None = None,
 ) -> int:
     """Send each line as a user message and print the turn as it happens.
@@ -201,7 +201,7 @@ async def chat(
         file=sink,
     )
     turns = 0
-    for line in lines:
+    async for line in _each(lines):
         text = line.strip()
         if text.lower() in ("exit", "quit"):
             break
@@ -210,3 +210,12 @@ async def chat(
         await stream_turn(host, conversation_id, text, sink)
         turns += 1
     return turns
+
+
+async def _each(lines: Iterable[str] | AsyncIterable[str]) -> AsyncIterator[str]:
+    if isinstance(lines, AsyncIterable):
+        async for line in lines:
+            yield line
+    else:
+        for line in lines:
+            yield line

@@ -6,7 +6,8 @@ import argparse
 import asyncio
 import inspect
 import sys
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING
 
 from .exceptions import HandoffBuilderError
@@ -161,14 +162,31 @@ def _graph(spec: str | None, workflow: str) -> None:
         sys.stderr.write(f"handoff-builder: lint: {finding}\n")
 
 
-def _stdin_lines() -> Iterator[str]:
+async def _stdin_lines() -> AsyncIterator[str]:
+    """Lines of standard input, read in a daemon thread.
+
+    The event loop stays free, so Ctrl-C at the prompt reaches it at once, and a reader blocked
+    on the terminal never holds up the exit.
+    """
+    loop = asyncio.get_running_loop()
+    lines: asyncio.Queue[str | None] = asyncio.Queue()
+
+    def read() -> None:
+        try:
+            while line := sys.stdin.readline():
+                loop.call_soon_threadsafe(lines.put_nowait, line)
+        except (OSError, ValueError):  # stdin closed under the reader
+            pass
+        loop.call_soon_threadsafe(lines.put_nowait, None)
+
+    threading.Thread(target=read, name="handoff-builder-stdin", daemon=True).start()
     interactive = sys.stdin.isatty()
     while True:
         if interactive:
             sys.stdout.write("> ")
             sys.stdout.flush()
-        line = sys.stdin.readline()
-        if not line:
+        line = await lines.get()
+        if line is None:
             return
         yield line
 
