@@ -5,8 +5,8 @@ Run with: python samples/tutors_handoff.py [--provider scripted|openai|azure]
 The shape of the canonical .NET sample, ported as written there:
 ``WithHandoffs(triage, [mathTutor, historyTutor]).WithHandoffs([mathTutor, historyTutor], triage)``.
 The agents are plain ``agent_framework.Agent``s; the conversation is a console loop over a few
-questions, streamed: each agent's reply is printed as it is written and each handoff when it
-happens, in the order they happen.
+questions, streamed: each agent's reply (once it is complete) and each handoff are printed in the
+order they happen.
 """
 
 from __future__ import annotations

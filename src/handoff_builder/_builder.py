@@ -499,7 +499,8 @@ class HandoffWorkflowBuilder:
         own superstep, so a checkpoint is taken after every hop, and
         ``workflow.run(checkpoint_id=...)`` restores from ``storage``. A run may still pass a
         ``checkpoint_storage`` of its own. Hosted conversations keep their state in their store
-        either way.
+        either way, and do not read these checkpoints: give a ``ConversationHost`` a builder
+        without one, or every hosted turn writes checkpoints nothing reads.
         """
         self._config.checkpoint_storage = storage
         return self

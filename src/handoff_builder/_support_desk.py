@@ -163,7 +163,7 @@ class _Printer:
 async def stream_turn(
     host: ConversationHost, conversation_id: str, text: str, out: TextIO
 ) -> HandoffTurnResult | None:
-    """One turn, printed as it happens (a turn finished first, after a crash, is printed too)."""
+    """One turn, printed as it happens (``chat`` prints a turn it finished first itself)."""
     printer = _Printer(out)
     result: HandoffTurnResult | None = None
     async for event in host.stream(conversation_id, text, wait=True):
