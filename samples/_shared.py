@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import re
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -96,11 +96,16 @@ def make_agent(
     )
 
 
-def run_sample(doc: str | None, main: Callable[[str], Coroutine[Any, Any, object]]) -> None:
+def run_sample(
+    doc: str | None,
+    main: Callable[..., Coroutine[Any, Any, object]],
+    flags: Mapping[str, str] | None = None,
+) -> None:
     """Run a sample's ``main`` with the ``--provider`` of the command line.
 
-    ``--help`` shows the sample's first paragraph; a provider that is not set up is a one-line
-    error (exit status 1), not a traceback.
+    ``flags`` are the sample's own switches (name -> help), passed to ``main`` as keyword
+    arguments. ``--help`` shows the sample's first paragraph; a provider that is not set up is
+    a one-line error (exit status 1), not a traceback.
     """
     parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
     parser.add_argument(
@@ -109,9 +114,12 @@ def run_sample(doc: str | None, main: Callable[[str], Coroutine[Any, Any, object
         default="scripted",
         help="the model behind the agents (default: scripted, offline)",
     )
-    provider = parser.parse_args().provider
+    for flag, help_text in (flags or {}).items():
+        parser.add_argument(f"--{flag}", action="store_true", help=help_text)
+    arguments = vars(parser.parse_args())
+    provider = arguments.pop("provider")
     try:
-        asyncio.run(main(provider))
+        asyncio.run(main(provider, **arguments))
     except HandoffBuilderError as error:
         raise SystemExit(f"{Path(sys.argv[0]).stem}: {error}") from None
 

@@ -14,16 +14,18 @@ trace (with who decided each step).
 
 from __future__ import annotations
 
-import argparse
-import asyncio
+import sys
 from collections.abc import Sequence
-from typing import Any, cast
+from pathlib import Path
 
 from agent_framework import Agent, Workflow
 
-from handoff_builder import HandoffBuilderError, HandoffTurnResult, HandoffWorkflowBuilder
-from handoff_builder.providers import PROVIDERS, agent_options, chat_client
-from handoff_builder.testing import ScriptedChatClient, ScriptStep, call_tool, handoff_to, reply
+from handoff_builder import HandoffTurnResult, HandoffWorkflowBuilder
+from handoff_builder.testing import ScriptStep, call_tool, handoff_to, reply
+
+if __package__ in (None, ""):  # python samples/<name>.py: the samples package is one level up
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from samples._shared import make_agent, run_sample
 
 QUESTION = "I returned order A-7 after 40 days. Can I still get my 80 EUR back?"
 POLICY = "Returns within 60 days are refunded in full; after that, store credit only."
@@ -34,15 +36,8 @@ def agent(
     provider: str, name: str, instructions: str, script: Sequence[ScriptStep], description: str
 ) -> Agent:
     """An agent on a real provider, or on a scripted model that plays ``script`` (offline)."""
-    client: Any = (
-        ScriptedChatClient(*script, name=name) if provider == "scripted" else chat_client(provider)
-    )
-    return Agent(
-        client=client,
-        name=name,
-        instructions=instructions,
-        description=description,
-        default_options=cast(Any, agent_options()),  # a cap on output tokens
+    return make_agent(
+        name, provider=provider, instructions=instructions, script=script, description=description
     )
 
 
@@ -141,14 +136,4 @@ async def main(provider: str = "scripted") -> tuple[HandoffTurnResult, HandoffTu
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument(
-        "--provider",
-        choices=PROVIDERS,
-        default="scripted",
-        help="the model behind the agents (default: scripted, offline)",
-    )
-    try:
-        asyncio.run(main(parser.parse_args().provider))
-    except HandoffBuilderError as error:  # a provider that is not set up, say: one line
-        raise SystemExit(f"delegate_or_handoff: {error}") from None
+    run_sample(__doc__, main)

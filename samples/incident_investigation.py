@@ -17,21 +17,23 @@ answers.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
+import sys
 from collections.abc import Sequence
-from typing import Any, cast
+from pathlib import Path
+from typing import Any
 
 from agent_framework import Agent, Content, Workflow, tool
 
 from handoff_builder import (
-    HandoffBuilderError,
     HandoffTurnResult,
     HandoffWorkflowBuilder,
     RoutingStep,
 )
-from handoff_builder.providers import PROVIDERS, agent_options, chat_client
-from handoff_builder.testing import ScriptedChatClient, ScriptStep, call_tool, handoff_to, reply
+from handoff_builder.testing import ScriptStep, call_tool, handoff_to, reply
+
+if __package__ in (None, ""):  # python samples/<name>.py: the samples package is one level up
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from samples._shared import make_agent, run_sample
 
 INCIDENT = "The catalog service shows stale prices since 09:12. Please investigate and fix it."
 BROAD_FLUSH = "Plan: flush the whole cache on every node now."
@@ -72,16 +74,13 @@ def agent(
     tools: list[Any] | None = None,
 ) -> Agent:
     """An agent on a real provider, or on a scripted model that plays ``script`` (offline)."""
-    client: Any = (
-        ScriptedChatClient(*script, name=name) if provider == "scripted" else chat_client(provider)
-    )
-    return Agent(
-        client=client,
-        name=name,
+    return make_agent(
+        name,
+        provider=provider,
         instructions=instructions,
+        script=script,
         description=description,
         tools=tools,
-        default_options=cast(Any, agent_options()),  # a cap on output tokens
     )
 
 
@@ -234,18 +233,4 @@ async def main(provider: str = "scripted", *, stubborn: bool = False) -> list[Ha
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument(
-        "--provider",
-        choices=PROVIDERS,
-        default="scripted",
-        help="the model behind the agents (default: scripted, offline)",
-    )
-    parser.add_argument(
-        "--stubborn", action="store_true", help="the planner insists: the review escalates"
-    )
-    arguments = parser.parse_args()
-    try:
-        asyncio.run(main(arguments.provider, stubborn=arguments.stubborn))
-    except HandoffBuilderError as error:  # a provider that is not set up, say: one line
-        raise SystemExit(f"incident_investigation: {error}") from None
+    run_sample(__doc__, main, {"stubborn": "the planner insists: the review escalates"})

@@ -11,21 +11,24 @@ order they happen.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import re
+import sys
+from pathlib import Path
 from typing import Any, cast
 
 from agent_framework import Agent, AgentResponseUpdate, Workflow
 
 from handoff_builder import (
     HANDOFF_EVENT,
-    HandoffBuilderError,
     HandoffEvent,
     HandoffWorkflowBuilder,
 )
-from handoff_builder.providers import PROVIDERS, agent_options, chat_client
+from handoff_builder.providers import agent_options, chat_client
 from handoff_builder.testing import ModelCall, ScriptedChatClient, Step, handoff_to, reply
+
+if __package__ in (None, ""):  # python samples/<name>.py: the samples package is one level up
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from samples._shared import run_sample
 
 QUESTIONS = (
     "What is 12 times 7?",
@@ -135,14 +138,4 @@ async def main(provider: str = "scripted") -> list[str]:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument(
-        "--provider",
-        choices=PROVIDERS,
-        default="scripted",
-        help="the model behind the agents (default: scripted, offline)",
-    )
-    try:
-        asyncio.run(main(parser.parse_args().provider))
-    except HandoffBuilderError as error:  # a provider that is not set up, say: one line
-        raise SystemExit(f"tutors_handoff: {error}") from None
+    run_sample(__doc__, main)

@@ -609,12 +609,13 @@ class GroupChatHost(Executor):
                     await self._emit(decision.events, ctx)
                     decision = self._past_invocation_cap(decision)
                     break
-                turn = replace(turn, invocations=turn.invocations + 1)
-            starts = not carrying_on  # a new invocation: its messages start after its input
+                # A new invocation: its own messages start after its input.
+                since = len(self._history) + len(decision.input)
+                turn = replace(turn, invocations=turn.invocations + 1, since=since)
             carrying_on = False
+            self._turn = turn
             if decision.input:
                 self._history.extend(decision.input)
-            self._turn = replace(turn, since=len(self._history)) if starts else turn
             self._next, self._next_closed = decision.agent, decision.last
             await self._record()  # the next agent is saved before it is called
             await self._emit(decision.events, ctx)

@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 __all__ = ["HostedConversationAgent"]
 
+_ANSWERS = frozenset({"function_approval_response", "function_result"})
+
 
 class HostedConversationAgent(BaseAgent):
     """A :class:`~handoff_builder.ConversationHost` as an agent: one conversation per session.
@@ -120,13 +122,18 @@ class HostedConversationAgent(BaseAgent):
             return
         inputs = await self._new_input(conversation_id, given)
         requests: list[Content] = []
-        async for event in self.host.stream(conversation_id, inputs, wait=True):
-            if event.type == "output" and isinstance(event.data, AgentResponseUpdate):
-                yield event.data  # a request the turn waits for comes in an update too
-            elif event.type == "request_info" and isinstance(event.data, Content):
-                requests.append(event.data)
-            elif event.type == HANDOFF_TURN_EVENT and isinstance(event.data, HandoffTurnResult):
-                final.append(event.data)
+        try:
+            async for event in self.host.stream(conversation_id, inputs, wait=True):
+                if event.type == "output" and isinstance(event.data, AgentResponseUpdate):
+                    yield event.data  # a request the turn waits for comes in an update too
+                elif event.type == "request_info" and isinstance(event.data, Content):
+                    requests.append(event.data)
+                elif event.type == HANDOFF_TURN_EVENT and isinstance(event.data, HandoffTurnResult):
+                    final.append(event.data)
+        except PendingRequestsError as waiting:  # a new message while the turn waits
+            final.append(_waiting(waiting.requests))
+            yield _update(final[-1].messages[0])
+            return
         if requests and not final:
             final.append(_waiting(requests))
 
@@ -135,14 +142,17 @@ class HostedConversationAgent(BaseAgent):
     ) -> AgentResponse[Any] | None:
         """When the conversation waits, the answers in ``given`` carried out.
 
-        A new message while it waits gets the requests again; ``None``: it waits for nothing.
+        ``None`` when ``given`` answers nothing (a new message while the turn waits gets the
+        requests again from ``send``/``stream``), or when nothing waits.
         """
+        if not any(c.type in _ANSWERS for m in given for c in m.contents):
+            return None  # nothing to look up: the store is read once, by the turn
         pending = await self.host.pending(conversation_id)
         if not pending:
             return None
         answers = _answers_to(pending, given)
         if not answers:
-            return _waiting(pending)
+            return None
         result = await self.host.respond(conversation_id, answers, wait=True)
         return _after_answers(result)
 
@@ -156,7 +166,7 @@ class HostedConversationAgent(BaseAgent):
             raise ValueError(
                 "A run needs a new user message (or answers to the requests it waits for)."
             )
-        if len(given) > 1:
+        if len(new) > 1:  # only a turn that failed leaves user messages unanswered in the store
             stored = _after_last_reply(await self.host.history(conversation_id))
             while stored and new and _same_text(stored[0], new[0]):
                 stored, new = stored[1:], new[1:]
@@ -225,11 +235,7 @@ def _after_answers(result: HandoffTurnResult) -> HandoffTurnResult:
     """
     messages = list(result.messages)
     answered = next(
-        (
-            i
-            for i, m in enumerate(messages)
-            if any(c.type in ("function_approval_response", "function_result") for c in m.contents)
-        ),
+        (i for i, m in enumerate(messages) if any(c.type in _ANSWERS for c in m.contents)),
         None,
     )
     if answered is None:
@@ -238,10 +244,7 @@ def _after_answers(result: HandoffTurnResult) -> HandoffTurnResult:
     while (
         end < len(messages)
         and messages[end].role in ("user", "tool")
-        and any(
-            c.type in ("function_approval_response", "function_result")
-            for c in messages[end].contents
-        )
+        and any(c.type in _ANSWERS for c in messages[end].contents)
     ):
         end += 1
     return HandoffTurnResult(

@@ -99,27 +99,6 @@ def _never_called(**_: object) -> str:  # pragma: no cover - the middleware inte
     raise RuntimeError("review tools are intercepted by ReviewToolMiddleware and never executed")
 
 
-@functools.lru_cache(maxsize=2)
-def review_tools() -> tuple[HandoffTool, HandoffTool]:
-    """The reviewer's two tools (one pair, shared: they hold no state)."""
-    return (
-        HandoffTool(
-            name=APPROVE_TOOL,
-            description=ReviewApproval.__doc__ or APPROVE_TOOL,
-            func=_never_called,
-            input_model=ReviewApproval,
-            approval_mode="never_require",
-        ),
-        HandoffTool(
-            name=REQUEST_CHANGES_TOOL,
-            description=ReviewChanges.__doc__ or REQUEST_CHANGES_TOOL,
-            func=_never_called,
-            input_model=ReviewChanges,
-            approval_mode="never_require",
-        ),
-    )
-
-
 REVIEW_TOOL_KINDS: Mapping[str, VerdictKind] = {
     APPROVE_TOOL: "approve",
     REQUEST_CHANGES_TOOL: "request_changes",
@@ -128,6 +107,21 @@ _MODELS: Mapping[str, type[BaseModel]] = {
     APPROVE_TOOL: ReviewApproval,
     REQUEST_CHANGES_TOOL: ReviewChanges,
 }
+
+
+@functools.lru_cache(maxsize=1)
+def review_tools() -> tuple[HandoffTool, ...]:
+    """The reviewer's two tools (one pair, shared: they hold no state)."""
+    return tuple(
+        HandoffTool(
+            name=name,
+            description=model.__doc__ or name,
+            func=_never_called,
+            input_model=model,
+            approval_mode="never_require",
+        )
+        for name, model in _MODELS.items()
+    )
 
 
 def judge(name: str, arguments: object, call_id: str) -> tuple[ReviewVerdict | None, str]:
