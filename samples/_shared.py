@@ -1,4 +1,4 @@
-"""What the samples share: an agent for a provider, printing a turn, the seed prompts."""
+"""What the samples share: a chat client for a provider, printing a turn, the seed prompts."""
 
 from __future__ import annotations
 
@@ -6,15 +6,15 @@ import argparse
 import asyncio
 import re
 import sys
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any, cast
 
-from agent_framework import Agent, Workflow
+from agent_framework import Workflow
 
 from handoff_builder import HandoffBuilderError, HandoffTurnResult
 from handoff_builder.providers import PROVIDERS, agent_options, chat_client
-from handoff_builder.testing import ModelCall, ScriptStep, Step, scripted_agent
+from handoff_builder.testing import ModelCall, ScriptedChatClient, ScriptStep, Step
 
 # The seed's prompts (shared/seeds, "Handoffs"), filled in by render().
 TRIAGE = """You are the front desk for {{company}}. Greet the user and work out what
@@ -66,34 +66,26 @@ def render(template: str, **values: str) -> str:
     return re.sub(r"\{\{(\w+)\}\}", fill, template)
 
 
-def make_agent(
-    name: str,
-    *,
+def sample_client(
     provider: str,
-    instructions: str,
-    description: str | None = None,
-    script: Sequence[ScriptStep] = (),
+    name: str,
+    *script: ScriptStep,
     respond_with: Callable[[ModelCall], Step] | None = None,
-    tools: Sequence[Any] | None = None,
-) -> Agent:
-    """An agent on the chosen provider; offline (``scripted``) it plays ``script``."""
+) -> Any:
+    """The chat client for an agent of a sample: ``Agent(client=sample_client(...), ...)``.
+
+    Offline (``scripted``) it is a :class:`ScriptedChatClient` named ``name`` that plays
+    ``script``, then answers with ``respond_with``; on a real provider it is that provider's
+    client, and ``script`` and ``respond_with`` are not used.
+    """
     if provider == "scripted":
-        return scripted_agent(
-            name,
-            *script,
-            instructions=instructions,
-            description=description,
-            tools=tools,
-            respond_with=respond_with,
-        )
-    return Agent(
-        client=chat_client(provider),
-        name=name,
-        instructions=instructions,
-        description=description,
-        tools=list(tools) if tools else None,
-        default_options=cast(Any, agent_options()),  # a cap on output tokens
-    )
+        return ScriptedChatClient(*script, name=name, respond_with=respond_with)
+    return chat_client(provider)
+
+
+def sample_options() -> Any:
+    """The agents' ``default_options``: a cap on output tokens (see ``agent_options``)."""
+    return cast(Any, agent_options())
 
 
 def run_sample(

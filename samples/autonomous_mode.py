@@ -11,33 +11,40 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from agent_framework import Agent
+
 from handoff_builder import HandoffTurnResult, HandoffWorkflowBuilder
 from handoff_builder.testing import handoff_to, reply
 
 if __package__ in (None, ""):  # python samples/<name>.py: the samples package is one level up
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from samples._shared import make_agent, run_sample, run_turn, show
+from samples._shared import run_sample, run_turn, sample_client, sample_options, show
 
 
 async def main(provider: str = "scripted") -> HandoffTurnResult:
-    researcher = make_agent(
-        "researcher",
-        provider=provider,
-        instructions="Research the question step by step, then hand your notes to the writer.",
-        script=[
+    options = sample_options()  # a cap on output tokens
+    researcher = Agent(
+        client=sample_client(
+            provider,
+            "researcher",
             reply("Step 1: heat pumps move heat instead of making it."),
             reply("Step 2: their efficiency (COP) is typically 3 to 4."),
             handoff_to("writer", goal="Explain why heat pumps are efficient, from my notes."),
-        ],
+        ),
+        name="researcher",
+        instructions="Research the question step by step, then hand your notes to the writer.",
+        default_options=options,
     )
-    writer = make_agent(
-        "writer",
-        provider=provider,
-        description="Writes the final answer for the user.",
+    writer = Agent(
+        client=sample_client(
+            provider,
+            "writer",
+            reply("Heat pumps move heat rather than create it, so 1 kWh gives 3-4 kWh of heat."),
+        ),
+        name="writer",
         instructions="Write a short, clear answer from the researcher's notes.",
-        script=[
-            reply("Heat pumps move heat rather than create it, so 1 kWh gives 3-4 kWh of heat.")
-        ],
+        description="Writes the final answer for the user.",
+        default_options=options,
     )
     workflow = (
         HandoffWorkflowBuilder(researcher)

@@ -25,7 +25,7 @@ from handoff_builder.testing import ScriptStep, call_tool, handoff_to, reply
 
 if __package__ in (None, ""):  # python samples/<name>.py: the samples package is one level up
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from samples._shared import make_agent, run_sample
+from samples._shared import run_sample, sample_client, sample_options
 
 QUESTION = "I returned order A-7 after 40 days. Can I still get my 80 EUR back?"
 POLICY = "Returns within 60 days are refunded in full; after that, store credit only."
@@ -36,8 +36,12 @@ def agent(
     provider: str, name: str, instructions: str, script: Sequence[ScriptStep], description: str
 ) -> Agent:
     """An agent on a real provider, or on a scripted model that plays ``script`` (offline)."""
-    return make_agent(
-        name, provider=provider, instructions=instructions, script=script, description=description
+    return Agent(
+        client=sample_client(provider, name, *script),
+        name=name,
+        instructions=instructions,
+        description=description,
+        default_options=sample_options(),  # a cap on output tokens
     )
 
 

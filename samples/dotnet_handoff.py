@@ -22,7 +22,7 @@ from handoff_builder.testing import handoff_to, reply
 
 if __package__ in (None, ""):  # python samples/<name>.py: the samples package is one level up
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from samples._shared import make_agent, run_sample
+from samples._shared import run_sample, sample_client, sample_options
 
 SCRIPTED_MESSAGES = (
     "I need a flight from Oslo to Lisbon on May 3rd.",
@@ -32,30 +32,39 @@ SCRIPTED_MESSAGES = (
 
 
 def agents(provider: str) -> tuple[Agent, list[Agent]]:
-    intake = make_agent(
-        "intake",
-        provider=provider,
+    options = sample_options()  # a cap on output tokens
+    intake = Agent(
+        client=sample_client(
+            provider,
+            "intake",
+            handoff_to("flights", goal="Book a flight Oslo to Lisbon on May 3rd."),
+        ),
+        name="intake",
         instructions="You greet travellers and hand their request to the right expert.",
         description="Greets the traveller and routes the request.",
-        script=[handoff_to("flights", goal="Book a flight Oslo to Lisbon on May 3rd.")],
+        default_options=options,
     )
-    flights = make_agent(
-        "flights",
-        provider=provider,
-        instructions="You book flights. Ask for what you need; hand hotel questions to hotels.",
-        description="Flight bookings and changes.",
-        script=[
+    flights = Agent(
+        client=sample_client(
+            provider,
+            "flights",
             reply("Which cabin class, and how many travellers?"),
             reply("Booked: OSL to LIS, May 3rd, 09:40, economy, 1 adult."),
             handoff_to("hotels", goal="Two nights near Lisbon's old town from May 3rd."),
-        ],
+        ),
+        name="flights",
+        instructions="You book flights. Ask for what you need; hand hotel questions to hotels.",
+        description="Flight bookings and changes.",
+        default_options=options,
     )
-    hotels = make_agent(
-        "hotels",
-        provider=provider,
+    hotels = Agent(
+        client=sample_client(
+            provider, "hotels", reply("Booked: Casa Alfama, May 3rd to 5th, two nights.")
+        ),
+        name="hotels",
         instructions="You book hotels. Hand flight questions to flights.",
         description="Hotel bookings.",
-        script=[reply("Booked: Casa Alfama, May 3rd to 5th, two nights.")],
+        default_options=options,
     )
     return intake, [flights, hotels]
 

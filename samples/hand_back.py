@@ -12,6 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from agent_framework import Agent
+
 from handoff_builder import HandoffTurnResult, HandoffWorkflowBuilder
 from handoff_builder.testing import call_tool, handoff_to, reply, respond
 
@@ -20,10 +22,11 @@ if __package__ in (None, ""):  # python samples/<name>.py: the samples package i
 from samples._shared import (
     SPECIALIST_HAND_BACK,
     TRIAGE_HAND_BACK,
-    make_agent,
     render,
     run_sample,
     run_turn,
+    sample_client,
+    sample_options,
     show,
 )
 
@@ -32,33 +35,48 @@ QUESTION = "Please refund last month's double charge. Also, the app crashes when
 
 
 async def main(provider: str = "scripted") -> HandoffTurnResult:
-    triage = make_agent(
-        "triage",
-        provider=provider,
+    options = sample_options()  # a cap on output tokens
+    triage = Agent(
+        client=sample_client(
+            provider,
+            "triage",
+            handoff_to(
+                "billing",
+                goal="Refund the double charge; the app also crashes.",
+                tool_name="transfer_to_billing",
+            ),
+            handoff_to(
+                "tech",
+                goal="The app crashes when the user opens a bill.",
+                tool_name="transfer_to_tech",
+            ),
+        ),
+        name="triage",
         instructions=render(TRIAGE_HAND_BACK, company=COMPANY),
-        script=[
-            handoff_to("billing", goal="Refund the double charge; the app also crashes.",
-                       tool_name="transfer_to_billing"),
-            handoff_to("tech", goal="The app crashes when the user opens a bill.",
-                       tool_name="transfer_to_tech"),
-        ],
-    )  # fmt: skip
-    billing = make_agent(
-        "billing",
-        provider=provider,
-        instructions=render(SPECIALIST_HAND_BACK, role="billing", company=COMPANY),
-        script=[
+        default_options=options,
+    )
+    billing = Agent(
+        client=sample_client(
+            provider,
+            "billing",
             respond(
                 "I've refunded the double charge.",
                 call_tool("transfer_back_to_triage", summary="refund done; crash still open"),
-            )
-        ],
+            ),
+        ),
+        name="billing",
+        instructions=render(SPECIALIST_HAND_BACK, role="billing", company=COMPANY),
+        default_options=options,
     )
-    tech = make_agent(
-        "tech",
-        provider=provider,
+    tech = Agent(
+        client=sample_client(
+            provider,
+            "tech",
+            reply("Update the app to version 4.2: the crash on opening bills is fixed there."),
+        ),
+        name="tech",
         instructions=render(SPECIALIST_HAND_BACK, role="tech", company=COMPANY),
-        script=[reply("Update the app to version 4.2: the crash on opening bills is fixed there.")],
+        default_options=options,
     )
     workflow = (
         HandoffWorkflowBuilder(triage)

@@ -11,12 +11,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from agent_framework import Agent
+
 from handoff_builder import HandoffWorkflowBuilder
 from handoff_builder.testing import handoff_to, reply
 
 if __package__ in (None, ""):  # python samples/<name>.py: the samples package is one level up
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from samples._shared import make_agent, run_sample
+from samples._shared import run_sample, sample_client, sample_options
 
 TURNS = (
     "My router keeps dropping the connection.",
@@ -26,22 +28,29 @@ TURNS = (
 
 
 async def main(provider: str = "scripted") -> list[str]:
-    triage = make_agent(
-        "triage",
-        provider=provider,
+    options = sample_options()  # a cap on output tokens
+    triage = Agent(
+        client=sample_client(
+            provider,
+            "triage",
+            handoff_to("tech", goal="The user's router keeps dropping the connection."),
+        ),
+        name="triage",
         instructions="You are the front desk. Hand technical problems to tech.",
-        script=[handoff_to("tech", goal="The user's router keeps dropping the connection.")],
+        default_options=options,
     )
-    tech = make_agent(
-        "tech",
-        provider=provider,
-        description="Network and device problems.",
-        instructions="You fix network problems. Ask for the device model if you need it.",
-        script=[
+    tech = Agent(
+        client=sample_client(
+            provider,
+            "tech",
             reply("Which router model do you have?"),
             reply("For the X200, update the firmware to 3.1 and restart it."),
             reply("Glad to hear it! Anything else?"),
-        ],
+        ),
+        name="tech",
+        instructions="You fix network problems. Ask for the device model if you need it.",
+        description="Network and device problems.",
+        default_options=options,
     )
     support = (
         HandoffWorkflowBuilder(triage)

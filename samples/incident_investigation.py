@@ -33,7 +33,7 @@ from handoff_builder.testing import ScriptStep, call_tool, handoff_to, reply
 
 if __package__ in (None, ""):  # python samples/<name>.py: the samples package is one level up
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from samples._shared import make_agent, run_sample
+from samples._shared import run_sample, sample_client, sample_options
 
 INCIDENT = "The catalog service shows stale prices since 09:12. Please investigate and fix it."
 BROAD_FLUSH = "Plan: flush the whole cache on every node now."
@@ -74,13 +74,13 @@ def agent(
     tools: list[Any] | None = None,
 ) -> Agent:
     """An agent on a real provider, or on a scripted model that plays ``script`` (offline)."""
-    return make_agent(
-        name,
-        provider=provider,
+    return Agent(
+        client=sample_client(provider, name, *script),
+        name=name,
         instructions=instructions,
-        script=script,
         description=description,
         tools=tools,
+        default_options=sample_options(),  # a cap on output tokens
     )
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from agent_framework import Agent
+
 from handoff_builder import HandoffTurnResult, HandoffWorkflowBuilder
 from handoff_builder.testing import handoff_to, reply
 
@@ -19,10 +21,11 @@ if __package__ in (None, ""):  # python samples/<name>.py: the samples package i
 from samples._shared import (
     SPECIALIST,
     TRIAGE,
-    make_agent,
     render,
     run_sample,
     run_turn,
+    sample_client,
+    sample_options,
     show,
 )
 
@@ -31,43 +34,53 @@ QUESTION = "I was charged twice this month and I want my money back."
 
 
 async def main(provider: str = "scripted") -> HandoffTurnResult:
-    triage = make_agent(
-        "triage",
-        provider=provider,
-        instructions=render(TRIAGE, company=COMPANY),
-        script=[
+    options = sample_options()  # a cap on output tokens
+    triage = Agent(
+        client=sample_client(
+            provider,
+            "triage",
             handoff_to(
                 "billing",
                 goal="The user was charged twice and wants the extra charge back.",
                 tool_name="transfer_to_billing",
-            )
-        ],
+            ),
+        ),
+        name="triage",
+        instructions=render(TRIAGE, company=COMPANY),
+        default_options=options,
     )
-    billing = make_agent(
-        "billing",
-        provider=provider,
-        description="charges, invoices, plans",
+    billing = Agent(
+        client=sample_client(
+            provider,
+            "billing",
+            handoff_to(
+                "refunds", goal="Refund the duplicate charge.", tool_name="transfer_to_refunds"
+            ),
+        ),
+        name="billing",
         instructions=render(
             SPECIALIST, role="billing", company=COMPANY, handoff_tools="transfer_to_refunds"
         ),
-        script=[
-            handoff_to(
-                "refunds", goal="Refund the duplicate charge.", tool_name="transfer_to_refunds"
-            )
-        ],
+        description="charges, invoices, plans",
+        default_options=options,
     )
-    tech = make_agent(
-        "tech",
-        provider=provider,
-        description="errors, bugs, how-to questions",
+    tech = Agent(
+        client=sample_client(provider, "tech"),  # offline, never called in this conversation
+        name="tech",
         instructions=render(SPECIALIST, role="tech", company=COMPANY, handoff_tools="(none)"),
+        description="errors, bugs, how-to questions",
+        default_options=options,
     )
-    refunds = make_agent(
-        "refunds",
-        provider=provider,
-        description="refunds of duplicate or wrong charges",
+    refunds = Agent(
+        client=sample_client(
+            provider,
+            "refunds",
+            reply("Done: the duplicate charge is refunded; expect it within 3 days."),
+        ),
+        name="refunds",
         instructions=render(SPECIALIST, role="refunds", company=COMPANY, handoff_tools="(none)"),
-        script=[reply("Done: the duplicate charge is refunded; expect it within 3 days.")],
+        description="refunds of duplicate or wrong charges",
+        default_options=options,
     )
     workflow = (
         HandoffWorkflowBuilder(triage)

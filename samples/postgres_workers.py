@@ -10,6 +10,7 @@ active agent remembered between them.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import sys
@@ -21,6 +22,7 @@ from handoff_builder.stores import PostgresConversationStore
 from handoff_builder.testing import ModelCall, Step, handoff_to, reply, scripted_agent
 
 ROOT = Path(__file__).resolve().parent.parent
+DSN_VARIABLE = "HANDOFF_BUILDER_POSTGRES_DSN"
 
 
 def support_desk() -> HandoffWorkflowBuilder:
@@ -66,12 +68,28 @@ async def main(dsn: str) -> list[str]:
     return texts
 
 
+def parse_arguments() -> argparse.Namespace:
+    """The command line: nothing of its own but ``--help`` (``--worker`` is how a worker starts)."""
+    parser = argparse.ArgumentParser(
+        description=(__doc__ or "").split("\n\n")[0],
+        epilog=f"Set {DSN_VARIABLE} to the PostgreSQL address to use.",
+    )
+    parser.add_argument(  # internal: main() starts each worker process with it
+        "--worker",
+        nargs=4,
+        metavar=("DSN", "PREFIX", "CONVERSATION", "MESSAGE"),
+        help=argparse.SUPPRESS,
+    )
+    return parser.parse_args()
+
+
 if __name__ == "__main__":
-    if "--worker" in sys.argv:
-        asyncio.run(worker(*sys.argv[sys.argv.index("--worker") + 1 :][:4]))
+    arguments = parse_arguments()
+    if arguments.worker:
+        asyncio.run(worker(*arguments.worker))
     else:
-        address = os.environ.get("HANDOFF_BUILDER_POSTGRES_DSN")
+        address = os.environ.get(DSN_VARIABLE)
         if not address:
-            sys.exit("Set HANDOFF_BUILDER_POSTGRES_DSN to a PostgreSQL address, e.g. "
+            sys.exit(f"Set {DSN_VARIABLE} to a PostgreSQL address, e.g. "
                      "postgresql://postgres@127.0.0.1:5432/test")  # fmt: skip
         asyncio.run(main(address))

@@ -18,7 +18,7 @@ import sys
 from enum import Enum
 from pathlib import Path
 
-from agent_framework import Content
+from agent_framework import Agent, Content
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -31,7 +31,7 @@ from handoff_builder.testing import call_tool, reply
 
 if __package__ in (None, ""):  # python samples/<name>.py: the samples package is one level up
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from samples._shared import make_agent
+from samples._shared import sample_client, sample_options
 
 QUESTION = "I was charged twice for order A-1 (240 EUR). Please refund the duplicate."
 
@@ -101,25 +101,32 @@ def print_trace(spans: tuple[ReadableSpan, ...]) -> None:
 
 async def main(provider: str = "scripted", *, approve: bool = True) -> HandoffTurnResult:
     exporter = tracing()
-    billing = make_agent(
-        "billing",
-        provider=provider,
+    options = sample_options()  # a cap on output tokens
+    billing = Agent(
+        client=sample_client(
+            provider,
+            "billing",
+            call_tool("send_to_refunds", order_id="A-1", amount=-240, reason="duplicate charge"),
+            call_tool("send_to_refunds", order_id="A-1", amount=240, reason="duplicate charge"),
+            reply("The refund was not approved: a person will review it and call you."),
+        ),
+        name="billing",
         instructions=(
             "You are the billing agent. When a charge must be refunded, call send_to_refunds "
             "with the order id, the amount in EUR and the reason."
         ),
-        script=[
-            call_tool("send_to_refunds", order_id="A-1", amount=-240, reason="duplicate charge"),
-            call_tool("send_to_refunds", order_id="A-1", amount=240, reason="duplicate charge"),
-            reply("The refund was not approved: a person will review it and call you."),
-        ],
+        default_options=options,
     )
-    refunds = make_agent(
-        "refunds",
-        provider=provider,
+    refunds = Agent(
+        client=sample_client(
+            provider,
+            "refunds",
+            reply("Refunded 240.00 EUR for order A-1; you will see it in 3 days."),
+        ),
+        name="refunds",
         instructions="You are the refunds team. Confirm the refund you were handed.",
         description="pays refunds",
-        script=[reply("Refunded 240.00 EUR for order A-1; you will see it in 3 days.")],
+        default_options=options,
     )
     workflow = (
         HandoffWorkflowBuilder(billing)

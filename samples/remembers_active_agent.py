@@ -13,35 +13,54 @@ import sys
 import tempfile
 from pathlib import Path
 
+from agent_framework import Agent
+
 from handoff_builder import ConversationHost, HandoffTurnResult, HandoffWorkflowBuilder
 from handoff_builder.stores import SqliteConversationStore
 from handoff_builder.testing import handoff_to, reply
 
 if __package__ in (None, ""):  # python samples/<name>.py: the samples package is one level up
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from samples._shared import SPECIALIST, TRIAGE, make_agent, render, run_sample, show
+from samples._shared import (
+    SPECIALIST,
+    TRIAGE,
+    render,
+    run_sample,
+    sample_client,
+    sample_options,
+    show,
+)
 
 COMPANY = "Contoso"
 
 
 def support_desk(provider: str, *, first_run: bool) -> HandoffWorkflowBuilder:
-    triage = make_agent(
-        "triage",
-        provider=provider,
+    options = sample_options()  # a cap on output tokens
+    # Offline, the first run's models route and answer; after the restart, triage is not called.
+    triage_script = (
+        [handoff_to("billing", goal="Explain the March invoice.", tool_name="transfer_to_billing")]
+        if first_run
+        else []
+    )
+    billing_answer = (
+        "Your March invoice is 42 EUR: the plan plus one roaming day."
+        if first_run
+        else "It was paid by card on March 3rd."
+    )
+    triage = Agent(
+        client=sample_client(provider, "triage", *triage_script),
+        name="triage",
         instructions=render(TRIAGE, company=COMPANY),
-        script=[handoff_to("billing", goal="Explain the March invoice.",
-                           tool_name="transfer_to_billing")] if first_run else [],
-    )  # fmt: skip
-    billing = make_agent(
-        "billing",
-        provider=provider,
-        description="charges, invoices, plans",
+        default_options=options,
+    )
+    billing = Agent(
+        client=sample_client(provider, "billing", reply(billing_answer)),
+        name="billing",
         instructions=render(
             SPECIALIST, role="billing", company=COMPANY, handoff_tools="transfer_back_to_triage"
         ),
-        script=[reply("Your March invoice is 42 EUR: the plan plus one roaming day.")]
-        if first_run
-        else [reply("It was paid by card on March 3rd.")],
+        description="charges, invoices, plans",
+        default_options=options,
     )
     return (
         HandoffWorkflowBuilder(triage)

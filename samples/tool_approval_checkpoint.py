@@ -13,14 +13,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from agent_framework import FileCheckpointStorage, Workflow, tool
+from agent_framework import Agent, FileCheckpointStorage, Workflow, tool
 
 from handoff_builder import HANDOFF_TURN_EVENT, HandoffTurnResult, HandoffWorkflowBuilder
 from handoff_builder.testing import call_tool, handoff_to, reply
 
 if __package__ in (None, ""):  # python samples/<name>.py: the samples package is one level up
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from samples._shared import make_agent, run_sample, show
+from samples._shared import run_sample, sample_client, sample_options, show
 
 
 @tool(name="issue_refund", description="Refund an amount in EUR.", approval_mode="always_require")
@@ -29,21 +29,27 @@ def issue_refund(amount: float) -> str:
 
 
 def build(provider: str, *, first_run: bool) -> Workflow:
-    triage = make_agent(
-        "triage",
-        provider=provider,
-        instructions="Route refund requests to billing.",
-        script=[handoff_to("billing", goal="Refund 24.90 EUR.")] if first_run else [],
-    )
-    billing = make_agent(
-        "billing",
-        provider=provider,
-        description="charges and refunds",
-        instructions="Issue refunds with issue_refund.",
-        tools=[issue_refund],
-        script=[call_tool("issue_refund", amount=24.90)]
+    options = sample_options()  # a cap on output tokens
+    # Offline: before the restart the models route and call the tool; after it, billing answers.
+    triage_script = [handoff_to("billing", goal="Refund 24.90 EUR.")] if first_run else []
+    billing_step = (
+        call_tool("issue_refund", amount=24.90)
         if first_run
-        else [reply("Your refund of 24.90 EUR is on its way.")],
+        else reply("Your refund of 24.90 EUR is on its way.")
+    )
+    triage = Agent(
+        client=sample_client(provider, "triage", *triage_script),
+        name="triage",
+        instructions="Route refund requests to billing.",
+        default_options=options,
+    )
+    billing = Agent(
+        client=sample_client(provider, "billing", billing_step),
+        name="billing",
+        instructions="Issue refunds with issue_refund.",
+        description="charges and refunds",
+        tools=[issue_refund],
+        default_options=options,
     )
     return HandoffWorkflowBuilder(triage).with_handoff(triage, billing).with_name("refunds").build()
 

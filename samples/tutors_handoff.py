@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
 
 from agent_framework import Agent, AgentResponseUpdate, Workflow
 
@@ -23,12 +23,11 @@ from handoff_builder import (
     HandoffEvent,
     HandoffWorkflowBuilder,
 )
-from handoff_builder.providers import agent_options, chat_client
-from handoff_builder.testing import ModelCall, ScriptedChatClient, Step, handoff_to, reply
+from handoff_builder.testing import ModelCall, Step, handoff_to, reply
 
 if __package__ in (None, ""):  # python samples/<name>.py: the samples package is one level up
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from samples._shared import run_sample
+from samples._shared import run_sample, sample_client, sample_options
 
 QUESTIONS = (
     "What is 12 times 7?",
@@ -44,7 +43,7 @@ def scripted_triage(call: ModelCall) -> Step:
     return handoff_to(target, goal=f"Answer: {question}")
 
 
-def scripted_tutor(subject: str, answers: dict[str, str]) -> Any:
+def scripted_tutor(subject: str, answers: dict[str, str]) -> Callable[[ModelCall], Step]:
     """Offline tutor: answers its own subject, hands the rest back to triage."""
 
     def respond(call: ModelCall) -> Step:
@@ -57,16 +56,10 @@ def scripted_tutor(subject: str, answers: dict[str, str]) -> Any:
     return respond
 
 
-def client(provider: str, name: str, scripted: Any) -> Any:
-    if provider == "scripted":
-        return ScriptedChatClient(name=name, respond_with=scripted)
-    return chat_client(provider)
-
-
 def tutors(provider: str) -> Workflow:
-    options = cast(Any, agent_options())
+    options = sample_options()  # a cap on output tokens
     triage = Agent(
-        client=client(provider, "triage", scripted_triage),
+        client=sample_client(provider, "triage", respond_with=scripted_triage),
         name="triage",
         instructions="You determine which agent to use based on the user's homework question. "
         "ALWAYS hand off to another agent.",
@@ -74,10 +67,12 @@ def tutors(provider: str) -> Workflow:
         default_options=options,
     )
     math_tutor = Agent(
-        client=client(
+        client=sample_client(
             provider,
             "math_tutor",
-            scripted_tutor("math", {"12 times 7": "12 x 7 = 84.", "144": "144 ÷ 12 = 12."}),
+            respond_with=scripted_tutor(
+                "math", {"12 times 7": "12 x 7 = 84.", "144": "144 ÷ 12 = 12."}
+            ),
         ),
         name="math_tutor",
         instructions="You provide help with math problems. Explain your reasoning at each step "
@@ -86,10 +81,10 @@ def tutors(provider: str) -> Workflow:
         default_options=options,
     )
     history_tutor = Agent(
-        client=client(
+        client=sample_client(
             provider,
             "history_tutor",
-            scripted_tutor("history", {"emperor": "Augustus, from 27 BC."}),
+            respond_with=scripted_tutor("history", {"emperor": "Augustus, from 27 BC."}),
         ),
         name="history_tutor",
         instructions="You provide assistance with historical queries. Explain important "

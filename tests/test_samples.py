@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,11 +15,13 @@ import pytest
 from handoff_builder.providers import ProviderConfigurationError
 from tests.stores import postgres_dsn
 
-SAMPLES = sorted(
-    path.stem
-    for path in (Path(__file__).resolve().parent.parent / "samples").glob("*.py")
-    if not path.stem.startswith("_")
-)
+SAMPLES_DIR = Path(__file__).resolve().parent.parent / "samples"
+SAMPLES = sorted(path.stem for path in SAMPLES_DIR.glob("*.py") if not path.stem.startswith("_"))
+
+# Samples whose agents are not the point: they build them with testing.scripted_agent on purpose.
+SCRIPTED_ON_PURPOSE = {
+    "postgres_workers": "about worker processes and the store, not agents; it needs no provider",
+}
 
 
 def test_every_sample_is_tested_and_documented() -> None:
@@ -25,6 +32,72 @@ def test_every_sample_is_tested_and_documented() -> None:
         module = importlib.import_module(f"samples.{name}")
         assert (module.__doc__ or "").split("\n\n")[1].startswith("Run with: ")
         assert f"{name}.py" in readme
+
+
+def _called(tree: ast.AST, name: str) -> list[ast.Call]:
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
+    ]
+
+
+def _imported(tree: ast.AST) -> set[str]:
+    return {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+
+
+def test_the_shared_module_builds_no_agents() -> None:
+    """``_shared`` gives a sample its chat client and options, never a ready-made agent."""
+    tree = ast.parse((SAMPLES_DIR / "_shared.py").read_text("utf-8"))
+    makers = {"Agent", "scripted_agent"}
+    assert not _imported(tree) & makers, "samples/_shared.py must not build agents for the samples"
+    assert not [call for maker in makers for call in _called(tree, maker)]
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_samples_build_plain_agents(name: str) -> None:
+    """A sample builds its agents as plain `Agent(client=..., name=..., ...)` calls, as in .NET."""
+    tree = ast.parse((SAMPLES_DIR / f"{name}.py").read_text("utf-8"))
+    helpers = {n for n in _imported(tree) if re.search(r"(^|_)agents?$", n)} - {"scripted_agent"}
+    assert not helpers, f"{name} imports agent-making helpers {helpers}; use Agent(...)"
+    agents, scripted = _called(tree, "Agent"), _called(tree, "scripted_agent")
+    if name in SCRIPTED_ON_PURPOSE:
+        assert scripted, f"{name} no longer uses scripted_agent: drop it from SCRIPTED_ON_PURPOSE"
+        return
+    assert not scripted, f"{name} builds agents with scripted_agent; use Agent(...)"
+    assert agents, f"{name} has no visible Agent(...) call"
+    for call in agents:
+        keywords = {keyword.arg for keyword in call.keywords}
+        assert {"client", "name", "instructions", "default_options"} <= keywords, (
+            f"{name}, line {call.lineno}: Agent(...) without client=, name=, instructions= "
+            "or default_options="
+        )
+
+
+def test_postgres_workers_help(tmp_path: Path) -> None:
+    script = SAMPLES_DIR / "postgres_workers.py"
+    ran = subprocess.run(  # noqa: S603 - our own interpreter and sample
+        [sys.executable, str(script), "--help"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert "two worker processes serve one conversation" in " ".join(ran.stdout.split())
+    assert "--worker" not in ran.stdout  # internal: how main() starts a worker
+    env = {k: v for k, v in os.environ.items() if k != "HANDOFF_BUILDER_POSTGRES_DSN"}
+    unset = subprocess.run(  # noqa: S603
+        [sys.executable, str(script)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert unset.returncode == 1
+    assert unset.stderr.strip().splitlines() == [
+        "Set HANDOFF_BUILDER_POSTGRES_DSN to a PostgreSQL address, e.g. "
+        "postgresql://postgres@127.0.0.1:5432/test"
+    ]
 
 
 async def test_pass_it_on() -> None:
