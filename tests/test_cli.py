@@ -1,10 +1,16 @@
-"""The handoff-builder command line: demo, chat and graph, as a new user would try them."""
+"""The handoff-builder command line: demo, chat and graph, as a new user would try them.
+
+The commands run in this process (``main(argv)``, standard input and output captured); only
+what needs a real process (the installed entry point, a real Ctrl-C) starts one.
+"""
 
 from __future__ import annotations
 
 import io
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -12,20 +18,56 @@ import pytest
 from handoff_builder.cli import main
 
 
-def run_cli(
-    *args: str, stdin: str = "", cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(  # noqa: S603 - this interpreter, our module
-        [sys.executable, "-m", "handoff_builder.cli", *args],
-        input=stdin, capture_output=True, text=True, check=False, timeout=60, cwd=cwd,
-    )  # fmt: skip
+@dataclass
+class Done:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Iterator[CliRunner]:
+    """Runs the command line in this process; modules it imports are forgotten afterwards."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    before = set(sys.modules)
+    yield CliRunner(monkeypatch, capsys)
+    for name in set(sys.modules) - before:
+        if name in ("my_desk", "exits", "approvals_desk", "warns"):
+            del sys.modules[name]
+
+
+class CliRunner:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        self.monkeypatch, self.capsys = monkeypatch, capsys
+
+    def __call__(self, *args: str, stdin: str = "", cwd: Path | None = None) -> Done:
+        if cwd is not None:
+            self.monkeypatch.chdir(cwd)
+        self.monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+        self.capsys.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as exit_:  # argparse: --help, --version, a usage error
+            code = exit_.code if isinstance(exit_.code, int) else 1
+        out = self.capsys.readouterr()
+        return Done(code, out.out, out.err)
 
 
 @pytest.mark.parametrize("command", [[], ["demo"], ["chat"], ["graph"]])
-def test_help_on_every_command(command: list[str]) -> None:
-    done = run_cli(*command, "--help")
+def test_help_on_every_command(cli: CliRunner, command: list[str]) -> None:
+    done = cli(*command, "--help")
     assert done.returncode == 0
     assert "usage: handoff-builder" in done.stdout
+
+
+def test_the_installed_command_runs() -> None:
+    """The entry point as a user starts it: a process, the demo, offline."""
+    done = subprocess.run(
+        [sys.executable, "-m", "handoff_builder.cli", "demo"],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "  (turn ended at billing, 1 handoff)" in done.stdout.splitlines()
 
 
 def test_chat_remembers_the_active_agent_between_runs(
@@ -61,21 +103,21 @@ def test_chat_hand_back_when_the_topic_changes(
     assert lines[-1] == "tech: (tech) I'm on it: the app crashes"
 
 
-def test_chat_errors_are_one_line() -> None:
-    no_key = run_cli("chat", "--provider", "openai", "--store", "memory")
+def test_chat_errors_are_one_line(cli: CliRunner) -> None:
+    no_key = cli("chat", "--provider", "openai", "--store", "memory")
     assert no_key.returncode == 1
     assert (
         no_key.stderr == "handoff-builder: error: Set OPENAI_API_KEY to use the openai provider.\n"
     )
-    bad_store = run_cli("chat", "--store", "mongo://x")
+    bad_store = cli("chat", "--store", "mongo://x")
     assert bad_store.returncode == 1
     assert bad_store.stderr.startswith(
         "handoff-builder: error: --store must be memory, sqlite:PATH"
     )
 
 
-def test_graph_prints_mermaid() -> None:
-    done = run_cli("graph")
+def test_graph_prints_mermaid(cli: CliRunner) -> None:
+    done = cli("graph")
     assert done.returncode == 0
     assert done.stdout.splitlines() == [
         "flowchart LR",
@@ -87,7 +129,7 @@ def test_graph_prints_mermaid() -> None:
         "    a1 -.->|transfer_back_to_triage| a0",
         "    a2 -.->|transfer_back_to_triage| a0",
     ]
-    assert "a1 -->|handoff_to_refunds| a2" in run_cli("graph", "--workflow", "demo").stdout
+    assert "a1 -->|handoff_to_refunds| a2" in cli("graph", "--workflow", "demo").stdout
 
 
 MY_DESK = """
@@ -114,15 +156,17 @@ sys.exit("usage: somebody else's program")
 """
 
 
-def graph_of(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def graph_of(cli: CliRunner, tmp_path: Path, *args: str) -> Done:
     (tmp_path / "my_desk.py").write_text(MY_DESK, encoding="utf-8")
     (tmp_path / "exits.py").write_text(EXITS, encoding="utf-8")
-    return run_cli("graph", *args, cwd=tmp_path)
+    return cli("graph", *args, cwd=tmp_path)
 
 
 @pytest.mark.parametrize("attribute", ["builder", "make"])
-def test_graph_draws_your_builder_and_lints_it(tmp_path: Path, attribute: str) -> None:
-    done = graph_of(tmp_path, f"my_desk:{attribute}")
+def test_graph_draws_your_builder_and_lints_it(
+    cli: CliRunner, tmp_path: Path, attribute: str
+) -> None:
+    done = graph_of(cli, tmp_path, f"my_desk:{attribute}")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "flowchart LR",
@@ -149,8 +193,10 @@ def test_graph_draws_your_builder_and_lints_it(tmp_path: Path, attribute: str) -
         ("exits:builder", "importing 'exits' raised SystemExit: usage: somebody else's program"),
     ],
 )
-def test_graph_of_something_else_is_one_line(tmp_path: Path, spec: str, error: str) -> None:
-    done = graph_of(tmp_path, spec)
+def test_graph_of_something_else_is_one_line(
+    cli: CliRunner, tmp_path: Path, spec: str, error: str
+) -> None:
+    done = graph_of(cli, tmp_path, spec)
     assert done.returncode == 1
     [line] = done.stderr.splitlines()
     assert line.startswith("handoff-builder: error: ")
@@ -266,3 +312,169 @@ def test_ctrl_c_at_the_prompt_ends_quietly(tmp_path: Path) -> None:
         process.kill()
     assert process.returncode == 130
     assert err == ""
+
+
+APPROVALS_DESK = """
+from agent_framework import FunctionTool, tool
+from handoff_builder import HandoffWorkflowBuilder
+from handoff_builder.testing import call_tool, handoff_to, reply, scripted_agent
+
+REFUNDED = []
+
+@tool(approval_mode="always_require")
+def refund(amount: int) -> str:
+    "Refund money to the customer."
+    REFUNDED.append(amount)
+    return f"refunded {amount} EUR"
+
+ship = FunctionTool(name="ship", description="Ship a paper invoice (done by the application).",
+                    input_model={"type": "object", "properties": {"order": {"type": "integer"}}})
+
+triage = scripted_agent("triage", respond_with=lambda call: handoff_to("billing", goal="help"))
+billing = scripted_agent(
+    "billing",
+    call_tool("refund", amount=5), reply("Refund done."),
+    call_tool("ship", order=7), reply("Your invoice is on its way."),
+    tools=[refund, ship],
+)
+builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+"""
+
+
+def test_chat_asks_for_approvals_and_external_results(cli: CliRunner, tmp_path: Path) -> None:
+    """Your builder in chat: a tool that needs approval asks y/N, an external call asks for its
+    result, and the model receives what you typed."""
+    (tmp_path / "approvals_desk.py").write_text(APPROVALS_DESK, encoding="utf-8")
+    store = f"sqlite:{tmp_path / 'chat.db'}"
+    done = cli("chat", "approvals_desk:builder", "--store", store,
+               stdin="refund my 5 EUR\ny\nand a paper invoice\nshipped, tracking 42\n",
+               cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "conversation 'cli': talking to triage (exit to quit)",
+        "  [triage -> billing] help",
+        "  [approval] refund(amount=5): approve? [y/N]",
+        "billing: Refund done.",
+        "  [external call] ship(order=7): type its result",
+        "billing: Your invoice is on its way.",
+    ]
+    desk = sys.modules["approvals_desk"]
+    assert desk.REFUNDED == [5]  # approved: the tool ran once
+    from handoff_builder.testing import received
+
+    last = received(desk.billing)
+    assert last.sees("shipped, tracking 42")  # the model got the typed result
+    assert last.sees("refunded 5 EUR")
+
+
+def test_chat_refused_approval_and_a_turn_left_waiting(cli: CliRunner, tmp_path: Path) -> None:
+    """The input ends while the turn waits: the next chat asks again; anything but y refuses."""
+    (tmp_path / "approvals_desk.py").write_text(APPROVALS_DESK, encoding="utf-8")
+    store = f"sqlite:{tmp_path / 'chat.db'}"
+    first = cli("chat", "approvals_desk:builder", "--store", store,
+                stdin="refund my 5 EUR\n", cwd=tmp_path)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.splitlines()[-1] == "  [approval] refund(amount=5): approve? [y/N]"
+    again = cli("chat", "approvals_desk:builder", "--store", store, stdin="no\n", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines() == [
+        "(the last turn waits for your answers)",
+        "  [approval] refund(amount=5): approve? [y/N]",
+        "billing: Refund done.",
+        "conversation 'cli': talking to billing (exit to quit)",
+    ]
+    desk = sys.modules["approvals_desk"]
+    assert desk.REFUNDED == []  # refused: the tool never ran
+    from handoff_builder.testing import received
+
+    assert received(desk.billing).sees("the user did not approve this call")
+
+
+def test_chat_with_your_builder_takes_no_provider(cli: CliRunner, tmp_path: Path) -> None:
+    (tmp_path / "approvals_desk.py").write_text(APPROVALS_DESK, encoding="utf-8")
+    done = cli("chat", "approvals_desk:builder", "--provider", "openai", cwd=tmp_path)
+    assert done.returncode == 1
+    [line] = done.stderr.splitlines()
+    assert line.startswith("handoff-builder: error: --provider and --max-output-tokens set up")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-5", "soon"])
+def test_idle_timeout_must_be_a_positive_finite_number(cli: CliRunner, value: str) -> None:
+    done = cli("chat", "--store", "memory", f"--idle-timeout={value}")
+    assert done.returncode == 2  # a usage error, before anything runs
+    assert done.stderr.splitlines()[-1].startswith("handoff-builder chat: error: argument")
+    assert repr(value) in done.stderr
+
+
+def test_max_output_tokens_must_be_positive(cli: CliRunner) -> None:
+    done = cli("chat", "--store", "memory", "--max-output-tokens", "0")
+    assert done.returncode == 2
+    assert "must be 1 or more, got 0" in done.stderr
+
+
+def test_the_banner_says_when_an_idle_conversation_starts_again(
+    cli: CliRunner, tmp_path: Path
+) -> None:
+    import time
+
+    store = f"sqlite:{tmp_path / 'chat.db'}"
+    first = cli("chat", "--store", store, "--idle-timeout", "0.2", stdin="my invoice is wrong\n")
+    assert first.stdout.splitlines()[-1].startswith("billing:")
+    again = cli("chat", "--store", store, "--idle-timeout", "30", stdin="")
+    assert again.stdout.splitlines() == ["conversation 'cli': talking to billing (exit to quit)"]
+    time.sleep(0.3)
+    idle = cli("chat", "--store", store, "--idle-timeout", "0.2", stdin="hello\n")
+    banner, reply = idle.stdout.splitlines()
+    assert banner.startswith("conversation 'cli': idle since ")
+    assert banner.endswith(", so it starts again at triage (exit to quit)")
+    assert reply.startswith("triage:")
+
+
+WARNS = """
+import logging
+import warnings
+from handoff_builder import HandoffWorkflowBuilder
+from handoff_builder.testing import reply, scripted_agent
+
+def builder():
+    warnings.warn("this builder is old\\n  and says so on two lines", DeprecationWarning)
+    logging.getLogger("warns").warning("a note from the builder's module")
+    triage, billing, tech = (scripted_agent(n, reply("hi")) for n in ("triage", "billing", "tech"))
+    builder = HandoffWorkflowBuilder(triage).with_handoffs(triage, [billing, tech])
+    return builder.with_hand_back(triage, [billing])  # tech has no way back: a lint warning
+"""
+
+
+def test_library_warnings_are_one_line_each(cli: CliRunner, tmp_path: Path) -> None:
+    (tmp_path / "warns.py").write_text(WARNS, encoding="utf-8")
+    done = cli("chat", "warns:builder", "--store", "memory", stdin="hello\n", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert (
+        "handoff-builder: warning: DeprecationWarning: this builder is old and says so on two lines"
+        in lines
+    )
+    assert "handoff-builder: warning: a note from the builder's module" in lines
+    assert [line for line in lines if line.startswith("handoff-builder: warning: ")] == lines
+    assert any("[no-way-back]" in line for line in lines)  # the lint, logged by build()
+
+
+def test_an_unreachable_postgres_store_is_one_line(
+    cli: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No driver retry messages: the one error says what failed."""
+    import functools
+
+    import handoff_builder.stores as stores
+
+    quick = functools.partial(stores.PostgresConversationStore, connect_timeout=0.5)
+    monkeypatch.setattr(stores, "PostgresConversationStore", quick)
+    done = cli("chat", "--store", "postgresql://postgres@127.0.0.1:1/test", stdin="hello\n")
+    assert done.returncode == 1
+    errors = [line for line in done.stderr.splitlines() if "error" in line]
+    assert errors == [
+        line for line in done.stderr.splitlines() if line.startswith("handoff-builder: error: ")
+    ]
+    assert len(errors) == 1
+    assert "PostgreSQL conversation store is unavailable" in errors[0]
+    assert all(line.startswith("handoff-builder: ") for line in done.stderr.splitlines())

@@ -125,7 +125,10 @@ async def test_idle_conversation_starts_again_at_the_initial_agent(
         [reply("Invoice: 42 EUR.")],
     )
     host = ConversationHost(builder, store, clock=lambda: now[0])
+    assert await host.last_activity("c") is None  # never written
     await host.send("c", "invoice?")
+    assert await host.last_activity("c") == now[0]
+    assert builder.initial_agent is triage
     now[0] += timedelta(minutes=31)  # default idle timeout: 30 minutes
     with caplog.at_level(logging.INFO, logger="handoff_builder"):
         result = await host.send("c", "hi again")
@@ -206,8 +209,13 @@ async def test_streaming_form(store: ConversationStore) -> None:
 
 def test_bad_arguments() -> None:
     builder, _, _ = desk([], [])
+    for bad in (0, -1.5, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="idle_timeout must be a positive, finite number"):
+            ConversationHost(builder, SqliteConversationStore(":memory:"), idle_timeout=bad)
     with pytest.raises(ValueError, match="idle_timeout must be positive"):
-        ConversationHost(builder, SqliteConversationStore(":memory:"), idle_timeout=0)
+        ConversationHost(
+            builder, SqliteConversationStore(":memory:"), idle_timeout=timedelta(seconds=-1)
+        )
 
 
 async def test_empty_conversation_id(store: ConversationStore) -> None:

@@ -79,6 +79,11 @@ class HandoffWorkflowBuilder:
         self._config = BuildConfig(initial_agent, {id(initial_agent): initial_agent})
         self._reported: set[str] = set()  # lint findings already logged by build()
 
+    @property
+    def initial_agent(self) -> Agent:
+        """The agent every conversation begins at (and starts again at after an idle reset)."""
+        return cast(Agent, self._config.initial)
+
     # -- participants and edges -------------------------------------------------------------------
 
     def add_participants(self, *agents: Agent | Iterable[Agent]) -> HandoffWorkflowBuilder:

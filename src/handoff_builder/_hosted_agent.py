@@ -154,7 +154,7 @@ class HostedConversationAgent(BaseAgent):
         if not answers:
             return None
         result = await self.host.respond(conversation_id, answers, wait=True)
-        return _after_answers(result)
+        return after_answers(result)
 
     async def _new_input(self, conversation_id: str, given: list[Message]) -> list[Message]:
         """The new user input: what follows the last reply in what the client sent.
@@ -227,7 +227,7 @@ def _answers_to(pending: Sequence[Content], given: Sequence[Message]) -> dict[st
     return answers
 
 
-def _after_answers(result: HandoffTurnResult) -> HandoffTurnResult:
+def after_answers(result: HandoffTurnResult) -> HandoffTurnResult:
     """The turn's result with what came after the answers only: not the requests again.
 
     The turn's messages start with the response that asked; the answers (the approvals, the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -293,11 +294,16 @@ class ConversationHost:
     ) -> None:
         self.builder = builder
         self.store = store
-        self.idle_timeout = (
-            idle_timeout if isinstance(idle_timeout, timedelta) else timedelta(seconds=idle_timeout)
-        )
-        if self.idle_timeout <= timedelta(0):
-            raise ValueError(f"idle_timeout must be positive, got {self.idle_timeout}.")
+        if not isinstance(idle_timeout, timedelta):
+            if not math.isfinite(idle_timeout) or idle_timeout <= 0:
+                raise ValueError(
+                    "idle_timeout must be a positive, finite number of seconds, "
+                    f"got {idle_timeout}."
+                )
+            idle_timeout = timedelta(seconds=idle_timeout)
+        if idle_timeout <= timedelta(0):
+            raise ValueError(f"idle_timeout must be positive, got {idle_timeout}.")
+        self.idle_timeout = idle_timeout
         if lease_ttl <= 0:
             raise ValueError(f"lease_ttl must be a positive number of seconds, got {lease_ttl}.")
         if max_turn_retries < 0:
@@ -597,6 +603,19 @@ class ConversationHost:
         if record is None:
             return None
         return _host_state(record).speaker
+
+    async def last_activity(self, conversation_id: str) -> datetime | None:
+        """When the conversation last changed (a message, a step of a turn); ``None``: never.
+
+        A conversation whose last activity is older than ``idle_timeout`` starts its next message
+        again at the initial agent.
+        """
+        check_conversation_id(conversation_id)
+        record = await self.store.load(conversation_id)
+        if record is None:
+            return None
+        hosted: _Hosted = _decode(_Hosted, record.state, conversation_id)
+        return hosted.last_activity
 
     # -- internals --------------------------------------------------------------------------------
 

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import sys
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from datetime import datetime, timezone
 from typing import Any, TextIO, cast
 
-from agent_framework import Agent, AgentResponseUpdate
+from agent_framework import Agent, AgentResponseUpdate, Content
 
 from ._builder import HandoffWorkflowBuilder
 from ._events import HANDOFF_EVENT, HANDOFF_TURN_EVENT, HandoffEvent, HandoffTurnResult
+from ._hosted_agent import after_answers
 from ._hosting import ConversationHost
+from .exceptions import PendingRequestsError
 from .providers import agent_options, chat_client
 from .stores import ConversationStore, InMemoryConversationStore, SqliteConversationStore
 from .testing import ModelCall, Step, call_tool, handoff_to, reply, scripted_agent
@@ -185,23 +188,27 @@ async def chat(
     lines: Iterable[str] | AsyncIterable[str],
     out: TextIO | None = None,
 ) -> int:
-    """Send each line as a user message and print the turn as it happens.
+    """Send each line as a user message and print the turn as it happens; returns the turns run.
 
     Stops at "exit" or the end of the input. A turn an earlier run left unfinished (Ctrl-C,
-    a crash) is finished first, and its reply printed.
+    a crash) is finished first, and its reply printed. A turn that waits for an approval or an
+    external call asks for each answer (the next line) and carries on.
     """
     sink = out or sys.stdout
-    recovered = await host.resume(conversation_id, wait=True)
-    if recovered is not None:
-        print("(finishing the turn that was interrupted)", file=sink)
-        print_turn(recovered, sink)
-    active = await host.active_agent(conversation_id)
-    print(
-        f"conversation {conversation_id!r}: talking to {active or 'triage'} (exit to quit)",
-        file=sink,
-    )
+    inputs = aiter(_each(lines))
+    requests = await host.pending(conversation_id)
+    if requests:
+        print("(the last turn waits for your answers)", file=sink)
+        if not await _answer(host, conversation_id, requests, inputs, sink):
+            return 0
+    else:
+        recovered = await host.resume(conversation_id, wait=True)
+        if recovered is not None:
+            print("(finishing the turn that was interrupted)", file=sink)
+            print_turn(recovered, sink)
+    print(await _banner(host, conversation_id), file=sink)
     turns = 0
-    async for line in _each(lines):
+    while (line := await anext(inputs, None)) is not None:
         text = line.strip()
         if text.lower() in ("exit", "quit"):
             break
@@ -209,7 +216,84 @@ async def chat(
             continue
         await stream_turn(host, conversation_id, text, sink)
         turns += 1
+        requests = await host.pending(conversation_id)
+        if requests and not await _answer(host, conversation_id, requests, inputs, sink):
+            break
     return turns
+
+
+async def _banner(host: ConversationHost, conversation_id: str) -> str:
+    """Who the next message goes to: the remembered agent, or the initial one after a rest."""
+    initial = host.builder.initial_agent.name or "the initial agent"
+    active = await host.active_agent(conversation_id)
+    last = await host.last_activity(conversation_id)
+    if (
+        active is not None
+        and last is not None
+        and datetime.now(timezone.utc) - last > host.idle_timeout
+    ):
+        since = last.astimezone().strftime("%Y-%m-%d %H:%M")
+        return (
+            f"conversation {conversation_id!r}: idle since {since}, so it starts again at "
+            f"{initial} (exit to quit)"
+        )
+    return f"conversation {conversation_id!r}: talking to {active or initial} (exit to quit)"
+
+
+async def _answer(
+    host: ConversationHost,
+    conversation_id: str,
+    requests: list[Content],
+    inputs: AsyncIterator[str],
+    out: TextIO,
+) -> bool:
+    """Ask for each request's answer, one line each, until the turn waits no more.
+
+    Returns ``False`` when the input ended before every request was answered (the turn stays
+    waiting in the store; the next ``chat`` asks again).
+    """
+    while requests:
+        answers: dict[str, Content] = {}
+        for request in requests:
+            print(f"  {_question(request)}", file=out)
+            out.flush()
+            line = await anext(inputs, None)
+            if line is None:
+                return False
+            answers[str(request.id)] = _answer_to(request, line.strip())
+        seen = len(await host.history(conversation_id))
+        try:
+            turn = await host.respond(conversation_id, answers, wait=True)
+        except PendingRequestsError as waiting:  # answered, and the turn asks again
+            for message in (await host.history(conversation_id))[seen:]:
+                if message.role == "assistant" and message.text:
+                    print(f"{message.author_name}: {message.text}", file=out)
+            requests = list(waiting.requests)
+            continue
+        print_turn(after_answers(turn), out)
+        return True
+    return True
+
+
+def _question(request: Content) -> str:
+    if request.type == "function_approval_request":
+        call = cast(Content, request.function_call)
+        return f"[approval] {_call_text(call)}: approve? [y/N]"
+    return f"[external call] {_call_text(request)}: type its result"
+
+
+def _call_text(call: Content) -> str:
+    try:
+        arguments = call.parse_arguments() or {}
+    except ValueError:
+        return f"{call.name}({call.arguments})"
+    return f"{call.name}({', '.join(f'{k}={v!r}' for k, v in arguments.items())})"
+
+
+def _answer_to(request: Content, line: str) -> Content:
+    if request.type == "function_approval_request":
+        return request.to_function_approval_response(approved=line.lower() in ("y", "yes"))
+    return Content.from_function_result(call_id=str(request.call_id), result=line)
 
 
 async def _each(lines: Iterable[str] | AsyncIterable[str]) -> AsyncIterator[str]:

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import inspect
+import logging
+import math
 import sys
 import threading
-from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING
+import warnings
+from collections.abc import AsyncIterator, Generator, Sequence
+from typing import TYPE_CHECKING, TextIO
+
+from typing_extensions import override
 
 from .exceptions import HandoffBuilderError
 from .providers import PROVIDERS
@@ -45,16 +51,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     chat = commands.add_parser(
         "chat",
-        help="chat with the support desk (triage, billing, tech), remembered between runs",
-        description="An interactive chat with the support desk workflow. Shows which agent "
-        "speaks and every handoff. The conversation (and the agent you were talking to) is "
-        "kept in the store, so running the command again continues it.",
+        help="chat with the support desk (triage, billing, tech) or your own workflow, "
+        "remembered between runs",
+        description="An interactive chat with the built-in support desk, or with your builder "
+        "(module:attribute). Replies stream as they are written; every handoff is shown; a tool "
+        "that needs approval or an external call asks you. The conversation (and the agent you "
+        "were talking to) is kept in the store, so running the command again continues it.",
+    )
+    chat.add_argument(
+        "builder",
+        nargs="?",
+        metavar="MODULE:ATTRIBUTE",
+        help="your HandoffWorkflowBuilder, or a function that returns one (default: the "
+        "built-in support desk)",
     )
     chat.add_argument(
         "--provider",
         choices=PROVIDERS,
-        default="scripted",
-        help="the model: scripted (offline, keyword-driven; the default), openai "
+        default=None,
+        help="the support desk's model: scripted (offline, keyword-driven; the default), openai "
         "(OPENAI_API_KEY) or azure (AZURE_OPENAI_ENDPOINT, AZURE_OPENAI_MODEL)",
     )
     chat.add_argument(
@@ -66,19 +81,19 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("--conversation", default="cli", help="the conversation id (default: cli)")
     chat.add_argument(
         "--max-output-tokens",
-        type=int,
+        type=_positive_int,
         default=None,
         metavar="N",
-        help="output tokens one model response may use (default: "
+        help="output tokens one model response of the support desk may use (default: "
         "HANDOFF_BUILDER_MAX_OUTPUT_TOKENS, else 1024)",
     )
     chat.add_argument(
         "--idle-timeout",
-        type=float,
+        type=_seconds,
         default=None,
         metavar="SECONDS",
-        help="after this long without a message the conversation starts again at triage "
-        "(default: 30 minutes)",
+        help="after this long without a message the conversation starts again at the initial "
+        "agent (default: 30 minutes)",
     )
     graph = commands.add_parser(
         "graph",
@@ -101,6 +116,28 @@ def _parser() -> argparse.ArgumentParser:
         "default) or demo (what demo runs)",
     )
     return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"must be a positive, finite number of seconds, got {text!r}"
+        )
+    return value
 
 
 def _load_builder(spec: str) -> HandoffWorkflowBuilder:
@@ -172,12 +209,13 @@ async def _stdin_lines() -> AsyncIterator[str]:
     lines: asyncio.Queue[str | None] = asyncio.Queue()
 
     def read() -> None:
-        try:
-            while line := sys.stdin.readline():
-                loop.call_soon_threadsafe(lines.put_nowait, line)
-        except (OSError, ValueError):  # stdin closed under the reader
-            pass
-        loop.call_soon_threadsafe(lines.put_nowait, None)
+        with contextlib.suppress(RuntimeError):  # the loop closed: the command ended (Ctrl-C)
+            try:
+                while line := sys.stdin.readline():
+                    loop.call_soon_threadsafe(lines.put_nowait, line)
+            except (OSError, ValueError):  # stdin closed under the reader
+                pass
+            loop.call_soon_threadsafe(lines.put_nowait, None)
 
     threading.Thread(target=read, name="handoff-builder-stdin", daemon=True).start()
     interactive = sys.stdin.isatty()
@@ -191,27 +229,29 @@ async def _stdin_lines() -> AsyncIterator[str]:
         yield line
 
 
-async def _chat(
-    provider: str,
-    store_spec: str | None,
-    conversation: str,
-    idle_timeout: float | None,
-    max_output_tokens: int | None,
-) -> None:
+async def _chat(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     from ._hosting import DEFAULT_IDLE_TIMEOUT, ConversationHost
     from ._support_desk import chat, open_store, support_desk
 
-    spec = store_spec or default_store()
-    if store_spec is None:
+    if args.builder is not None:
+        if args.provider is not None or args.max_output_tokens is not None:
+            raise ValueError(
+                "--provider and --max-output-tokens set up the built-in support desk; the agents "
+                f"of {args.builder} bring their own clients and options"
+            )
+        desk = _load_builder(args.builder)
+    else:
+        desk = support_desk(args.provider or "scripted", args.max_output_tokens)
+    spec = args.store or default_store()
+    if args.store is None:
         Path(spec.removeprefix("sqlite:")).parent.mkdir(parents=True, exist_ok=True)
     store = open_store(spec)
-    idle = DEFAULT_IDLE_TIMEOUT if idle_timeout is None else idle_timeout
+    idle = DEFAULT_IDLE_TIMEOUT if args.idle_timeout is None else args.idle_timeout
     try:
-        desk = support_desk(provider, max_output_tokens)
         host = ConversationHost(desk, store, idle_timeout=idle)
-        await chat(host, conversation, _stdin_lines())
+        await chat(host, args.conversation, _stdin_lines())
     finally:
         await store.close()
 
@@ -225,22 +265,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = _parser().parse_args(argv)
     try:
-        if args.command == "demo":
-            from ._demo import run_demo
+        with _reported(debug=args.debug):
+            if args.command == "demo":
+                from ._demo import run_demo
 
-            asyncio.run(run_demo(sys.stdout))
-        elif args.command == "chat":
-            asyncio.run(
-                _chat(
-                    args.provider,
-                    args.store,
-                    args.conversation,
-                    args.idle_timeout,
-                    args.max_output_tokens,
-                )
-            )
-        else:
-            _graph(args.builder, args.workflow)
+                asyncio.run(run_demo(sys.stdout))
+            elif args.command == "chat":
+                asyncio.run(_chat(args))
+            else:
+                _graph(args.builder, args.workflow)
     except KeyboardInterrupt:
         sys.stdout.write("\n")
         return 130
@@ -252,9 +285,59 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _reported(*, debug: bool) -> Generator[None, None, None]:
+    """While the command runs, log records and Python warnings are one line each on stderr.
+
+    ``handoff-builder: warning: ...`` for our warnings and the libraries'; the PostgreSQL
+    driver's connection retries are left out (the error that ends them says it all) unless
+    ``debug``, which also shows this package's informational records (each handoff, say).
+    """
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_OneLineFormatter())
+    root, ours, driver = (logging.getLogger(n) for n in ("", "handoff_builder", "psycopg"))
+    saved = root.level, ours.level, driver.level
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    if debug:
+        ours.setLevel(logging.INFO)
+    else:
+        driver.setLevel(logging.CRITICAL)
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        try:
+            yield
+        finally:
+            root.removeHandler(handler)
+            for logger, level in zip((root, ours, driver), saved, strict=True):
+                logger.setLevel(level)
+
+
+class _OneLineFormatter(logging.Formatter):
+    @override
+    def format(self, record: logging.LogRecord) -> str:
+        return f"handoff-builder: {record.levelname.lower()}: {_squeezed(record.getMessage())}"
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    del filename, lineno, file, line
+    sys.stderr.write(f"handoff-builder: warning: {category.__name__}: {_squeezed(str(message))}\n")
+
+
+def _squeezed(text: str) -> str:
+    return " ".join(text.split())
+
+
 def _one_line(error: BaseException) -> str:
     """An error in one line: its message (the type too, for errors that are not ours)."""
-    text = " ".join(str(error).split()) or type(error).__name__
+    text = _squeezed(str(error)) or type(error).__name__
     if isinstance(error, (HandoffBuilderError, ValueError)):
         return text
     return f"{type(error).__name__}: {text}"
