@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from handoff_builder.providers import ProviderConfigurationError
-from tests.stores import postgres_dsn
+from tests.stores import postgres_dsn, unique_prefix
 
 SAMPLES_DIR = Path(__file__).resolve().parent.parent / "samples"
 SAMPLES = sorted(path.stem for path in SAMPLES_DIR.glob("*.py") if not path.stem.startswith("_"))
@@ -172,6 +172,42 @@ async def test_postgres_workers() -> None:
     assert all(answer == f"billing handled: {question}" for question, answer in zip(
         texts[0::2], texts[1::2], strict=True
     ))  # fmt: skip
+
+
+async def test_order_desk_postgres(capsys: pytest.CaptureFixture[str]) -> None:
+    """Two messages, each from a new host and connection: the second starts at orders, whose
+    model receives the first message and its tool's result from PostgreSQL."""
+    from agent_framework import Message
+    from samples.order_desk_postgres import MESSAGES, main
+
+    from handoff_builder.stores import PostgresConversationStore
+
+    prefix = unique_prefix()
+    try:
+        first, second = await main(dsn=postgres_dsn(), table_prefix=prefix)
+    finally:
+        async with PostgresConversationStore(postgres_dsn(), table_prefix=prefix) as store:
+            stored = [await store.load(c) for c in await store.conversation_ids()]
+            await store.drop_tables()
+    assert [(h.source, h.target) for h in first.handoffs] == [("triage", "orders")]
+    assert (
+        first.text
+        == "Your order was shipped on 28 November; the courier delivers it on 2 December."
+    )
+    assert list(second.handoffs) == []  # remembered: it started at orders
+    # the scripted orders model says this only when the stored history reached it
+    assert second.text == "Yes: I have asked the courier to leave order 1234 with your neighbour."
+    [record] = stored
+    assert record is not None
+    messages = [Message.from_dict(m) for m in record.messages]
+    calls = [c.name for m in messages for c in m.contents if c.type == "function_call"]
+    assert calls == ["handoff_to_orders", "order_status"]
+    assert [m.text for m in messages if m.role == "user" and m.author_name is None] == list(
+        MESSAGES
+    )  # each stored once
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("starts at triage")
+    assert out[4].endswith("starts at orders")
 
 
 async def test_real_providers_need_configuration(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -548,3 +548,51 @@ async def test_the_support_desk_caps_each_response_s_output_tokens(
     await workflow.run("hello")
     [body] = server.bodies()
     assert body["max_completion_tokens"] == sent
+
+
+@pytest.mark.postgres
+async def test_the_end_to_end_sample_over_the_wire(
+    fake_openai: Callable[[list[dict[str, Any]]], FakeOpenAI],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """docs/end-to-end.md on the openai provider: the orders agent's own tool goes out beside
+    its handoff tool, and after the restart its model receives the whole stored conversation."""
+    from samples.order_desk_postgres import MESSAGES, main
+
+    from handoff_builder.stores import PostgresConversationStore
+    from tests.stores import postgres_dsn, unique_prefix
+
+    server = fake_openai(
+        [
+            tool_call("c1", "handoff_to_orders", {"goal": "Where is order 1234?"}),
+            tool_call("c2", "order_status", {"order_id": "1234"}),
+            text("It arrives on 2 December."),
+            text("Yes, I told the courier."),
+        ]
+    )
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    prefix = unique_prefix()
+    try:
+        first, second = await main("openai", dsn=postgres_dsn(), table_prefix=prefix)
+    finally:
+        async with PostgresConversationStore(postgres_dsn(), table_prefix=prefix) as store:
+            await store.drop_tables()
+    assert (first.text, first.active_agent) == ("It arrives on 2 December.", "orders")
+    assert (second.text, list(second.handoffs)) == ("Yes, I told the courier.", [])
+    _, asks, answers, after_restart = server.bodies()
+    assert sorted(t["function"]["name"] for t in asks["tools"]) == [
+        "handoff_to_triage",
+        "order_status",
+    ]
+    [result] = [m for m in answers["messages"] if m["role"] == "tool"]
+    assert result["tool_call_id"] == "c2"
+    assert "shipped on 28 November" in result["content"]
+    # a new host on a new connection: the model gets the stored conversation, then the message
+    sent = json.dumps(after_restart["messages"])
+    for fragment in (MESSAGES[0], "Goal: Where is order 1234?", "shipped on 28 November"):
+        assert fragment in sent
+    assert contents(after_restart)[-1] == MESSAGES[1]
+    assert after_restart["max_completion_tokens"] == 1024
+    for body in server.bodies():
+        assert_provider_accepts(body)
