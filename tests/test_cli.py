@@ -32,7 +32,7 @@ def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> 
     before = set(sys.modules)
     yield CliRunner(monkeypatch, capsys)
     for name in set(sys.modules) - before:
-        if name in ("my_desk", "exits", "approvals_desk", "warns"):
+        if name in ("my_desk", "exits", "approvals_desk", "warns", "talkative_desk"):
             del sys.modules[name]
 
 
@@ -398,7 +398,7 @@ def test_chat_with_your_builder_takes_no_provider(cli: CliRunner, tmp_path: Path
     assert line.startswith("handoff-builder: error: --provider and --max-output-tokens set up")
 
 
-@pytest.mark.parametrize("value", ["nan", "inf", "0", "-5", "soon"])
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-5", "soon", "1e-7", "1e20"])
 def test_idle_timeout_must_be_a_positive_finite_number(cli: CliRunner, value: str) -> None:
     done = cli("chat", "--store", "memory", f"--idle-timeout={value}")
     assert done.returncode == 2  # a usage error, before anything runs
@@ -437,8 +437,9 @@ from handoff_builder import HandoffWorkflowBuilder
 from handoff_builder.testing import reply, scripted_agent
 
 def builder():
-    warnings.warn("this builder is old\\n  and says so on two lines", DeprecationWarning)
+    warnings.warn("this builder is old\\n  and says so on two lines")
     logging.getLogger("warns").warning("a note from the builder's module")
+    logging.getLogger("warns").error("an error record, not the command's error")
     triage, billing, tech = (scripted_agent(n, reply("hi")) for n in ("triage", "billing", "tech"))
     builder = HandoffWorkflowBuilder(triage).with_handoffs(triage, [billing, tech])
     return builder.with_hand_back(triage, [billing])  # tech has no way back: a lint warning
@@ -451,12 +452,16 @@ def test_library_warnings_are_one_line_each(cli: CliRunner, tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr
     lines = done.stderr.splitlines()
     assert (
-        "handoff-builder: warning: DeprecationWarning: this builder is old and says so on two lines"
-        in lines
+        "handoff-builder: warning: UserWarning: this builder is old and says so on two lines"
+        in (lines)
     )
-    assert "handoff-builder: warning: a note from the builder's module" in lines
-    assert [line for line in lines if line.startswith("handoff-builder: warning: ")] == lines
-    assert any("[no-way-back]" in line for line in lines)  # the lint, logged by build()
+    assert "handoff-builder: warning from warns: a note from the builder's module" in lines
+    assert "handoff-builder: error from warns: an error record, not the command's error" in lines
+    assert not [line for line in lines if line.startswith("handoff-builder: error: ")]
+    assert all(line.startswith("handoff-builder: ") for line in lines)
+    lint = [line for line in lines if "[no-way-back]" in line]  # the lint, logged by build()
+    assert len(lint) == 1
+    assert lint[0].startswith("handoff-builder: warning from handoff_builder: ")
 
 
 def test_an_unreachable_postgres_store_is_one_line(
@@ -478,3 +483,82 @@ def test_an_unreachable_postgres_store_is_one_line(
     assert len(errors) == 1
     assert "PostgreSQL conversation store is unavailable" in errors[0]
     assert all(line.startswith("handoff-builder: ") for line in done.stderr.splitlines())
+
+
+TALKATIVE_DESK = """
+from agent_framework import FunctionTool, tool
+from handoff_builder import HandoffWorkflowBuilder
+from handoff_builder.testing import call_tool, handoff_to, reply, respond, scripted_agent
+
+@tool(approval_mode="always_require")
+def refund(amount: int) -> str:
+    "Refund money."
+    return f"refunded {amount} EUR"
+
+@tool(approval_mode="always_require")
+def close(account: int) -> str:
+    "Close an account."
+    return f"closed {account}"
+
+lookup = FunctionTool(name="lookup", description="Asked of the application.",
+                      input_model={"type": "object", "properties": {"q": {"type": "string"}}})
+
+triage = scripted_agent(
+    "triage",
+    respond("Let me refund that first.", call_tool("refund", amount=5)),
+    respond("Passing you on.", handoff_to("closer", goal="close it")),
+    tools=[refund],
+)
+closer = scripted_agent(
+    "closer",
+    respond("Closing now.", call_tool("close", account=3)),
+    respond("One more check.", call_tool("lookup", q="balance")),
+    reply("Closed."),
+    tools=[close, lookup],
+)
+builder = HandoffWorkflowBuilder(triage).with_handoff(triage, closer)
+"""
+
+
+def test_chat_prints_each_reply_once_across_answers_and_handoffs(
+    cli: CliRunner, tmp_path: Path
+) -> None:
+    """Text beside each request, a handoff between two approvals, an external call: every reply
+    and handoff once, in order; an empty line at the external call asks again."""
+    (tmp_path / "talkative_desk.py").write_text(TALKATIVE_DESK, encoding="utf-8")
+    done = cli("chat", "talkative_desk:builder", "--store", "memory",
+               stdin="close my account\ny\nyes\n\nzero\n", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "conversation 'cli': talking to triage (exit to quit)",
+        "triage: Let me refund that first.",
+        "  [approval] refund(amount=5): approve? [y/N]",
+        "triage: Passing you on.",
+        "  [triage -> closer] close it",
+        "closer: Closing now.",
+        "  [approval] close(account=3): approve? [y/N]",
+        "closer: One more check.",
+        "  [external call] lookup(q='balance'): type its result",
+        "  [external call] lookup(q='balance'): type its result",  # the empty line: again
+        "closer: Closed.",
+    ]
+    from handoff_builder.testing import received
+
+    assert received(sys.modules["talkative_desk"].closer).sees("zero")
+
+
+def test_exit_at_a_prompt_leaves_the_turn_waiting(cli: CliRunner, tmp_path: Path) -> None:
+    (tmp_path / "approvals_desk.py").write_text(APPROVALS_DESK, encoding="utf-8")
+    store = f"sqlite:{tmp_path / 'chat.db'}"
+    first = cli("chat", "approvals_desk:builder", "--store", store,
+                stdin="refund my 5 EUR\nexit\n", cwd=tmp_path)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.splitlines()[-1] == "  [approval] refund(amount=5): approve? [y/N]"
+    assert sys.modules["approvals_desk"].REFUNDED == []  # not refused either: still waiting
+    again = cli("chat", "approvals_desk:builder", "--store", store, stdin="y\n", cwd=tmp_path)
+    assert again.stdout.splitlines()[:3] == [
+        "(the last turn waits for your answers)",
+        "  [approval] refund(amount=5): approve? [y/N]",
+        "billing: Refund done.",
+    ]
+    assert sys.modules["approvals_desk"].REFUNDED == [5]

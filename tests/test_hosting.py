@@ -209,7 +209,7 @@ async def test_streaming_form(store: ConversationStore) -> None:
 
 def test_bad_arguments() -> None:
     builder, _, _ = desk([], [])
-    for bad in (0, -1.5, float("nan"), float("inf")):
+    for bad in (0, -1.5, float("nan"), float("inf"), 1e20, 1e-7):
         with pytest.raises(ValueError, match="idle_timeout must be a positive, finite number"):
             ConversationHost(builder, SqliteConversationStore(":memory:"), idle_timeout=bad)
     with pytest.raises(ValueError, match="idle_timeout must be positive"):

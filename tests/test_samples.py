@@ -174,6 +174,7 @@ async def test_postgres_workers() -> None:
     ))  # fmt: skip
 
 
+@pytest.mark.postgres
 async def test_order_desk_postgres(capsys: pytest.CaptureFixture[str]) -> None:
     """Two messages, each from a new host and connection: the second starts at orders, whose
     model receives the first message and its tool's result from PostgreSQL."""

@@ -368,3 +368,38 @@ async def test_a_resent_transcript_after_a_failed_turn_stores_the_message_once(
     done = await agent.run(["first", "second"], session=session)  # the client resends
     assert [m.text for m in await host.history("c") if m.role == "user"] == ["first", "second"]
     assert done.text == "first | second"
+
+
+async def test_an_answered_turn_after_a_handoff_and_text_returns_only_what_is_new(
+    tmp_path: Path,
+) -> None:
+    """The turn's messages start with a handoff (its tool result) and the asking response has
+    text: the answered run returns neither again."""
+    from agent_framework import Message, tool
+
+    from handoff_builder import HandoffWorkflowBuilder
+    from handoff_builder.stores import SqliteConversationStore
+    from handoff_builder.testing import call_tool, handoff_to, reply, respond, scripted_agent
+
+    @tool(name="refund", description="Refund.", approval_mode="always_require")
+    def refund(amount: int) -> str:
+        return f"refunded {amount}"
+
+    triage = scripted_agent("triage", handoff_to("billing", goal="Refund 5 EUR."))
+    billing = scripted_agent(
+        "billing",
+        respond("Let me refund that.", call_tool("refund", amount=5)),
+        reply("Refund done."),
+        tools=[refund],
+    )
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+    host = ConversationHost(builder, SqliteConversationStore(tmp_path / "c.db"))
+    agent = host.as_agent()
+    session = agent.create_session(session_id="c")
+    asked = await agent.run("refund me", session=session)
+    [request] = asked.user_input_requests
+    assert "Let me refund that." in [m.text for m in asked.messages]
+    answer = Message(role="user", contents=[request.to_function_approval_response(approved=True)])
+    done = await agent.run(answer, session=session)
+    assert [m.text for m in done.messages] == ["Refund done."]
+    assert not [c for m in done.messages for c in m.contents if c.type != "text"]

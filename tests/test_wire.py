@@ -572,6 +572,7 @@ async def test_the_end_to_end_sample_over_the_wire(
     )
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    monkeypatch.delenv("HANDOFF_BUILDER_MAX_OUTPUT_TOKENS", raising=False)
     prefix = unique_prefix()
     try:
         first, second = await main("openai", dsn=postgres_dsn(), table_prefix=prefix)

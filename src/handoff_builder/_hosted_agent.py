@@ -17,7 +17,7 @@ serves hosted handoff conversations, each isolated, each remembering its active 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast, overload
 
 from agent_framework import (
@@ -108,7 +108,21 @@ class HostedConversationAgent(BaseAgent):
         try:
             return await self.host.send(conversation_id, inputs, wait=True)
         except PendingRequestsError as waiting:
-            return _waiting(waiting.requests)
+            return await self._waiting_turn(conversation_id, inputs, waiting.requests)
+
+    async def _waiting_turn(
+        self, conversation_id: str, inputs: list[Message], requests: Sequence[Content]
+    ) -> AgentResponse[Any]:
+        """The response of a turn that waits: what it wrote so far, its requests last.
+
+        A message sent while the turn already waited ran nothing: it gets the requests only.
+        """
+        from ._hosting import open_turn_so_far
+
+        turn = await open_turn_so_far(self.host, conversation_id)
+        if turn is None or [m.text for m in turn.input] != [m.text for m in inputs]:
+            return _waiting(requests)
+        return AgentResponse(messages=turn.messages)
 
     async def _updates(
         self, conversation_id: str, given: list[Message], final: list[AgentResponse[Any]]
@@ -154,7 +168,7 @@ class HostedConversationAgent(BaseAgent):
         if not answers:
             return None
         result = await self.host.respond(conversation_id, answers, wait=True)
-        return after_answers(result)
+        return after_answers(result, answers)
 
     async def _new_input(self, conversation_id: str, given: list[Message]) -> list[Message]:
         """The new user input: what follows the last reply in what the client sent.
@@ -227,28 +241,32 @@ def _answers_to(pending: Sequence[Content], given: Sequence[Message]) -> dict[st
     return answers
 
 
-def after_answers(result: HandoffTurnResult) -> HandoffTurnResult:
-    """The turn's result with what came after the answers only: not the requests again.
+def after_answers(result: HandoffTurnResult, answers: Mapping[str, Content]) -> HandoffTurnResult:
+    """The turn's result with what came after ``answers`` only: not the requests again.
 
-    The turn's messages start with the response that asked; the answers (the approvals, the
-    tool results they led to) follow it, then what the agents wrote since.
+    The turn's messages hold the response that asked and the answers (the approvals, or the
+    results, of the calls answered), then what the agents wrote since: the result starts after
+    the last message that answers one of those calls.
     """
+    calls = {
+        str(answer.function_call.call_id)
+        for answer in answers.values()
+        if answer.type == "function_approval_response" and answer.function_call is not None
+    } | {str(a.call_id) for a in answers.values() if a.type == "function_result"}
+
+    def answers_one(message: Message) -> bool:
+        return any(
+            (content.type == "function_approval_response" and str(content.id) in answers)
+            or (content.type == "function_result" and str(content.call_id) in calls)
+            for content in message.contents
+        )
+
     messages = list(result.messages)
-    answered = next(
-        (i for i, m in enumerate(messages) if any(c.type in _ANSWERS for c in m.contents)),
-        None,
-    )
-    if answered is None:
+    last = max((i for i, m in enumerate(messages) if answers_one(m)), default=None)
+    if last is None:
         return result
-    end = answered
-    while (
-        end < len(messages)
-        and messages[end].role in ("user", "tool")
-        and any(c.type in _ANSWERS for c in messages[end].contents)
-    ):
-        end += 1
     return HandoffTurnResult(
-        messages=messages[end:],
+        messages=messages[last + 1 :],
         active_agent=result.active_agent,
         handoffs=result.handoffs,
         escalation=result.escalation,

@@ -239,6 +239,28 @@ class _StoreJournal:
         return None
 
 
+def idle_timeout_of(value: timedelta | float) -> timedelta:
+    """``value`` as an idle timeout: a positive timedelta (seconds for a number).
+
+    Raises:
+        ValueError: not positive, not finite, or too large for a timedelta.
+    """
+    if isinstance(value, timedelta):
+        if value <= timedelta(0):
+            raise ValueError(f"idle_timeout must be positive, got {value}.")
+        return value
+    problem = f"idle_timeout must be a positive, finite number of seconds, got {value}."
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(problem)
+    try:
+        timeout = timedelta(seconds=value)
+    except OverflowError:
+        raise ValueError(problem) from None
+    if timeout <= timedelta(0):  # below a microsecond
+        raise ValueError(problem)
+    return timeout
+
+
 class ConversationHost:
     """Serves many conversations of one handoff workflow, each remembered in a store.
 
@@ -294,16 +316,7 @@ class ConversationHost:
     ) -> None:
         self.builder = builder
         self.store = store
-        if not isinstance(idle_timeout, timedelta):
-            if not math.isfinite(idle_timeout) or idle_timeout <= 0:
-                raise ValueError(
-                    "idle_timeout must be a positive, finite number of seconds, "
-                    f"got {idle_timeout}."
-                )
-            idle_timeout = timedelta(seconds=idle_timeout)
-        if idle_timeout <= timedelta(0):
-            raise ValueError(f"idle_timeout must be positive, got {idle_timeout}.")
-        self.idle_timeout = idle_timeout
+        self.idle_timeout = idle_timeout_of(idle_timeout)
         if lease_ttl <= 0:
             raise ValueError(f"lease_ttl must be a positive number of seconds, got {lease_ttl}.")
         if max_turn_retries < 0:
@@ -798,6 +811,32 @@ def _messages(message: UserInput) -> list[Message]:
     if not messages:
         raise ValueError("A turn needs at least one input message; got an empty list.")
     return messages
+
+
+@dataclass(frozen=True)
+class OpenTurn:
+    """What a conversation's open turn has done so far (a turn that waits for answers)."""
+
+    input: list[Message]  # the user's messages that started it
+    messages: list[Message]  # what came after them: the requests it waits for among them
+    handoffs: tuple[HandoffEvent, ...]
+
+
+async def open_turn_so_far(host: ConversationHost, conversation_id: str) -> OpenTurn | None:
+    """The conversation's open turn so far; ``None`` when no turn is open."""
+    record = await host.store.load(conversation_id)
+    if record is None:
+        return None
+    turn = _host_state(record).turn
+    if turn is None:
+        return None
+    history = _history(record)
+    first = turn.start
+    while (
+        first > 0 and history[first - 1].role == "user" and history[first - 1].author_name is None
+    ):
+        first -= 1
+    return OpenTurn(history[first : turn.start], history[turn.start :], turn.handoffs)
 
 
 def _history(record: ConversationRecord) -> list[Message]:

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Any, TextIO, cast
 
-from agent_framework import Agent, AgentResponseUpdate, Content
+from agent_framework import Agent, AgentResponseUpdate, Content, Message
 
 from ._builder import HandoffWorkflowBuilder
 from ._events import HANDOFF_EVENT, HANDOFF_TURN_EVENT, HandoffEvent, HandoffTurnResult
-from ._hosted_agent import after_answers
-from ._hosting import ConversationHost
+from ._hosting import ConversationHost, open_turn_so_far
 from .exceptions import PendingRequestsError
 from .providers import agent_options, chat_client
 from .stores import ConversationStore, InMemoryConversationStore, SqliteConversationStore
@@ -124,15 +123,23 @@ def open_store(spec: str) -> ConversationStore:
 
 def print_turn(turn: HandoffTurnResult, out: TextIO) -> None:
     """Each handoff and each agent reply of a turn."""
-    for message in turn.messages:
+    _print_messages(turn.messages, turn.handoffs, out)
+    if turn.escalated:
+        print("  [escalated to a human]", file=out)
+
+
+def _print_messages(
+    messages: Sequence[Message], handoffs: Sequence[HandoffEvent], out: TextIO
+) -> None:
+    """Each agent reply, and each handoff where its call was made."""
+    by_call = {handoff.call_id: handoff for handoff in handoffs}
+    for message in messages:
         if message.role == "assistant" and message.text:
             print(f"{message.author_name}: {message.text}", file=out)
         for content in message.contents:
-            handoff = next((h for h in turn.handoffs if h.call_id == content.call_id), None)
-            if content.type == "function_call" and handoff is not None:
+            handoff = by_call.get(str(content.call_id)) if content.type == "function_call" else None
+            if handoff is not None:
                 print(f"  [{handoff.source} -> {handoff.target}] {handoff.goal}", file=out)
-    if turn.escalated:
-        print("  [escalated to a human]", file=out)
 
 
 class _Printer:
@@ -228,7 +235,7 @@ async def _banner(host: ConversationHost, conversation_id: str) -> str:
     active = await host.active_agent(conversation_id)
     last = await host.last_activity(conversation_id)
     if (
-        active is not None
+        active not in (None, initial)
         and last is not None
         and datetime.now(timezone.utc) - last > host.idle_timeout
     ):
@@ -252,27 +259,41 @@ async def _answer(
     Returns ``False`` when the input ended before every request was answered (the turn stays
     waiting in the store; the next ``chat`` asks again).
     """
+    seen = len(await host.history(conversation_id))  # printed already, up to here
     while requests:
         answers: dict[str, Content] = {}
         for request in requests:
-            print(f"  {_question(request)}", file=out)
-            out.flush()
-            line = await anext(inputs, None)
+            line = await _ask(request, inputs, out)
             if line is None:
                 return False
-            answers[str(request.id)] = _answer_to(request, line.strip())
-        seen = len(await host.history(conversation_id))
+            answers[str(request.id)] = _answer_to(request, line)
         try:
             turn = await host.respond(conversation_id, answers, wait=True)
         except PendingRequestsError as waiting:  # answered, and the turn asks again
-            for message in (await host.history(conversation_id))[seen:]:
-                if message.role == "assistant" and message.text:
-                    print(f"{message.author_name}: {message.text}", file=out)
-            requests = list(waiting.requests)
-            continue
-        print_turn(after_answers(turn), out)
-        return True
+            requests, handoffs, escalated = list(waiting.requests), None, False
+        else:
+            requests, handoffs, escalated = [], turn.handoffs, turn.escalated
+        history = await host.history(conversation_id)
+        if handoffs is None:  # the open turn's handoffs so far
+            turn_so_far = await open_turn_so_far(host, conversation_id)
+            handoffs = () if turn_so_far is None else turn_so_far.handoffs
+        _print_messages(history[seen:], handoffs, out)
+        seen = len(history)
+        if escalated:
+            print("  [escalated to a human]", file=out)
     return True
+
+
+async def _ask(request: Content, inputs: AsyncIterator[str], out: TextIO) -> str | None:
+    """The user's answer to one request; ``None``: the input ended, or they typed exit."""
+    while True:
+        print(f"  {_question(request)}", file=out)
+        out.flush()
+        line = await anext(inputs, None)
+        if line is None or line.strip().lower() in ("exit", "quit"):
+            return None
+        if line.strip() or request.type == "function_approval_request":  # Enter: "no"
+            return line.strip()
 
 
 def _question(request: Content) -> str:

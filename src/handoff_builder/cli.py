@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import inspect
 import logging
-import math
 import sys
 import threading
 import warnings
@@ -129,14 +128,18 @@ def _positive_int(text: str) -> int:
 
 
 def _seconds(text: str) -> float:
+    from ._hosting import idle_timeout_of
+
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
+    try:
+        idle_timeout_of(value)
+    except ValueError:
         raise argparse.ArgumentTypeError(
             f"must be a positive, finite number of seconds, got {text!r}"
-        )
+        ) from None
     return value
 
 
@@ -294,7 +297,7 @@ def _reported(*, debug: bool) -> Generator[None, None, None]:
     ``debug``, which also shows this package's informational records (each handoff, say).
     """
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_OneLineFormatter())
+    handler.setFormatter(_OneLineFormatter(debug=debug))
     root, ours, driver = (logging.getLogger(n) for n in ("", "handoff_builder", "psycopg"))
     saved = root.level, ours.level, driver.level
     root.addHandler(handler)
@@ -314,9 +317,23 @@ def _reported(*, debug: bool) -> Generator[None, None, None]:
 
 
 class _OneLineFormatter(logging.Formatter):
+    """A log record as ``handoff-builder: warning from LOGGER: message``.
+
+    Never ``handoff-builder: error:``, which is the command's own failure (exit status 1). The
+    traceback of a record that has one follows with ``--debug`` only.
+    """
+
+    def __init__(self, *, debug: bool) -> None:
+        super().__init__()
+        self.debug = debug
+
     @override
     def format(self, record: logging.LogRecord) -> str:
-        return f"handoff-builder: {record.levelname.lower()}: {_squeezed(record.getMessage())}"
+        level = record.levelname.lower()
+        line = f"handoff-builder: {level} from {record.name}: {_squeezed(record.getMessage())}"
+        if self.debug and record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
 
 
 def _show_warning(
