@@ -8,7 +8,7 @@ import pytest
 
 import handoff_builder
 
-PUBLIC_SUBMODULES = {"cli", "exceptions", "providers", "stores", "testing"}
+PUBLIC_SUBMODULES = {"cli", "exceptions", "providers", "stores", "temporal", "testing"}
 
 
 def test_all_lists_every_public_name() -> None:

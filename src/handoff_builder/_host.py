@@ -74,7 +74,7 @@ from ._events import (
 from ._hooks import HandoffGate
 from ._logging import ArgumentLogging, log_event
 from ._manager import GroupChatManager
-from ._participant import Participant
+from ._participant import AgentRun, Participant
 from ._payloads import validate_arguments
 from ._requests import (
     BESIDE_WAITING_RESULT,
@@ -84,6 +84,7 @@ from ._requests import (
     settle,
     unanswered,
 )
+from ._routes import HandoffRoute
 from ._state import Continuation, DelegationFrame, HostState, TurnState
 from ._telemetry import TurnTrace
 from ._timeouts import DeadlinePassedError, within
@@ -198,6 +199,22 @@ def _known_prefix(history: Sequence[Message], messages: Sequence[Message]) -> in
     return len(history) if all(map(_same, history, messages)) else 0
 
 
+class AgentInvoker(Protocol):
+    """Runs a host's agents somewhere else (see :attr:`GroupChatHost.invoker`).
+
+    Each method stands for the host method of the same name, run on a host loaded with this
+    host's history and state as they stand when it is called.
+    """
+
+    async def invoke(self, name: str, closed: bool) -> AgentRun:  # noqa: FBT001
+        """Agent ``name`` runs once: :meth:`GroupChatHost.invoke`."""
+        ...
+
+    async def resolve(self) -> tuple[list[Message], tuple[HandoffCall, ...]]:
+        """The answered requests carried out: :meth:`GroupChatHost.resolve`."""
+        ...
+
+
 class TurnJournal(Protocol):
     """Saves a host's progress; called after the user's input and before every agent call."""
 
@@ -286,6 +303,11 @@ class GroupChatHost(Executor):
             for name, route in participant.routes.items()
             if route.payload is not None
         }  # by source and tool: two sources may name their tools to one target alike
+        self.invoker: AgentInvoker | None = None
+        """Runs the agents somewhere else (``None``: here). A durable engine sets it to run each
+        agent call, and each tool call a person approved, as an activity (:meth:`invoke` and
+        :meth:`resolve` on a host loaded with this one's state, in a worker); the decisions are
+        still made here."""
         self.superstep_per_hop = True
         """Run each agent in its own superstep, so that a checkpoint is taken after every hop.
 
@@ -370,6 +392,11 @@ class GroupChatHost(Executor):
             await ctx.request_info(request, Content, request_id=str(request.id))
 
     @property
+    def pending_agent(self) -> str | None:
+        """The agent whose requests the open turn waits for (``None``: it waits for none)."""
+        return None if self._pending.agent is None else str(self._pending.agent)
+
+    @property
     def pending_requests(self) -> list[Content]:
         """The requests (approvals, external calls) the open turn waits for."""
         return self._pending.unanswered
@@ -429,16 +456,18 @@ class GroupChatHost(Executor):
         delegations = self._delegations(ctx) if participant.delegates else None
         try:
             with self._turn_trace().active():
-                response, calls, disabled, verdict = await within(
-                    seconds,
+                run = (
                     participant.run(
                         view,
                         self._update_sink(name, ctx),
                         self._manager.review_handoff,
                         gate,
                         delegations,
-                    ),
+                    )
+                    if self.invoker is None
+                    else self.invoker.invoke(name, closed)
                 )
+                response, calls, disabled, verdict = await within(seconds, run)
         except DeadlinePassedError:  # not a TimeoutError of the agent's own: that one is raised
             return self._timed_out(limit, name)
         delta = list(response.messages)
@@ -465,6 +494,38 @@ class GroupChatHost(Executor):
         if requests:
             self._history.extend(self._settlement(requests, frames, name, _status(decision)))
         return decision
+
+    def routes_of(self, name: str) -> Mapping[str, HandoffRoute]:
+        """Agent ``name``'s handoff routes, by tool name."""
+        return self._participants[name].routes
+
+    async def invoke(self, name: str, *, closed: bool = False) -> AgentRun:
+        """Run agent ``name`` once on the conversation as it stands, and return its run.
+
+        What :attr:`invoker` stands for, done here: the agent gets its view, its handoff calls are
+        reviewed by this host's manager (with its saved counters) and admitted by its gate. The
+        conversation is not changed: the host that invoked it takes the run and decides.
+        """
+        participant = self._participants.get(name)
+        if participant is None:
+            raise ValueError(f"No agent named {name!r} in this workflow.")
+        view = self._view(name).update(self._history)
+        gate = self._gate_for(participant, closed=closed)
+        return await participant.run(view, None, self._manager.review_handoff, gate, None)
+
+    async def resolve(self) -> tuple[list[Message], tuple[HandoffCall, ...]]:
+        """Carry out the answered requests of the waiting agent.
+
+        Returns the messages that settle them (approved tools run, declined ones refused) and
+        its answered handoff calls, reviewed. What :attr:`invoker` stands for, done here; the
+        conversation is not changed.
+        """
+        pending = self._pending
+        name = str(pending.agent)
+        then = pending.then or Continuation(name)
+        participant = self._participants[name]
+        gate = self._gate_for(participant, closed=then.last)
+        return await pending.resolve(participant, self._manager.review_handoff, gate)
 
     def _delegation_waits(
         self, waiting: Suspension, requests: Sequence[Content], name: str
@@ -911,13 +972,16 @@ class GroupChatHost(Executor):
             start = self._message_with(list(pending.requests.values()))
             delegations = self._delegations(ctx, history_end=start)
         verdicts: list[ReviewVerdict] = []
-        messages, calls = await pending.resolve(
-            participant,
-            self._manager.review_handoff,
-            gate,
-            delegations=delegations,
-            verdicts=verdicts,
-        )
+        if self.invoker is not None and delegations is None:
+            messages, calls = await self.invoker.resolve()
+        else:
+            messages, calls = await pending.resolve(
+                participant,
+                self._manager.review_handoff,
+                gate,
+                delegations=delegations,
+                verdicts=verdicts,
+            )
         waiting = None if delegations is None else await self._add_delegations(delegations, ctx)
         verdict = verdicts[0] if verdicts else None
         if waiting is None:

@@ -1,0 +1,35 @@
+"""Hosted conversations on Temporal, each conversation a durable workflow.
+
+Install with ``pip install 'handoff-builder[temporal]'``.
+
+* :class:`TemporalConversationHost` — ``send``/``stream``/``respond``/``active_agent`` as on
+  :class:`~handoff_builder.ConversationHost`; the workflow id is the conversation id.
+* :func:`conversation_worker` — a Temporal worker that runs a builder's conversations (or the
+  command ``handoff-builder worker --temporal HOST:PORT --task-queue Q module:builder``).
+* :func:`connect` — a client with this package's JSON payloads (pydantic, never pickle).
+
+See ``docs/temporal.md``.
+"""
+
+from ._client import (
+    DEFAULT_TURNS_PER_RUN,
+    ConversationAlreadyStartedError,
+    TemporalConversationHost,
+    TemporalTurnError,
+    connect,
+    conversation_worker,
+)
+from ._workflow import ACTIVITY_NAME, WORKFLOW_NAME, AgentCallOptions, ConversationWorkflow
+
+__all__ = [
+    "ACTIVITY_NAME",
+    "DEFAULT_TURNS_PER_RUN",
+    "WORKFLOW_NAME",
+    "AgentCallOptions",
+    "ConversationAlreadyStartedError",
+    "ConversationWorkflow",
+    "TemporalConversationHost",
+    "TemporalTurnError",
+    "connect",
+    "conversation_worker",
+]

@@ -1,0 +1,325 @@
+"""The client side: ``TemporalConversationHost``, and connecting and serving workers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any, cast
+
+from agent_framework import AgentResponseUpdate, Content, Message, WorkflowEvent
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowFailureError,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.worker import Worker
+
+from handoff_builder._builder import HandoffWorkflowBuilder
+from handoff_builder._events import HANDOFF_EVENT, HANDOFF_TURN_EVENT, HandoffTurnResult
+from handoff_builder._hosting import (
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_TURN_RETRIES,
+    UserInput,
+    idle_timeout_of,
+)
+from handoff_builder._hosting import _messages as messages_of  # pyright: ignore[reportPrivateUsage]
+from handoff_builder.exceptions import HandoffBuilderError, PendingRequestsError
+from handoff_builder.stores import check_conversation_id
+
+from ._payloads import Answers, ConversationStart, TurnOutcome, contents, decode_turn
+from ._payloads import UserInput as UserInputPayload
+from ._workflow import (
+    NOTHING_PENDING,
+    PENDING,
+    UNKNOWN_REQUEST,
+    AgentCallOptions,
+    ConversationWorkflow,
+    invoke_agent,
+    register,
+    resolve_answers,
+)
+
+DEFAULT_TURNS_PER_RUN = 100
+"""User turns one workflow run takes before it continues as new (its event history stays small)."""
+
+
+class ConversationAlreadyStartedError(HandoffBuilderError):
+    """:meth:`TemporalConversationHost.start` for a conversation whose workflow already runs."""
+
+    def __init__(self, conversation_id: str) -> None:
+        self.conversation_id = conversation_id
+        super().__init__(f"Conversation {conversation_id!r} is already running on Temporal.")
+
+
+class TemporalTurnError(HandoffBuilderError):
+    """A turn failed on Temporal: an agent call failed after its retries.
+
+    The turn stays open and the next message retries it, as with
+    :class:`~handoff_builder.ConversationHost`.
+    """
+
+
+async def connect(target: str, *, namespace: str = "default", **kwargs: Any) -> Client:
+    """A Temporal client for ``target`` (``HOST:PORT``) with this package's JSON payloads."""
+    return await Client.connect(
+        target, namespace=namespace, data_converter=pydantic_data_converter, **kwargs
+    )
+
+
+def conversation_worker(
+    client: Client,
+    builder: HandoffWorkflowBuilder,
+    *,
+    task_queue: str,
+    agent_calls: AgentCallOptions | None = None,
+    **kwargs: Any,
+) -> Worker:
+    """A Temporal worker that runs ``builder``'s conversations on ``task_queue``.
+
+    ``async with conversation_worker(...)`` (or ``await worker.run()``) serves them until it is
+    stopped; run as many as you like, in as many processes. ``kwargs`` go to
+    ``temporalio.worker.Worker`` (``max_concurrent_activities``, say).
+
+    Raises:
+        HandoffConfigurationError: the builder does not build, or uses what Temporal cannot run
+            yet (delegates, reviews).
+    """
+    register(task_queue, builder, agent_calls or AgentCallOptions())
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[ConversationWorkflow],
+        activities=[invoke_agent, resolve_answers],
+        **kwargs,
+    )
+
+
+class TemporalConversationHost:
+    """Hosted conversations on Temporal, each a durable workflow whose id is the conversation id.
+
+    ``send``/``stream``/``respond``/``active_agent`` as on ``ConversationHost``.
+
+    The first message starts the conversation's workflow; later ones are Updates to it, from any
+    client. Workers (:func:`conversation_worker`) run it: a worker that dies mid-turn is replaced
+    by another, which goes on from the last finished agent call. Every client of a task queue
+    must use the same settings.
+
+    Args:
+        client: A client from :func:`connect` (it needs this package's payload converter).
+        task_queue: The task queue the workers serve.
+        idle_timeout: Idle time after which a conversation starts again at the initial agent
+            (a durable timer in the workflow).
+        max_turn_retries: How many times a failed turn is retried before it is abandoned.
+        turns_per_run: User turns one workflow run takes before it continues as new.
+        worker_wait: Seconds a call waits for a worker of the task queue (between a worker's
+            restart and its first poll, Temporal refuses Updates).
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        task_queue: str,
+        idle_timeout: timedelta | float = DEFAULT_IDLE_TIMEOUT,
+        max_turn_retries: int = DEFAULT_MAX_TURN_RETRIES,
+        turns_per_run: int = DEFAULT_TURNS_PER_RUN,
+        worker_wait: float = 30.0,
+    ) -> None:
+        if max_turn_retries < 0:
+            raise ValueError(f"max_turn_retries must be 0 or more, got {max_turn_retries}.")
+        if turns_per_run < 1:
+            raise ValueError(f"turns_per_run must be 1 or more, got {turns_per_run}.")
+        self.client = client
+        self.task_queue = task_queue
+        self.worker_wait = worker_wait
+        """Seconds a call waits for a worker to poll the task queue before it fails."""
+        self._start = ConversationStart(
+            idle_timeout=idle_timeout_of(idle_timeout).total_seconds(),
+            max_turn_retries=max_turn_retries,
+            turns_per_run=turns_per_run,
+        )
+
+    async def start(self, conversation_id: str) -> None:
+        """Start the conversation's workflow; ``send`` does it by itself when needed.
+
+        Raises:
+            ConversationAlreadyStartedError: it runs already (one workflow per conversation).
+        """
+        check_conversation_id(conversation_id)
+        try:
+            await self.client.start_workflow(
+                ConversationWorkflow.run,
+                self._start,
+                id=conversation_id,
+                task_queue=self.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            )
+        except Exception as error:
+            if type(error).__name__ == "WorkflowAlreadyStartedError":
+                raise ConversationAlreadyStartedError(conversation_id) from error
+            raise
+
+    async def send(
+        self, conversation_id: str, message: UserInput, *, idempotency_key: str | None = None
+    ) -> HandoffTurnResult:
+        """Run one user turn (starting the conversation's workflow if need be); its result.
+
+        ``idempotency_key`` is the Update's id: a retried call with the same key returns the
+        turn it ran instead of running the message again (within a workflow run).
+
+        Raises:
+            PendingRequestsError: the turn waits for answers (:meth:`respond`), or waited already.
+            TemporalTurnError: the turn failed; the next message retries it.
+        """
+        check_conversation_id(conversation_id)
+        payload = UserInputPayload(messages=[m.to_dict() for m in messages_of(message)])
+        client: Any = self.client  # its overloads are partly untyped
+
+        async def update() -> Any:
+            operation = WithStartWorkflowOperation(
+                ConversationWorkflow.run,
+                self._start,
+                id=conversation_id,
+                task_queue=self.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            )  # one operation per attempt: the client keeps its outcome
+            return await client.execute_update_with_start_workflow(
+                "send",
+                payload,
+                start_workflow_operation=operation,
+                id=idempotency_key,
+                result_type=TurnOutcome,
+            )
+
+        try:
+            outcome = await self._with_a_worker(update)
+        except (WorkflowUpdateFailedError, WorkflowFailureError, RPCError) as error:
+            raise _error(conversation_id, error) from error
+        return _result(conversation_id, cast(TurnOutcome, outcome))
+
+    async def stream(
+        self, conversation_id: str, message: UserInput, *, idempotency_key: str | None = None
+    ) -> AsyncIterator[WorkflowEvent[Any]]:
+        """One user turn as workflow events, once it is over.
+
+        Each reply and each handoff in the order they happened, then ``handoff_turn_completed``.
+
+        A Temporal Update returns once the turn is over, so the events come then, not token by
+        token.
+        """
+        result = await self.send(conversation_id, message, idempotency_key=idempotency_key)
+        by_call = {handoff.call_id: handoff for handoff in result.handoffs}
+        for item in result.messages:
+            if item.role == "assistant" and item.text:
+                update = AgentResponseUpdate(
+                    role="assistant", contents=list(item.contents), author_name=item.author_name
+                )
+                yield WorkflowEvent(cast(Any, "output"), data=update)
+            for content in item.contents:
+                handoff = (
+                    by_call.get(str(content.call_id)) if content.type == "function_call" else None
+                )
+                if handoff is not None:
+                    yield WorkflowEvent(cast(Any, HANDOFF_EVENT), data=handoff)
+        yield WorkflowEvent(cast(Any, HANDOFF_TURN_EVENT), data=result)
+
+    async def respond(
+        self,
+        conversation_id: str,
+        answers: Mapping[str, Content],
+        *,
+        idempotency_key: str | None = None,
+    ) -> HandoffTurnResult:
+        """Answer the requests the turn waits for (by request id); the agent that asked carries on.
+
+        Raises:
+            PendingRequestsError: answered, and the turn waits again.
+            HandoffBuilderError: nothing waits, or an answer's id is not a request's.
+        """
+        check_conversation_id(conversation_id)
+        payload = Answers(answers={key: value.to_dict() for key, value in answers.items()})
+        handle: Any = self.client.get_workflow_handle(conversation_id)  # partly untyped
+        try:
+            outcome = await self._with_a_worker(
+                lambda: handle.execute_update(
+                    "respond", payload, id=idempotency_key, result_type=TurnOutcome
+                )
+            )
+        except (WorkflowUpdateFailedError, RPCError) as error:
+            raise _error(conversation_id, error) from error
+        return _result(conversation_id, cast(TurnOutcome, outcome))
+
+    async def _with_a_worker(self, call: Callable[[], Awaitable[Any]]) -> Any:
+        """``call()``, again while no worker polls the task queue (one restarting, say)."""
+        deadline = time.monotonic() + self.worker_wait
+        delay = 0.05
+        while True:
+            try:
+                return await call()
+            except RPCError as error:
+                no_worker = error.status == RPCStatusCode.FAILED_PRECONDITION and (
+                    "no poller" in error.message
+                )
+                if not no_worker or time.monotonic() + delay > deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    async def active_agent(self, conversation_id: str) -> str | None:
+        """The agent that ran last (``None``: no such conversation)."""
+        return cast(
+            str | None, await self._query(conversation_id, ConversationWorkflow.active_agent)
+        )
+
+    async def pending(self, conversation_id: str) -> list[Content]:
+        """The requests the conversation waits for (empty when none)."""
+        raw = await self._query(conversation_id, ConversationWorkflow.pending)
+        return contents(cast(list[dict[str, Any]], raw or []))
+
+    async def history(self, conversation_id: str) -> list[Message]:
+        """The conversation, every message in order (empty for an unknown id)."""
+        raw = await self._query(conversation_id, ConversationWorkflow.history)
+        return [Message.from_dict(item) for item in cast(Sequence[dict[str, Any]], raw or [])]
+
+    async def _query(self, conversation_id: str, query: Any) -> Any:
+        check_conversation_id(conversation_id)
+        handle = self.client.get_workflow_handle(conversation_id)
+        try:
+            return await self._with_a_worker(lambda: handle.query(query))
+        except RPCError as error:
+            if error.status == RPCStatusCode.NOT_FOUND:
+                return None
+            raise HandoffBuilderError(
+                f"Conversation {conversation_id!r} cannot be read: {error.message} (is a worker "
+                f"serving task queue {self.task_queue!r}?)"
+            ) from error
+
+
+def _result(conversation_id: str, outcome: TurnOutcome) -> HandoffTurnResult:
+    if outcome.status == "waiting" or outcome.result is None:
+        raise PendingRequestsError(conversation_id, contents(outcome.requests))
+    result = decode_turn(outcome.result, conversation_id)
+    if outcome.recovered is not None:
+        result.recovered = decode_turn(outcome.recovered, conversation_id)
+    return result
+
+
+def _error(conversation_id: str, error: Exception) -> Exception:
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, ApplicationError):
+        cause = cause.__cause__
+    if isinstance(cause, ApplicationError):
+        if cause.type == PENDING:
+            details = cast(list[dict[str, Any]], cause.details[0] if cause.details else [])
+            return PendingRequestsError(conversation_id, contents(details))
+        if cause.type in (NOTHING_PENDING, UNKNOWN_REQUEST):
+            return HandoffBuilderError(cause.message)
+        return TemporalTurnError(cause.message)
+    return TemporalTurnError(f"The turn of conversation {conversation_id!r} failed: {error}")

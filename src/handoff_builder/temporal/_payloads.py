@@ -1,0 +1,201 @@
+"""What crosses Temporal: JSON through pydantic, never pickle.
+
+The workflow's input, the user's messages and answers, a turn's outcome, and one agent call (the
+activity's input and result). Messages and contents travel as agent_framework's ``to_dict()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from agent_framework import AgentResponse, Content, Message
+from pydantic import BaseModel, Field
+
+from handoff_builder._decision import CallOutcome, HandoffCall
+from handoff_builder._events import (
+    BlockReason,
+    EscalationEvent,
+    EscalationReason,
+    HandoffEvent,
+    HandoffTurnResult,
+    RoutingStep,
+    TurnAbandonedEvent,
+    TurnStatus,
+    TurnTimeoutEvent,
+)
+from handoff_builder._host import GroupChatHost
+from handoff_builder._participant import AgentRun
+from handoff_builder._state import adapter_for, validated
+from handoff_builder.exceptions import HandoffBuilderError
+
+
+class Carried(BaseModel):
+    """A conversation carried into a new run of its workflow (continue-as-new)."""
+
+    history: list[dict[str, Any]]
+    host: dict[str, Any]
+    idle: bool = False
+    failures: int = 0
+
+
+class ConversationStart(BaseModel):
+    """The workflow's input: the conversation's settings, and what a previous run carried."""
+
+    idle_timeout: float = Field(gt=0)
+    max_turn_retries: int = Field(ge=0)
+    turns_per_run: int = Field(gt=0)
+    carried: Carried | None = None
+
+
+class UserInput(BaseModel):
+    """A user turn: its messages."""
+
+    messages: list[dict[str, Any]]
+
+
+class Answers(BaseModel):
+    """Answers to the requests a turn waits for, by request id."""
+
+    answers: dict[str, dict[str, Any]]
+
+
+class TurnOutcome(BaseModel):
+    """What a turn came to: its result, or the requests it waits for."""
+
+    status: Literal["completed", "waiting"]
+    result: dict[str, Any] | None = None
+    requests: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
+    recovered: dict[str, Any] | None = None
+
+
+class AgentCall(BaseModel):
+    """One agent invocation, for the activity.
+
+    The conversation and the host's state as they stand, the agent, and whether it runs
+    without handoff tools.
+    """
+
+    conversation_id: str
+    agent: str
+    closed: bool
+    history: list[dict[str, Any]]
+    host: dict[str, Any]
+
+
+class CallRecord(BaseModel):
+    """One reviewed handoff call of an agent invocation."""
+
+    tool: str
+    argument: str
+    call_id: str
+    outcome: CallOutcome
+    result: str
+    blocked: BlockReason | None = None
+    escalation: EscalationReason | None = None
+    payload: dict[str, Any] | None = None
+    arguments: str = ""
+
+
+class AgentCallResult(BaseModel):
+    """What the activity returns.
+
+    The agent's messages, its reviewed handoff calls, and the handoffs it was not offered.
+    """
+
+    messages: list[dict[str, Any]]
+    calls: list[CallRecord]
+    disabled: list[str]
+
+
+def encode_run(run: AgentRun) -> AgentCallResult:
+    if run.verdict is not None:  # the builder check keeps reviews off Temporal
+        raise HandoffBuilderError("A review verdict cannot run on Temporal yet.")
+    return AgentCallResult(
+        messages=[message.to_dict() for message in run.response.messages],
+        calls=[
+            CallRecord(
+                tool=call.route.tool_name,
+                argument=call.argument,
+                call_id=call.call_id,
+                outcome=call.outcome,
+                result=call.result,
+                blocked=call.blocked,
+                escalation=call.escalation,
+                payload=None if call.payload is None else call.payload.model_dump(mode="json"),
+                arguments=call.arguments,
+            )
+            for call in run.calls
+        ],
+        disabled=sorted(run.disabled),
+    )
+
+
+def decode_run(host: GroupChatHost, agent: str, result: AgentCallResult) -> AgentRun:
+    """The activity's result as the host's :class:`AgentRun`, routes and payloads read back."""
+    routes = host.routes_of(agent)
+    calls: list[HandoffCall] = []
+    for record in result.calls:
+        route = routes[record.tool]
+        payload = None if record.payload is None else route.model.model_validate(record.payload)
+        calls.append(
+            HandoffCall(
+                route,
+                record.argument,
+                record.call_id,
+                record.outcome,
+                record.result,
+                record.blocked,
+                record.escalation,
+                payload,
+                record.arguments,
+            )
+        )
+    response = AgentResponse(messages=[Message.from_dict(m) for m in result.messages])
+    return AgentRun(response, tuple(calls), frozenset(result.disabled))
+
+
+@dataclass(frozen=True)
+class _TurnRecord:
+    """A finished turn as it travels back to the client."""
+
+    messages: tuple[dict[str, Any], ...]
+    status: TurnStatus
+    agent: str
+    handoffs: tuple[HandoffEvent, ...] = ()
+    escalation: EscalationEvent | None = None
+    timeout: TurnTimeoutEvent | None = None
+    abandoned: TurnAbandonedEvent | None = None
+    trace: tuple[RoutingStep, ...] = ()
+
+
+def encode_turn(result: HandoffTurnResult) -> dict[str, Any]:
+    record = _TurnRecord(
+        tuple(message.to_dict() for message in result.messages), result.status,
+        result.active_agent, result.handoffs, result.escalation, result.timeout,
+        result.abandoned, result.trace,
+    )  # fmt: skip
+    encoded: dict[str, Any] = adapter_for(_TurnRecord).dump_python(record, mode="json")
+    return encoded
+
+
+def decode_turn(raw: dict[str, Any], conversation_id: str) -> HandoffTurnResult:
+    record: _TurnRecord = validated(
+        _TurnRecord, raw, f"The turn of conversation {conversation_id!r}"
+    )
+    messages = [Message.from_dict(message) for message in record.messages]
+    return HandoffTurnResult(
+        messages=messages,
+        active_agent=record.agent,
+        handoffs=record.handoffs,
+        escalation=record.escalation,
+        conversation=messages,  # the turn's own: the client reads the rest with history()
+        status=record.status,
+        timeout=record.timeout,
+        abandoned=record.abandoned,
+        trace=record.trace,
+    )
+
+
+def contents(raw: list[dict[str, Any]]) -> list[Content]:
+    return [Content.from_dict(item) for item in raw]

@@ -1,0 +1,72 @@
+"""A Temporal worker process for the tests: ``python -m tests.temporal_worker ADDRESS QUEUE LOG``.
+
+It serves :func:`desk` on task queue QUEUE until it is killed. Every model call of its agents is
+appended to the file LOG as one JSON line (``{"pid", "agent", "user"}``) before it is answered.
+With ``TEMPORAL_WORKER_HANG`` set to an agent's name, that agent's model calls never answer
+after they are logged (the worker goes on heartbeating), so that the test can kill the worker in
+the middle of one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+from handoff_builder import HandoffWorkflowBuilder
+from handoff_builder.temporal import AgentCallOptions, connect, conversation_worker
+from handoff_builder.testing import (
+    ModelCall,
+    Step,
+    handoff_to,
+    never_answer,
+    reply,
+    scripted_agent,
+)
+
+
+def logged(
+    name: str, log: Path, answer: Callable[[ModelCall], Step]
+) -> Callable[[ModelCall], Step]:
+    def respond(call: ModelCall) -> Step:
+        with log.open("a", encoding="utf-8") as out:
+            out.write(
+                json.dumps({"pid": os.getpid(), "agent": name, "user": call.user_text}) + "\n"
+            )
+        if os.environ.get("TEMPORAL_WORKER_HANG") == name:
+            return never_answer()
+        return answer(call)
+
+    return respond
+
+
+def desk(log: Path) -> HandoffWorkflowBuilder:
+    """triage hands every message to billing, which answers with what it received."""
+    triage = scripted_agent(
+        "triage",
+        respond_with=logged("triage", log, lambda call: handoff_to("billing", goal="Billing.")),
+    )
+    billing = scripted_agent(
+        "billing",
+        respond_with=logged("billing", log, lambda call: reply(f"billing: {call.user_text}")),
+        description="charges",
+    )
+    return HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+
+
+AGENT_CALLS = AgentCallOptions(start_to_close=timedelta(seconds=30), heartbeat=timedelta(seconds=1))
+
+
+async def main(address: str, task_queue: str, log: Path) -> None:
+    client = await connect(address)
+    worker = conversation_worker(client, desk(log), task_queue=task_queue, agent_calls=AGENT_CALLS)
+    print("ready", flush=True)  # noqa: T201 - the test waits for it
+    await worker.run()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2], Path(sys.argv[3])))

