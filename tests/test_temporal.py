@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -275,12 +276,28 @@ async def test_the_idle_timer_starts_again_at_the_initial_agent(client: Client, 
     billing = scripted_agent("billing", respond_with=lambda call: reply("billing here"))
     builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
     conversation = cid()
-    async with serving(client, builder, queue, idle_timeout=1.0) as host:
+    async with serving(client, builder, queue, idle_timeout=0.5) as host:
         assert (await host.send(conversation, "my invoice")).active_agent == "billing"
         assert (await host.send(conversation, "still there?")).text == "billing here"
-        await asyncio.sleep(1.6)  # the durable timer fires in the workflow
+        assert not await idle(client, conversation)
+        await until_idle(client, conversation)  # the durable timer fires in the workflow
         turn = await host.send(conversation, "hi again")
+        assert not await idle(client, conversation)
     assert (turn.text, turn.active_agent) == ("Welcome back!", "triage")
+
+
+async def idle(client: Client, conversation: str) -> bool:
+    from handoff_builder.temporal import ConversationWorkflow
+
+    return bool(await client.get_workflow_handle(conversation).query(ConversationWorkflow.idle))
+
+
+async def until_idle(client: Client, conversation: str) -> None:
+    """Wait for the idle timer (Temporal fires timers within about a second of their time)."""
+    deadline = time.monotonic() + 15
+    while not await idle(client, conversation):
+        assert time.monotonic() < deadline, "the idle timer did not fire"
+        await asyncio.sleep(0.1)
 
 
 # -- failures ---------------------------------------------------------------------------------
@@ -449,3 +466,83 @@ async def test_two_workers_share_100_conversations(
     by_worker = [c["pid"] for c in workers.calls()]
     assert len(by_worker) == 200  # triage and billing, once each, per conversation
     assert {a.pid, b.pid} == set(by_worker)  # both took work
+
+
+# -- determinism and long conversations ---------------------------------------------------------
+
+
+async def replays(client: Client, conversation: str) -> None:
+    """The workflow's history replays on a fresh worker without a nondeterminism error."""
+    from temporalio.contrib.pydantic import pydantic_data_converter
+    from temporalio.worker import Replayer
+
+    from handoff_builder.temporal import ConversationWorkflow
+
+    history = await client.get_workflow_handle(conversation).fetch_history()
+    replayer = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter)
+    await replayer.replay_workflow(history)
+
+
+async def test_the_workflow_replays_deterministically(
+    client: Client, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Handoffs, a wait for approval and its answer, the idle timer: replayed, the same, and
+    logged once (not again by the replay)."""
+
+    @tool(approval_mode="always_require")
+    def refund(amount: int) -> str:
+        """Refund money."""
+        return f"refunded {amount} EUR"
+
+    triage = scripted_agent(
+        "triage",
+        respond_with=lambda call: (
+            handoff_to("billing", goal="Refund.")
+            if "refund" in call.user_text
+            else reply("Hello again.")
+        ),
+    )
+    billing = scripted_agent(
+        "billing", call_tool("refund", amount=5), reply("Done."), tools=[refund]
+    )
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+    conversation = cid()
+    async with serving(client, builder, queue, idle_timeout=0.5) as host:
+        with pytest.raises(PendingRequestsError) as waiting:
+            await host.send(conversation, "refund my 5 EUR")
+        [request] = waiting.value.requests
+        answer = request.to_function_approval_response(approved=True)
+        await host.respond(conversation, {str(request.id): answer})
+        await until_idle(client, conversation)
+        assert (await host.send(conversation, "hi")).text == "Hello again."
+        with caplog.at_level(logging.INFO, logger="handoff_builder"):
+            caplog.clear()
+            await replays(client, conversation)
+    assert not [r.getMessage() for r in caplog.records if r.name == "handoff_builder"]
+
+
+async def test_a_long_conversation_continues_as_new(client: Client, queue: str) -> None:
+    builder, triage, billing, _ = support_desk()
+    conversation = cid()
+    async with serving(client, builder, queue, turns_per_run=2) as host:
+        for i in range(5):
+            turn = await host.send(conversation, f"question {i}")
+            assert turn.text == f"billing: question {i}"
+        history = await host.history(conversation)
+        await replays(client, conversation)  # the latest run, begun from what was carried
+    assert len(client_of(triage).calls) == 1  # every later message started at billing
+    assert [m.text for m in history if m.role == "user" and m.author_name is None] == [
+        f"question {i}" for i in range(5)
+    ]
+    assert received(billing).sees("question 0")  # the carried history reached the model
+    # two turns a run: the latest of three runs continued from the second, which did from the first
+    runs, run_id = 0, ""
+    while True:
+        events = (
+            await client.get_workflow_handle(conversation, run_id=run_id or None).fetch_history()
+        ).events
+        runs += 1
+        run_id = events[0].workflow_execution_started_event_attributes.continued_execution_run_id
+        if not run_id:
+            break
+    assert runs == 3

@@ -27,7 +27,7 @@ instrumentation switch (``ENABLE_INSTRUMENTATION``) turns ours off with its own.
 from __future__ import annotations
 
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING
 
@@ -135,12 +135,18 @@ _duration = _meter.create_histogram(
 )
 
 
+QUIET_WHILE: list[Callable[[], bool]] = []
+"""Checks under which nothing is traced or counted: a durable engine adds one that is true
+while it replays a workflow (its spans and counts were recorded the first time)."""
+
+
 def _instrumented() -> bool:
     """agent_framework's instrumentation switch: one switch for its telemetry and ours.
 
     On by default; ``ENABLE_INSTRUMENTATION=false`` or ``disable_instrumentation()`` turn it off.
+    Off while a :data:`QUIET_WHILE` check holds.
     """
-    return OBSERVABILITY_SETTINGS.ENABLED
+    return OBSERVABILITY_SETTINGS.ENABLED and not any(check() for check in QUIET_WHILE)
 
 
 def _tracing() -> bool:

@@ -141,6 +141,7 @@ class TemporalConversationHost:
         self.worker_wait = worker_wait
         """Seconds a call waits for a worker to poll the task queue before it fails."""
         self._start = ConversationStart(
+            task_queue=task_queue,
             idle_timeout=idle_timeout_of(idle_timeout).total_seconds(),
             max_turn_retries=max_turn_retries,
             turns_per_run=turns_per_run,

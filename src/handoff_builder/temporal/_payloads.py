@@ -40,8 +40,13 @@ class Carried(BaseModel):
 
 
 class ConversationStart(BaseModel):
-    """The workflow's input: the conversation's settings, and what a previous run carried."""
+    """The workflow's input: the conversation's settings, and what a previous run carried.
 
+    ``task_queue`` names the builder the conversation runs (the one its workers registered for
+    that queue), also when a replayer runs the workflow on a task queue of its own.
+    """
+
+    task_queue: str
     idle_timeout: float = Field(gt=0)
     max_turn_retries: int = Field(ge=0)
     turns_per_run: int = Field(gt=0)

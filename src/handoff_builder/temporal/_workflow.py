@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -20,6 +21,7 @@ from agent_framework import AgentResponse, Content, Message, Workflow
 from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
+from typing_extensions import override
 
 from handoff_builder._builder import HandoffWorkflowBuilder
 from handoff_builder._decision import HandoffCall
@@ -27,6 +29,7 @@ from handoff_builder._events import HandoffTurnResult
 from handoff_builder._host import GroupChatHost, ReissueRequests, ResumeTurn, UserTurn
 from handoff_builder._participant import AgentRun
 from handoff_builder._state import HostState, decode_host_state
+from handoff_builder._telemetry import QUIET_WHILE
 from handoff_builder.exceptions import (
     CorruptStateError,
     HandoffBuilderError,
@@ -93,6 +96,23 @@ class _Registered:
 
 
 _REGISTERED: dict[str, _Registered] = {}
+
+
+def _replaying() -> bool:
+    """True while this worker replays a workflow's history (on a new worker, after eviction)."""
+    return workflow.in_workflow() and workflow.unsafe.is_replaying()
+
+
+class _NotWhileReplaying(logging.Filter):
+    """The workflow's log records and spans were written the first time it ran."""
+
+    @override
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _replaying()
+
+
+logging.getLogger("handoff_builder").addFilter(_NotWhileReplaying())
+QUIET_WHILE.append(_replaying)
 
 
 def unsupported(builder: HandoffWorkflowBuilder) -> list[str]:
@@ -217,7 +237,7 @@ class ConversationWorkflow:
     @workflow.init
     def __init__(self, start: ConversationStart) -> None:
         self._start = start
-        self._registered = _registered(workflow.info().task_queue)
+        self._registered = _registered(start.task_queue)
         self._conversation_id = workflow.info().workflow_id
         carried = start.carried
         self._workflow, self._host = self._open(carried)
@@ -322,6 +342,11 @@ class ConversationWorkflow:
     def active_agent(self) -> str | None:
         """The agent that ran last."""
         return self._host.speaker
+
+    @workflow.query
+    def idle(self) -> bool:
+        """True once the idle timer fired: the next message starts at the initial agent."""
+        return self._idle
 
     @workflow.query
     def pending(self) -> list[dict[str, Any]]:
