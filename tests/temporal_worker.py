@@ -68,5 +68,10 @@ async def main(address: str, task_queue: str, log: Path) -> None:
     await worker.run()
 
 
+def builder() -> HandoffWorkflowBuilder:
+    """:func:`desk`, logging to ``TEMPORAL_WORKER_LOG`` (for ``handoff-builder worker``)."""
+    return desk(Path(os.environ.get("TEMPORAL_WORKER_LOG", os.devnull)))
+
+
 if __name__ == "__main__":
     asyncio.run(main(sys.argv[1], sys.argv[2], Path(sys.argv[3])))

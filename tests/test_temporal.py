@@ -546,3 +546,33 @@ async def test_a_long_conversation_continues_as_new(client: Client, queue: str) 
         if not run_id:
             break
     assert runs == 3
+
+
+async def test_the_worker_command_serves_a_builder(
+    client: Client, queue: str, tmp_path: Path
+) -> None:
+    """``handoff-builder worker``: it serves, a message is answered, Ctrl-C stops it."""
+    log = tmp_path / "calls.jsonl"
+    process = subprocess.Popen(  # noqa: S603, ASYNC220 - this interpreter, our module; it runs beside the test
+        [sys.executable, "-m", "handoff_builder.cli", "worker", "--temporal", temporal_address(),
+         "--task-queue", queue, "tests.temporal_worker:builder"],
+        cwd=ROOT, env={**os.environ, "TEMPORAL_WORKER_LOG": str(log)},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        banner = process.stdout.readline()
+        assert banner.startswith("handoff-builder: serving tests.temporal_worker:builder on task")
+        host = TemporalConversationHost(client, task_queue=queue)
+        turn = await host.send(cid(), "hello from the terminal")
+        assert turn.text == "billing: hello from the terminal"
+        assert [json.loads(line)["pid"] for line in log.read_text("utf-8").splitlines()] == [
+            process.pid,
+            process.pid,
+        ]
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 130
+    assert err == ""

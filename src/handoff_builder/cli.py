@@ -1,4 +1,4 @@
-"""The ``handoff-builder`` command line: ``demo``, ``chat`` and ``graph``."""
+"""The ``handoff-builder`` command line: ``demo``, ``chat``, ``graph`` and ``worker``."""
 
 from __future__ import annotations
 
@@ -114,6 +114,27 @@ def _parser() -> argparse.ArgumentParser:
         help="without MODULE:ATTRIBUTE, a built-in workflow: support-desk (what chat runs; the "
         "default) or demo (what demo runs)",
     )
+    worker = commands.add_parser(
+        "worker",
+        help="run a Temporal worker for your workflow's conversations",
+        description="Serve the conversations of your builder (module:attribute) on Temporal: "
+        "each conversation is a durable workflow, each agent call an activity. Run as many "
+        "workers as you like; Ctrl-C stops this one (its calls go on elsewhere). Needs "
+        "handoff-builder[temporal].",
+    )
+    worker.add_argument(
+        "builder",
+        metavar="MODULE:ATTRIBUTE",
+        help="your HandoffWorkflowBuilder, or a function that returns one",
+    )
+    worker.add_argument(
+        "--temporal",
+        required=True,
+        metavar="HOST:PORT",
+        help="the Temporal server's frontend, e.g. 127.0.0.1:7233",
+    )
+    worker.add_argument("--task-queue", required=True, metavar="QUEUE", help="the task queue")
+    worker.add_argument("--namespace", default="default", help="the namespace (default: default)")
     return parser
 
 
@@ -259,6 +280,27 @@ async def _chat(args: argparse.Namespace) -> None:
         await store.close()
 
 
+async def _worker(args: argparse.Namespace) -> None:
+    try:
+        from .temporal import connect, conversation_worker
+    except ImportError as error:
+        raise ValueError(
+            f"the worker needs Temporal's SDK: pip install 'handoff-builder[temporal]' ({error})"
+        ) from error
+    builder = _load_builder(args.builder)
+    try:
+        client = await connect(args.temporal, namespace=args.namespace)
+    except Exception as error:  # the SDK's connection errors: said in one line
+        raise ValueError(f"cannot connect to Temporal at {args.temporal}: {error}") from error
+    worker = conversation_worker(client, builder, task_queue=args.task_queue)
+    sys.stdout.write(
+        f"handoff-builder: serving {args.builder} on task queue {args.task_queue!r} at "
+        f"{args.temporal} (Ctrl-C stops)\n"
+    )
+    sys.stdout.flush()
+    await worker.run()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code.
 
@@ -275,6 +317,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 asyncio.run(run_demo(sys.stdout))
             elif args.command == "chat":
                 asyncio.run(_chat(args))
+            elif args.command == "worker":
+                asyncio.run(_worker(args))
             else:
                 _graph(args.builder, args.workflow)
     except KeyboardInterrupt:
