@@ -117,9 +117,12 @@ def support_desk() -> tuple[HandoffWorkflowBuilder, Agent, Agent, Agent]:
 # -- the seed's three patterns ------------------------------------------------------------------
 
 
-async def test_pass_it_on(client: Client, queue: str) -> None:
+@pytest.mark.parametrize("local", [False, True], ids=["activities", "local_activities"])
+async def test_pass_it_on(client: Client, queue: str, local: bool) -> None:
     builder, triage, billing, refunds = support_desk()
-    async with serving(client, builder, queue) as host:
+    options = AgentCallOptions(heartbeat=timedelta(seconds=1), local=local)
+    async with conversation_worker(client, builder, task_queue=queue, agent_calls=options):
+        host = TemporalConversationHost(client, task_queue=queue)
         turn = await host.send(cid(), "I was charged twice for March")
     assert [(h.source, h.target) for h in turn.handoffs] == [
         ("triage", "billing"),
@@ -228,6 +231,61 @@ async def test_idempotency_key_runs_a_message_once(client: Client, queue: str) -
 
 
 # -- approvals and the idle timer -------------------------------------------------------------
+
+
+async def test_a_tool_call_key_is_the_same_when_the_agent_call_is_retried(
+    client: Client, queue: str
+) -> None:
+    """The model fails after the tool ran: the retried agent call runs the tool again, with the
+    same key, so the refund is paid once."""
+    from handoff_builder.temporal import tool_call_key
+
+    keys: list[str] = []
+    paid: dict[str, int] = {}
+
+    @tool
+    def refund(amount: int) -> str:
+        """Refund money."""
+        key = tool_call_key("refund")
+        keys.append(key)
+        paid.setdefault(key, amount)  # what a payment API does with an idempotency key
+        return f"refunded {amount} EUR"
+
+    failures = [1]
+
+    def billing_answer(call: ModelCall) -> Step:
+        if call.messages[-1].role != "tool":
+            return call_tool("refund", amount=5)
+        if failures[0]:
+            failures[0] -= 1
+            raise ConnectionError("the model's server dropped the connection")
+        return reply("Refunded 5 EUR.")
+
+    triage = scripted_agent("triage", handoff_to("billing", goal="Refund 5 EUR."))
+    billing = scripted_agent("billing", respond_with=billing_answer, tools=[refund])
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+    options = AgentCallOptions(
+        heartbeat=timedelta(seconds=5),
+        retry=temporalio.common.RetryPolicy(initial_interval=timedelta(milliseconds=50)),
+    )
+    conversation = cid()
+    async with conversation_worker(client, builder, task_queue=queue, agent_calls=options):
+        host = TemporalConversationHost(client, task_queue=queue)
+        turn = await host.send(conversation, "refund my 5 EUR")
+    assert turn.text == "Refunded 5 EUR."
+    assert len(keys) == 2  # the tool ran in both attempts ...
+    assert keys[0] == keys[1]  # ... with one key
+    assert keys[0].startswith(f"{conversation}/")
+    assert keys[0].endswith("/refund/1")
+    assert paid == {keys[0]: 5}  # paid once
+
+
+def test_a_tool_call_key_outside_an_agent_call_is_refused() -> None:
+    from handoff_builder import HandoffBuilderError
+    from handoff_builder.temporal import tool_call_key
+
+    with pytest.raises(HandoffBuilderError, match="agent running on Temporal"):
+        tool_call_key("refund")
 
 
 async def test_an_approval_is_answered_after_a_worker_restart(client: Client, queue: str) -> None:

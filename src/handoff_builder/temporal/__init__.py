@@ -7,6 +7,8 @@ Install with ``pip install 'handoff-builder[temporal]'``.
 * :func:`conversation_worker` — a Temporal worker that runs a builder's conversations (or the
   command ``handoff-builder worker --temporal HOST:PORT --task-queue Q module:builder``).
 * :func:`connect` — a client with this package's JSON payloads (pydantic, never pickle).
+* :func:`tool_call_key` — an idempotency key for a tool's side effect that stays the same when
+  an agent call is retried.
 
 See ``docs/temporal.md``.
 """
@@ -19,7 +21,13 @@ from ._client import (
     connect,
     conversation_worker,
 )
-from ._workflow import ACTIVITY_NAME, WORKFLOW_NAME, AgentCallOptions, ConversationWorkflow
+from ._workflow import (
+    ACTIVITY_NAME,
+    WORKFLOW_NAME,
+    AgentCallOptions,
+    ConversationWorkflow,
+    tool_call_key,
+)
 
 __all__ = [
     "ACTIVITY_NAME",
@@ -32,4 +40,5 @@ __all__ = [
     "TemporalTurnError",
     "connect",
     "conversation_worker",
+    "tool_call_key",
 ]

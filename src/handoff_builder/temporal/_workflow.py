@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
@@ -71,11 +72,17 @@ class AgentCallOptions:
     middle of a call is noticed (the call is then retried on another worker); ``retry`` retries a
     model error with backoff. The turn's own deadlines (``with_timeouts``) still apply around
     all attempts. Every worker of a task queue must use the same options.
+
+    ``local=True`` runs each call as a *local* activity, in the worker that runs the workflow
+    task: no round trip through the server per hop (much faster turns), but a worker that dies
+    mid-call is noticed only when its workflow task times out (10 s by default) and ``heartbeat``
+    does not apply. See ``docs/temporal.md``.
     """
 
     start_to_close: timedelta = timedelta(seconds=120)
     heartbeat: timedelta = timedelta(seconds=10)
     retry: RetryPolicy = field(default_factory=lambda: _default_retry())
+    local: bool = False
 
 
 def _default_retry() -> RetryPolicy:
@@ -196,10 +203,43 @@ async def _replica(call: AgentCall) -> AsyncGenerator[GroupChatHost, None]:
                 non_retryable=True,
             ) from error
         host.conversation_id = call.conversation_id
-        async with _heartbeating():
-            yield host
+        counts = _TOOL_CALLS.set({})
+        try:
+            if activity.info().is_local:
+                yield host  # a local activity cannot heartbeat: its workflow task is kept alive
+            else:
+                async with _heartbeating():
+                    yield host
+        finally:
+            _TOOL_CALLS.reset(counts)
     finally:
         registered.free.append(host)
+
+
+_TOOL_CALLS: contextvars.ContextVar[dict[str, int]] = contextvars.ContextVar("tool_calls")
+
+
+def tool_call_key(tool: str) -> str:
+    """A key for a call of ``tool`` that stays the same when the agent call is retried.
+
+    An agent call is an activity, and an activity runs at least once: a worker that dies in the
+    middle is replaced, and the agent runs again, tools included. Give a tool with a side effect
+    (a payment, an e-mail) this key as its idempotency key, and the retry is harmless: it is the
+    conversation, the agent call and the number of this call of ``tool`` within it (the first,
+    the second, ...), the same in every attempt.
+
+    Raises:
+        HandoffBuilderError: not called from a tool of an agent running on Temporal.
+    """
+    counts = _TOOL_CALLS.get(None)
+    if counts is None or not activity.in_activity():
+        raise HandoffBuilderError(
+            "tool_call_key() names a call made by an agent running on Temporal; call it from "
+            "the tool, while the agent runs in a worker."
+        )
+    counts[tool] = number = counts.get(tool, 0) + 1
+    info = activity.info()
+    return f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}/{tool}/{number}"
 
 
 @contextlib.asynccontextmanager
@@ -390,6 +430,13 @@ class ConversationWorkflow:
             host=host.snapshot(),
         )
         options = self._registered.options
+        if options.local:
+            return await workflow.execute_local_activity(
+                kind,
+                call,
+                start_to_close_timeout=options.start_to_close,
+                retry_policy=options.retry,
+            )
         return await workflow.execute_activity(
             kind,
             call,

