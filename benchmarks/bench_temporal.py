@@ -39,6 +39,7 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -96,23 +97,35 @@ async def _slots(host: Any, name: str, slots: int, seconds: float, per_conversat
 # -- the Temporal side ------------------------------------------------------------------------------
 
 
-async def serve(address: str, task_queue: str) -> None:
+async def serve(address: str, task_queue: str, mode: str) -> None:
     """A worker process: the bench desk on ``task_queue`` until it is killed."""
-    from handoff_builder.temporal import connect, conversation_worker
+    from handoff_builder.temporal import AgentCallOptions, connect, conversation_worker
 
     quiet_logs()
     builder, _, _ = hosted._builder()  # pyright: ignore[reportPrivateUsage]
-    worker = conversation_worker(await connect(address), builder, task_queue=task_queue)
+    options = AgentCallOptions(local=mode == "local")
+    worker = conversation_worker(
+        await connect(address), builder, task_queue=task_queue, agent_calls=options
+    )
     async with worker:
         sys.stdout.write("READY\n")
         sys.stdout.flush()
         await asyncio.Event().wait()
 
 
-def _start_workers(address: str, task_queue: str, count: int) -> list[subprocess.Popen[str]]:
+def _start_workers(
+    address: str, task_queue: str, count: int, *, local: bool
+) -> list[subprocess.Popen[str]]:
     processes = [
         subprocess.Popen(  # noqa: S603 - this interpreter, this script
-            [sys.executable, SCRIPT, "--serve", address, task_queue],
+            [
+                sys.executable,
+                SCRIPT,
+                "--serve",
+                address,
+                task_queue,
+                "local" if local else "remote",
+            ],
             stdout=subprocess.PIPE,
             text=True,
         )  # fmt: skip
@@ -125,11 +138,13 @@ def _start_workers(address: str, task_queue: str, count: int) -> list[subprocess
     return processes
 
 
-async def temporal_window(args: argparse.Namespace, workers: int, slots: int) -> Window:
+async def temporal_window(
+    args: argparse.Namespace, workers: int, slots: int, *, local: bool = False
+) -> Window:
     from handoff_builder.temporal import TemporalConversationHost, connect
 
     task_queue = f"bench-{uuid.uuid4().hex[:8]}"
-    processes = _start_workers(args.temporal, task_queue, workers)
+    processes = _start_workers(args.temporal, task_queue, workers, local=local)
     try:
         host = TemporalConversationHost(await connect(args.temporal), task_queue=task_queue)
         await _slots(host, "warm", min(slots, 8), 1.0, args.turns_per_conversation)
@@ -138,6 +153,32 @@ async def temporal_window(args: argparse.Namespace, workers: int, slots: int) ->
         for process in processes:
             process.kill()
             process.wait()
+
+
+async def temporal_floor(args: argparse.Namespace) -> dict[str, float]:
+    """What Temporal itself costs here: a workflow of one no-op activity vs one of two."""
+    from temporalio.worker import Worker
+
+    from handoff_builder.temporal import connect
+
+    from temporal_floor import Floor as floor
+    from temporal_floor import noop
+
+    client = await connect(args.temporal)
+    task_queue = f"floor-{uuid.uuid4().hex[:8]}"
+    medians: dict[str, float] = {}
+    async with Worker(client, task_queue=task_queue, workflows=[floor], activities=[noop]):
+        for activities in (1, 2, 1, 2):  # the first pair warms up
+            times: list[float] = []
+            deadline = time.monotonic() + args.seconds / 2
+            while time.monotonic() < deadline:
+                started = time.monotonic()
+                await client.execute_workflow(
+                    floor.run, activities, id=uuid.uuid4().hex, task_queue=task_queue
+                )
+                times.append((time.monotonic() - started) * 1000)
+            medians[f"{activities}"] = _median(times)
+    return {"one": medians["1"], "two": medians["2"]}
 
 
 # -- the PostgreSQL side ----------------------------------------------------------------------------
@@ -203,17 +244,20 @@ def _median(values: list[float]) -> float:
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     run = hosted.Run(args)
-    rates: dict[str, list[float]] = {"pg_1w": [], "t_1w": [], "t_2w": []}
+    rates: dict[str, list[float]] = {"pg_1w": [], "t_1w": [], "t_2w": [], "t_1w_local": []}
     errors = 0
     for round_no in range(args.rounds):
-        order = ["pg_1w", "t_1w", "t_2w"]
+        order = list(rates)
         if round_no % 2:
             order.reverse()
         for key in order:
             if key == "pg_1w":
                 window = await postgres_window(run, round_no)
             else:
-                window = await temporal_window(args, 1 if key == "t_1w" else 2, args.conversations)
+                workers = 2 if key == "t_2w" else 1
+                window = await temporal_window(
+                    args, workers, args.conversations, local=key == "t_1w_local"
+                )
             rates[key].append(window.turns / args.seconds)
             errors += window.errors
             print(
@@ -222,6 +266,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             )
     sequential_pg = await postgres_sequential(args)
     sequential_t = await temporal_window(args, 1, 1)
+    sequential_local = await temporal_window(args, 1, 1, local=True)
+    floor = await temporal_floor(args)
+    errors += sequential_local.errors
     errors += sequential_pg.errors + sequential_t.errors
     return {
         "rates": {key: _median(values) for key, values in rates.items()},
@@ -234,7 +281,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 "first": _median(sequential_t.first_ms),
                 "next": _median(sequential_t.next_ms),
             },
+            "temporal_local": {
+                "first": _median(sequential_local.first_ms),
+                "next": _median(sequential_local.next_ms),
+            },
         },
+        "floor_ms": floor,
         "errors": errors,
         "settings": {k: v for k, v in vars(args).items() if k not in ("serve",)},
         "env": env_line(),
@@ -243,16 +295,21 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 def report(result: dict[str, Any]) -> str:
     rates, seq = result["rates"], result["sequential_ms"]
-    pg, t1, t2 = rates["pg_1w"], rates["t_1w"], rates["t_2w"]
+    pg, t1, t2, t1l = rates["pg_1w"], rates["t_1w"], rates["t_2w"], rates["t_1w_local"]
     rows = [
         ["ConversationHost + PostgreSQL, 1 worker", f"{pg:.1f}", "1.00x"],
         ["Temporal, 1 worker", f"{t1:.1f}", f"{t1 / pg:.2f}x"],
         ["Temporal, 2 workers", f"{t2:.1f}", f"{t2 / pg:.2f}x ({t2 / t1:.2f}x 1 worker)"],
+        ["Temporal, 1 worker, local activities", f"{t1l:.1f}", f"{t1l / pg:.2f}x"],
     ]
     latency = [
         [name, f"{seq[key]['first']:.1f}", f"{seq[key]['next']:.1f}",
          f"{seq[key]['first'] - seq[key]['next']:.1f}"]
-        for name, key in (("ConversationHost + PostgreSQL", "pg"), ("Temporal", "temporal"))
+        for name, key in (
+            ("ConversationHost + PostgreSQL", "pg"),
+            ("Temporal", "temporal"),
+            ("Temporal, local activities", "temporal_local"),
+        )
     ]  # fmt: skip
     return "\n".join(
         [
@@ -261,9 +318,13 @@ def report(result: dict[str, Any]) -> str:
             md_table(["configuration", "turns/s", "vs PostgreSQL"], rows),
             "",
             md_table(
-                ["sequential", "first turn ms (2 hops)", "next turn ms (1 hop)", "one more hop ms"],
+                ["sequential", "first turn ms (new conversation, 2 hops)", "next turn ms (1 hop)", "difference ms"],
                 latency,
             ),
+            "",
+            f"Temporal itself (a workflow of no-op activities, raw SDK): one activity "
+            f"{result['floor_ms']['one']:.1f} ms, two {result['floor_ms']['two']:.1f} ms, "
+            f"one more {result['floor_ms']['two'] - result['floor_ms']['one']:.1f} ms",
             "",
             f"errors: {result['errors']}",
         ]
@@ -285,7 +346,9 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--pool-size", type=int, default=10)
     parser.add_argument("--profile", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
-    parser.add_argument("--serve", nargs=2, metavar=("ADDRESS", "QUEUE"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--serve", nargs=3, metavar=("ADDRESS", "QUEUE", "MODE"), help=argparse.SUPPRESS
+    )
     return parser.parse_args()
 
 

@@ -211,6 +211,25 @@ async def test_order_desk_postgres(capsys: pytest.CaptureFixture[str]) -> None:
     assert out[4].endswith("starts at orders")
 
 
+async def test_temporal_conversation(capsys: pytest.CaptureFixture[str]) -> None:
+    """On the Temporal server CI runs (HANDOFF_BUILDER_TEMPORAL_ADDRESS): the refund approved
+    and paid once, the next message answered by billing on a new worker."""
+    from tests.test_temporal import temporal_address
+
+    temporal_address()  # skips, saying why, without a server (fails in CI)
+    from samples.temporal_conversation import PAYMENTS, main
+
+    replies = await main()
+    assert replies == [
+        "Done: 24.90 EUR are on their way back to your card.",
+        "Within 3 to 5 working days.",
+    ]
+    assert list(PAYMENTS.values()) == [24.90]
+    out = capsys.readouterr().out.splitlines()
+    assert "  [triage -> billing] Refund the duplicate 24.90 EUR charge." in out
+    assert out[-2] == "billing: Within 3 to 5 working days.  (no handoff: it remembered billing)"
+
+
 async def test_real_providers_need_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
     from samples.pass_it_on import main
 

@@ -322,6 +322,44 @@ async def test_an_approval_is_answered_after_a_worker_restart(client: Client, qu
     assert received(billing).sees("refunded 5 EUR")
 
 
+async def test_an_approval_waits_across_a_continue_as_new(client: Client, queue: str) -> None:
+    """One turn a run: the waiting turn is carried into the next run, where it is answered."""
+
+    @tool(approval_mode="always_require")
+    def refund(amount: int) -> str:
+        """Refund money."""
+        return f"refunded {amount} EUR"
+
+    triage = scripted_agent("triage", handoff_to("billing", goal="Refund 5 EUR."))
+    billing = scripted_agent(
+        "billing", call_tool("refund", amount=5), reply("Done: 5 EUR back."), tools=[refund]
+    )
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+    conversation = cid()
+    async with serving(client, builder, queue, turns_per_run=1) as host:
+        with pytest.raises(PendingRequestsError) as waiting:
+            await host.send(conversation, "refund my 5 EUR")
+        [request] = waiting.value.requests
+        await until_continued(client, conversation)  # the waiting turn is in a new run
+        assert [r.id for r in await host.pending(conversation)] == [request.id]
+        answer = request.to_function_approval_response(approved=True)
+        turn = await host.respond(conversation, {str(request.id): answer})
+    assert turn.text == "Done: 5 EUR back."
+    assert received(billing).sees("refunded 5 EUR")
+
+
+async def until_continued(client: Client, conversation: str) -> None:
+    """Wait until the conversation's latest run is one a previous run continued into."""
+    deadline = time.monotonic() + 15
+    while True:
+        events = (await client.get_workflow_handle(conversation).fetch_history()).events
+        started = events[0].workflow_execution_started_event_attributes
+        if started.continued_execution_run_id:
+            return
+        assert time.monotonic() < deadline, "the workflow did not continue as new"
+        await asyncio.sleep(0.05)
+
+
 async def test_the_idle_timer_starts_again_at_the_initial_agent(client: Client, queue: str) -> None:
     triage = scripted_agent(
         "triage",

