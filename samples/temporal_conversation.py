@@ -45,7 +45,8 @@ def refund(amount: float) -> str:
     return f"refunded {amount:.2f} EUR (payment {key.rsplit('/', 3)[-3]})"
 
 
-def desk(provider: str) -> HandoffWorkflowBuilder:
+def desk(provider: str = "scripted") -> HandoffWorkflowBuilder:
+    """Triage and billing; billing refunds with a tool that needs approval."""
     options = sample_options()
     triage = Agent(
         client=sample_client(

