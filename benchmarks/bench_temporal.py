@@ -103,7 +103,8 @@ async def serve(address: str, task_queue: str, mode: str) -> None:
 
     quiet_logs()
     builder, _, _ = hosted._builder()  # pyright: ignore[reportPrivateUsage]
-    options = AgentCallOptions(local=mode == "local")
+    del mode  # local activities are the conversation's setting (the client's)
+    options = AgentCallOptions()
     worker = conversation_worker(
         await connect(address), builder, task_queue=task_queue, agent_calls=options
     )
@@ -146,7 +147,9 @@ async def temporal_window(
     task_queue = f"bench-{uuid.uuid4().hex[:8]}"
     processes = _start_workers(args.temporal, task_queue, workers, local=local)
     try:
-        host = TemporalConversationHost(await connect(args.temporal), task_queue=task_queue)
+        host = TemporalConversationHost(
+            await connect(args.temporal), task_queue=task_queue, local_activities=local
+        )
         await _slots(host, "warm", min(slots, 8), 1.0, args.turns_per_conversation)
         return await _slots(host, "t", slots, args.seconds, args.turns_per_conversation)
     finally:

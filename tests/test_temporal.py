@@ -122,10 +122,10 @@ def support_desk() -> tuple[HandoffWorkflowBuilder, Agent, Agent, Agent]:
 @pytest.mark.parametrize("local", [False, True], ids=["activities", "local_activities"])
 async def test_pass_it_on(client: Client, queue: str, local: bool) -> None:
     builder, triage, billing, refunds = support_desk()
-    options = AgentCallOptions(heartbeat=timedelta(seconds=1), local=local)
-    async with conversation_worker(client, builder, task_queue=queue, agent_calls=options):
-        host = TemporalConversationHost(client, task_queue=queue)
-        turn = await host.send(cid(), "I was charged twice for March")
+    conversation = cid()
+    async with serving(client, builder, queue, local_activities=local) as host:
+        turn = await host.send(conversation, "I was charged twice for March")
+        await replays(client, conversation)
     assert [(h.source, h.target) for h in turn.handoffs] == [
         ("triage", "billing"),
         ("billing", "refunds"),
@@ -405,13 +405,12 @@ async def test_the_idle_timer_starts_again_at_the_initial_agent(client: Client, 
     billing = scripted_agent("billing", respond_with=lambda call: reply("billing here"))
     builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
     conversation = cid()
-    async with serving(client, builder, queue, idle_timeout=0.5) as host:
+    async with serving(client, builder, queue, idle_timeout=1.0) as host:
         assert (await host.send(conversation, "my invoice")).active_agent == "billing"
         assert (await host.send(conversation, "still there?")).text == "billing here"
-        assert not await idle(client, conversation)
         await until_idle(client, conversation)  # the durable timer fires in the workflow
         turn = await host.send(conversation, "hi again")
-        assert not await idle(client, conversation)
+        assert not await idle(client, conversation)  # a message starts the timer again
     assert (turn.text, turn.active_agent) == ("Welcome back!", "triage")
 
 
@@ -723,3 +722,208 @@ async def test_dev_server_serves_a_conversation_and_stops() -> None:
         assert turn.active_agent == "refunds"
     with socket.socket() as probe:  # stopped: nothing listens there any more
         assert probe.connect_ex(("127.0.0.1", int(port))) != 0
+
+
+# -- what the review of the first version found ----------------------------------------------------
+
+
+async def test_a_failure_after_an_approval_goes_back_to_waiting_for_it(
+    client: Client, queue: str
+) -> None:
+    """The approved tool ran, then the model failed: the next message finishes the turn from
+    after the tool (not run again, not asked again), then runs; the conversation goes on."""
+    from handoff_builder.temporal import tool_call_key
+
+    paid: dict[str, int] = {}
+
+    @tool(approval_mode="always_require")
+    def refund(amount: int) -> str:
+        """Refund money."""
+        paid.setdefault(tool_call_key("refund"), amount)
+        return f"refunded {amount} EUR"
+
+    broken = [False]
+
+    def billing_answer(call: ModelCall) -> Step:
+        if call.messages[-1].role == "tool":
+            if broken[0]:
+                raise ConnectionError("the model is down")
+            return reply("Done: 5 EUR back.")
+        if "refund" in call.user_text:
+            return call_tool("refund", amount=5)
+        return reply(f"billing: {call.user_text}")
+
+    triage = scripted_agent("triage", handoff_to("billing", goal="Refund 5 EUR."))
+    billing = scripted_agent("billing", respond_with=billing_answer, tools=[refund])
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+    conversation = cid()
+    options = AgentCallOptions(
+        heartbeat=timedelta(seconds=5),
+        retry=temporalio.common.RetryPolicy(
+            initial_interval=timedelta(milliseconds=50), maximum_attempts=2
+        ),
+    )
+    async with conversation_worker(client, builder, task_queue=queue, agent_calls=options):
+        host = TemporalConversationHost(client, task_queue=queue)
+        with pytest.raises(PendingRequestsError) as waiting:
+            await host.send(conversation, "refund my 5 EUR")
+        [request] = waiting.value.requests
+        answer = request.to_function_approval_response(approved=True)
+        broken[0] = True
+        with pytest.raises(TemporalTurnError, match="the model is down"):
+            await host.respond(conversation, {str(request.id): answer})
+        assert await host.pending(conversation) == []  # answered: nothing is asked again
+        broken[0] = False
+        turn = await host.send(conversation, "thanks")
+        assert turn.recovered is not None
+        assert turn.recovered.text == "Done: 5 EUR back."  # the failed turn, finished first
+        assert turn.active_agent == "billing"
+        await replays(client, conversation)
+    assert list(paid.values()) == [5]  # the tool ran once
+
+
+async def test_local_activities_replay_over_several_turns(client: Client, queue: str) -> None:
+    builder, *_ = support_desk()
+    conversation = cid()
+    async with serving(client, builder, queue, local_activities=True) as host:
+        for text in ("hello", "my invoice?", "and my plan?"):
+            assert (await host.send(conversation, text)).text == f"billing: {text}"
+        await replays(client, conversation)
+
+
+async def test_an_agent_call_past_its_deadline_ends_the_turn(client: Client, queue: str) -> None:
+    from handoff_builder.testing import slow
+
+    triage = scripted_agent("triage", handoff_to("billing", goal="Billing."))
+    billing = scripted_agent(
+        "billing",
+        respond_with=lambda call: (
+            slow(reply("late"), 5) if "slow" in call.user_text else reply(f"b: {call.user_text}")
+        ),
+    )
+    builder = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, billing)
+        .with_timeouts(agent_call=1.0, turn=30)
+    )
+    conversation = cid()
+    async with serving(client, builder, queue) as host:
+        started = time.monotonic()
+        turn = await host.send(conversation, "slow please")
+        assert time.monotonic() - started < 4.5  # cut at the deadline, not after the call
+        assert turn.status == "agent_timeout"
+        assert turn.timeout is not None
+        assert turn.timeout.agent == "billing"
+        assert (await host.send(conversation, "next")).text == "b: next"  # not stuck
+        await replays(client, conversation)
+
+
+async def test_an_idempotency_key_holds_across_a_continue_as_new(
+    client: Client, queue: str
+) -> None:
+    builder, _, billing, _ = support_desk()
+    conversation = cid()
+    async with serving(client, builder, queue, turns_per_run=1) as host:
+        first = await host.send(conversation, "hello")
+        calls = len(client_of(billing).calls)
+        await until_continued(client, conversation)
+        again = await host.send(conversation, "hello", idempotency_key="k-1")
+        await until_continued_twice(client, conversation)
+        retried = await host.send(conversation, "hello", idempotency_key="k-1")
+        history = await host.history(conversation)
+    assert first.text == again.text == retried.text == "billing: hello"
+    assert len(client_of(billing).calls) == calls + 1  # the retry in a new run ran nothing
+    assert [m.text for m in history if m.role == "user" and m.author_name is None] == [
+        "hello",
+        "hello",
+    ]
+
+
+async def until_continued_twice(client: Client, conversation: str) -> None:
+    deadline = time.monotonic() + 15
+    while True:
+        handle = client.get_workflow_handle(conversation)
+        latest = (await handle.fetch_history()).events[0]
+        previous = latest.workflow_execution_started_event_attributes.continued_execution_run_id
+        if previous:
+            earlier = await client.get_workflow_handle(
+                conversation, run_id=previous
+            ).fetch_history()
+            attributes = earlier.events[0].workflow_execution_started_event_attributes
+            if attributes.continued_execution_run_id:
+                return
+        assert time.monotonic() < deadline, "the workflow did not continue as new twice"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_retried_failed_turn_that_waits_says_so(client: Client, queue: str) -> None:
+    """The next message finishes a failed turn, which now waits for an approval: that message
+    gets PendingRequestsError (it is not run), and the approval can be answered."""
+
+    @tool(approval_mode="always_require")
+    def refund(amount: int) -> str:
+        """Refund money."""
+        return f"refunded {amount} EUR"
+
+    broken = [True]
+
+    def billing_answer(call: ModelCall) -> Step:
+        if broken[0]:
+            raise ConnectionError("the model is down")
+        if call.messages[-1].role == "tool":
+            return reply("Refunded.")
+        return call_tool("refund", amount=5)
+
+    triage = scripted_agent("triage", handoff_to("billing", goal="Refund 5 EUR."))
+    billing = scripted_agent("billing", respond_with=billing_answer, tools=[refund])
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+    options = AgentCallOptions(
+        heartbeat=timedelta(seconds=5),
+        retry=temporalio.common.RetryPolicy(
+            initial_interval=timedelta(milliseconds=50), maximum_attempts=1
+        ),
+    )
+    conversation = cid()
+    async with conversation_worker(client, builder, task_queue=queue, agent_calls=options):
+        host = TemporalConversationHost(client, task_queue=queue)
+        with pytest.raises(TemporalTurnError):
+            await host.send(conversation, "refund my 5 EUR")
+        broken[0] = False
+        with pytest.raises(PendingRequestsError) as waiting:
+            await host.send(conversation, "hello? anyone?")
+        [request] = waiting.value.requests
+        answer = request.to_function_approval_response(approved=True)
+        turn = await host.respond(conversation, {str(request.id): answer})
+        history = await host.history(conversation)
+    assert turn.text == "Refunded."
+    assert "hello? anyone?" not in [m.text for m in history]  # refused, as ConversationHost does
+
+
+async def test_unknown_conversations_and_absent_workers_are_typed_errors(
+    client: Client, queue: str
+) -> None:
+    from handoff_builder import HandoffBuilderError
+
+    host = TemporalConversationHost(client, task_queue=queue, worker_wait=1.0)
+    answer = Content.from_function_result(call_id="c1", result="x")
+    with pytest.raises(HandoffBuilderError, match="No conversation 'nobody' runs on Temporal"):
+        await host.respond("nobody", {"c1": answer})
+    assert await host.active_agent("nobody") is None
+    started = time.monotonic()
+    with pytest.raises(TemporalTurnError, match=f"is a worker serving task queue '{queue}'"):
+        await host.send(cid(), "hello")  # nobody serves this queue
+    assert time.monotonic() - started < 10
+
+
+async def test_agent_framework_logs_nothing_while_a_workflow_replays(
+    client: Client, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    builder, *_ = support_desk()
+    conversation = cid()
+    async with serving(client, builder, queue) as host:
+        await host.send(conversation, "I was charged twice")
+        with caplog.at_level(logging.DEBUG):
+            caplog.clear()
+            await replays(client, conversation)
+    noisy = [r.name for r in caplog.records if r.name.startswith(("agent_framework", "handoff"))]
+    assert noisy == []

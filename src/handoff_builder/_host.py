@@ -206,12 +206,15 @@ class AgentInvoker(Protocol):
     host's history and state as they stand when it is called.
     """
 
-    async def invoke(self, name: str, closed: bool) -> AgentRun:  # noqa: FBT001
-        """Agent ``name`` runs once: :meth:`GroupChatHost.invoke`."""
+    async def invoke(self, name: str, closed: bool, seconds: float | None) -> AgentRun:  # noqa: FBT001
+        """Agent ``name`` runs once: :meth:`GroupChatHost.invoke`, within ``seconds``.
+
+        A call past ``seconds`` (``None``: no limit) raises :class:`DeadlinePassedError`.
+        """
         ...
 
-    async def resolve(self) -> tuple[list[Message], tuple[HandoffCall, ...]]:
-        """The answered requests carried out: :meth:`GroupChatHost.resolve`."""
+    async def resolve(self, seconds: float | None) -> tuple[list[Message], tuple[HandoffCall, ...]]:
+        """The answered requests carried out: :meth:`GroupChatHost.resolve`, within ``seconds``."""
         ...
 
 
@@ -465,9 +468,11 @@ class GroupChatHost(Executor):
                         delegations,
                     )
                     if self.invoker is None
-                    else self.invoker.invoke(name, closed)
+                    else self.invoker.invoke(name, closed, seconds)
                 )
-                response, calls, disabled, verdict = await within(seconds, run)
+                # An invoker keeps the deadline itself (a durable engine's own timeouts).
+                bound = None if self.invoker is not None else seconds
+                response, calls, disabled, verdict = await within(bound, run)
         except DeadlinePassedError:  # not a TimeoutError of the agent's own: that one is raised
             return self._timed_out(limit, name)
         delta = list(response.messages)
@@ -924,7 +929,8 @@ class GroupChatHost(Executor):
                         return  # an expert waits again
                     messages = answered
                 else:
-                    resolved = await within(seconds, self._resolve_answers(participant, gate, ctx))
+                    bound = None if self.invoker is not None else seconds
+                    resolved = await within(bound, self._resolve_answers(participant, gate, ctx))
                     if resolved is None:
                         return  # an approved delegation waits for a person in turn
                     messages, calls, verdict = resolved
@@ -973,7 +979,8 @@ class GroupChatHost(Executor):
             delegations = self._delegations(ctx, history_end=start)
         verdicts: list[ReviewVerdict] = []
         if self.invoker is not None and delegations is None:
-            messages, calls = await self.invoker.resolve()
+            messages, calls = await self.invoker.resolve(self._time_left()[1])
+            pending.requests, pending.answers, pending.agent = {}, {}, None  # as resolve() does
         else:
             messages, calls = await pending.resolve(
                 participant,

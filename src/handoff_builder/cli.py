@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import os
 import sys
 import threading
 import warnings
@@ -323,6 +324,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _graph(args.builder, args.workflow)
     except KeyboardInterrupt:
         sys.stdout.write("\n")
+        if args.command == "worker":  # Temporal's SDK may abort in interpreter teardown after
+            sys.stdout.flush()  # a Ctrl-C (temporalio/sdk-python#300): leave without one
+            sys.stderr.flush()
+            os._exit(130)
         return 130
     except Exception as error:
         if args.debug:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, cast
@@ -14,6 +13,8 @@ from temporalio.client import (
     WithStartWorkflowOperation,
     WorkflowFailureError,
     WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+    WorkflowUpdateStage,
 )
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -27,6 +28,7 @@ from handoff_builder._hosting import (
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_TURN_RETRIES,
     UserInput,
+    _check_key,  # pyright: ignore[reportPrivateUsage]
     idle_timeout_of,
 )
 from handoff_builder._hosting import _messages as messages_of  # pyright: ignore[reportPrivateUsage]
@@ -36,6 +38,7 @@ from handoff_builder.stores import check_conversation_id
 from ._payloads import Answers, ConversationStart, TurnOutcome, contents, decode_turn
 from ._payloads import UserInput as UserInputPayload
 from ._workflow import (
+    KEY_PREFIX,
     NOTHING_PENDING,
     PENDING,
     UNKNOWN_REQUEST,
@@ -118,8 +121,11 @@ class TemporalConversationHost:
             (a durable timer in the workflow).
         max_turn_retries: How many times a failed turn is retried before it is abandoned.
         turns_per_run: User turns one workflow run takes before it continues as new.
-        worker_wait: Seconds a call waits for a worker of the task queue (between a worker's
-            restart and its first poll, Temporal refuses Updates).
+        worker_wait: Seconds a call waits for a worker of the task queue to take it.
+        local_activities: Run the agent calls of the conversations this host starts as *local*
+            activities, in the worker that runs the workflow: no server round trip per hop
+            (much faster turns), but a worker that dies mid-call is noticed only when its
+            workflow task times out (10 s by default). Fixed for a conversation at its start.
     """
 
     def __init__(
@@ -131,6 +137,7 @@ class TemporalConversationHost:
         max_turn_retries: int = DEFAULT_MAX_TURN_RETRIES,
         turns_per_run: int = DEFAULT_TURNS_PER_RUN,
         worker_wait: float = 30.0,
+        local_activities: bool = False,
     ) -> None:
         if max_turn_retries < 0:
             raise ValueError(f"max_turn_retries must be 0 or more, got {max_turn_retries}.")
@@ -145,6 +152,7 @@ class TemporalConversationHost:
             idle_timeout=idle_timeout_of(idle_timeout).total_seconds(),
             max_turn_retries=max_turn_retries,
             turns_per_run=turns_per_run,
+            local_activities=local_activities,
         )
 
     async def start(self, conversation_id: str) -> None:
@@ -172,12 +180,13 @@ class TemporalConversationHost:
     ) -> HandoffTurnResult:
         """Run one user turn (starting the conversation's workflow if need be); its result.
 
-        ``idempotency_key`` is the Update's id: a retried call with the same key returns the
-        turn it ran instead of running the message again (within a workflow run).
+        ``idempotency_key`` marks the call: a retried call with the same key returns the turn
+        it ran instead of running the message again (the conversation keeps the last 64 keys).
 
         Raises:
             PendingRequestsError: the turn waits for answers (:meth:`respond`), or waited already.
-            TemporalTurnError: the turn failed; the next message retries it.
+            TemporalTurnError: the turn failed (the next message retries it), or no worker took
+                the message within ``worker_wait`` seconds (send it again with the same key).
         """
         check_conversation_id(conversation_id)
         payload = UserInputPayload(messages=[m.to_dict() for m in messages_of(message)])
@@ -191,19 +200,16 @@ class TemporalConversationHost:
                 task_queue=self.task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             )  # one operation per attempt: the client keeps its outcome
-            return await client.execute_update_with_start_workflow(
+            return await client.start_update_with_start_workflow(
                 "send",
                 payload,
                 start_workflow_operation=operation,
-                id=idempotency_key,
+                wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                id=_update_id(idempotency_key),
                 result_type=TurnOutcome,
             )
 
-        try:
-            outcome = await self._with_a_worker(update)
-        except (WorkflowUpdateFailedError, WorkflowFailureError, RPCError) as error:
-            raise _error(conversation_id, error) from error
-        return _result(conversation_id, cast(TurnOutcome, outcome))
+        return await self._run_update(conversation_id, update)
 
     async def stream(
         self, conversation_id: str, message: UserInput, *, idempotency_key: str | None = None
@@ -247,19 +253,43 @@ class TemporalConversationHost:
         check_conversation_id(conversation_id)
         payload = Answers(answers={key: value.to_dict() for key, value in answers.items()})
         handle: Any = self.client.get_workflow_handle(conversation_id)  # partly untyped
-        try:
-            outcome = await self._with_a_worker(
-                lambda: handle.execute_update(
-                    "respond", payload, id=idempotency_key, result_type=TurnOutcome
-                )
+
+        async def update() -> Any:
+            return await handle.start_update(
+                "respond",
+                payload,
+                wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                id=_update_id(idempotency_key),
+                result_type=TurnOutcome,
             )
-        except (WorkflowUpdateFailedError, RPCError) as error:
+
+        return await self._run_update(conversation_id, update)
+
+    async def _run_update(
+        self, conversation_id: str, start: Callable[[], Awaitable[Any]]
+    ) -> HandoffTurnResult:
+        """Start an Update, which a worker must accept within ``worker_wait`` seconds; its turn."""
+        try:
+            try:
+                handle = await asyncio.wait_for(self._with_a_worker(start), self.worker_wait)
+            except (asyncio.TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as error:
+                raise TemporalTurnError(
+                    f"No worker took the message for conversation {conversation_id!r} within "
+                    f"{self.worker_wait:g} s: is a worker serving task queue "
+                    f"{self.task_queue!r}? (Send it again with the same idempotency_key.)"
+                ) from error
+            outcome = await handle.result()
+        except (
+            WorkflowUpdateFailedError,
+            WorkflowFailureError,
+            WorkflowUpdateRPCTimeoutOrCancelledError,
+            RPCError,
+        ) as error:
             raise _error(conversation_id, error) from error
         return _result(conversation_id, cast(TurnOutcome, outcome))
 
     async def _with_a_worker(self, call: Callable[[], Awaitable[Any]]) -> Any:
         """``call()``, again while no worker polls the task queue (one restarting, say)."""
-        deadline = time.monotonic() + self.worker_wait
         delay = 0.05
         while True:
             try:
@@ -268,7 +298,7 @@ class TemporalConversationHost:
                 no_worker = error.status == RPCStatusCode.FAILED_PRECONDITION and (
                     "no poller" in error.message
                 )
-                if not no_worker or time.monotonic() + delay > deadline:
+                if not no_worker:
                     raise
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
@@ -292,8 +322,9 @@ class TemporalConversationHost:
     async def _query(self, conversation_id: str, query: Any) -> Any:
         check_conversation_id(conversation_id)
         handle = self.client.get_workflow_handle(conversation_id)
+        limit = timedelta(seconds=self.worker_wait)
         try:
-            return await self._with_a_worker(lambda: handle.query(query))
+            return await self._with_a_worker(lambda: handle.query(query, rpc_timeout=limit))
         except RPCError as error:
             if error.status == RPCStatusCode.NOT_FOUND:
                 return None
@@ -301,6 +332,14 @@ class TemporalConversationHost:
                 f"Conversation {conversation_id!r} cannot be read: {error.message} (is a worker "
                 f"serving task queue {self.task_queue!r}?)"
             ) from error
+
+
+def _update_id(idempotency_key: str | None) -> str | None:
+    """The Update's id for a call: the client's key, marked as one (``None``: a fresh id)."""
+    if idempotency_key is None:
+        return None
+    _check_key(idempotency_key)
+    return KEY_PREFIX + idempotency_key
 
 
 def _result(conversation_id: str, outcome: TurnOutcome) -> HandoffTurnResult:
@@ -313,6 +352,10 @@ def _result(conversation_id: str, outcome: TurnOutcome) -> HandoffTurnResult:
 
 
 def _error(conversation_id: str, error: Exception) -> Exception:
+    if isinstance(error, RPCError) and error.status == RPCStatusCode.NOT_FOUND:
+        return HandoffBuilderError(
+            f"No conversation {conversation_id!r} runs on Temporal: send it a message first."
+        )
     cause: BaseException | None = error
     while cause is not None and not isinstance(cause, ApplicationError):
         cause = cause.__cause__

@@ -37,6 +37,7 @@ class Carried(BaseModel):
     host: dict[str, Any]
     idle: bool = False
     failures: int = 0
+    receipts: dict[str, dict[str, Any]] = Field(default_factory=dict[str, dict[str, Any]])
 
 
 class ConversationStart(BaseModel):
@@ -50,6 +51,7 @@ class ConversationStart(BaseModel):
     idle_timeout: float = Field(gt=0)
     max_turn_retries: int = Field(ge=0)
     turns_per_run: int = Field(gt=0)
+    local_activities: bool = False
     carried: Carried | None = None
 
 

@@ -21,7 +21,9 @@ from typing import Any
 from agent_framework import AgentResponse, Content, Message, Workflow
 from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutType
+from temporalio.exceptions import CancelledError as TemporalCancelledError
+from temporalio.exceptions import TimeoutError as TimeoutError_
 from typing_extensions import override
 
 from handoff_builder._builder import HandoffWorkflowBuilder
@@ -31,6 +33,7 @@ from handoff_builder._host import GroupChatHost, ReissueRequests, ResumeTurn, Us
 from handoff_builder._participant import AgentRun
 from handoff_builder._state import HostState, decode_host_state
 from handoff_builder._telemetry import QUIET_WHILE
+from handoff_builder._timeouts import DeadlinePassedError
 from handoff_builder.exceptions import (
     CorruptStateError,
     HandoffBuilderError,
@@ -56,6 +59,9 @@ WORKFLOW_NAME = "handoff_builder.Conversation"
 ACTIVITY_NAME = "handoff_builder.invoke_agent"
 RESOLVE_ACTIVITY_NAME = "handoff_builder.resolve_answers"
 
+KEY_PREFIX = "key:"  # an Update id that is a client's idempotency key
+KEPT_RECEIPTS = 64  # keyed outcomes a conversation keeps across runs
+
 # ApplicationError types the client turns back into this package's errors.
 PENDING = "PendingRequests"
 NOTHING_PENDING = "NothingPending"
@@ -71,18 +77,14 @@ class AgentCallOptions:
     ``start_to_close`` bounds one attempt; ``heartbeat`` is how soon a worker that died in the
     middle of a call is noticed (the call is then retried on another worker); ``retry`` retries a
     model error with backoff. The turn's own deadlines (``with_timeouts``) still apply around
-    all attempts. Every worker of a task queue must use the same options.
-
-    ``local=True`` runs each call as a *local* activity, in the worker that runs the workflow
-    task: no round trip through the server per hop (much faster turns), but a worker that dies
-    mid-call is noticed only when its workflow task times out (10 s by default) and ``heartbeat``
-    does not apply. See ``docs/temporal.md``.
+    all attempts, as the activity's schedule-to-close timeout; not to local activities
+    (``TemporalConversationHost(local_activities=True)``), where ``start_to_close`` bounds each
+    attempt. Every worker of a task queue must use the same options.
     """
 
     start_to_close: timedelta = timedelta(seconds=120)
     heartbeat: timedelta = timedelta(seconds=10)
     retry: RetryPolicy = field(default_factory=lambda: _default_retry())
-    local: bool = False
 
 
 def _default_retry() -> RetryPolicy:
@@ -118,8 +120,23 @@ class _NotWhileReplaying(logging.Filter):
         return not _replaying()
 
 
-for _name in ("handoff_builder", "agent_framework"):
-    logging.getLogger(_name).addFilter(_NotWhileReplaying())
+_QUIET = _NotWhileReplaying()
+
+
+def _quiet_while_replaying() -> None:
+    """Quiet this package's and agent_framework's loggers while replaying, children included.
+
+    A logger's filter does not apply to its children's records, so each one gets it.
+    """
+    names = [name for name in logging.root.manager.loggerDict if name.split(".")[0] in _QUIETED]
+    for name in {*_QUIETED, *names}:
+        logger = logging.getLogger(name)
+        if _QUIET not in logger.filters:
+            logger.addFilter(_QUIET)
+
+
+_QUIETED = ("handoff_builder", "agent_framework")
+_quiet_while_replaying()
 QUIET_WHILE.append(_replaying)
 
 
@@ -150,6 +167,7 @@ def register(task_queue: str, builder: HandoffWorkflowBuilder, options: AgentCal
         raise HandoffConfigurationError(problems)
     _host_of(builder.build())  # every problem of the builder now, not in the first turn
     _REGISTERED[task_queue] = _Registered(builder, options, [])
+    _quiet_while_replaying()  # the loggers the build created too
 
 
 def _registered(task_queue: str) -> _Registered:
@@ -204,7 +222,8 @@ async def _replica(call: AgentCall) -> AsyncGenerator[GroupChatHost, None]:
                 non_retryable=True,
             ) from error
         host.conversation_id = call.conversation_id
-        counts = _TOOL_CALLS.set({})
+        scope = f"{call.conversation_id}/{len(call.history)}/{activity.info().activity_type}"
+        counts = _TOOL_CALLS.set(({}, scope))
         try:
             if activity.info().is_local:
                 yield host  # a local activity cannot heartbeat: its workflow task is kept alive
@@ -217,30 +236,34 @@ async def _replica(call: AgentCall) -> AsyncGenerator[GroupChatHost, None]:
         registered.free.append(host)
 
 
-_TOOL_CALLS: contextvars.ContextVar[dict[str, int]] = contextvars.ContextVar("tool_calls")
+_TOOL_CALLS: contextvars.ContextVar[tuple[dict[str, int], str]] = contextvars.ContextVar(
+    "tool_calls"
+)  # the calls of each tool so far in this agent call, and where in the conversation it is
 
 
 def tool_call_key(tool: str) -> str:
     """A key for a call of ``tool`` that stays the same when the agent call is retried.
 
     An agent call is an activity, and an activity runs at least once: a worker that dies in the
-    middle is replaced, and the agent runs again, tools included. Give a tool with a side effect
-    (a payment, an e-mail) this key as its idempotency key, and the retry is harmless: it is the
-    conversation, the agent call and the number of this call of ``tool`` within it (the first,
-    the second, ...), the same in every attempt.
+    middle is replaced, and the agent runs again, tools included; a turn that failed is run
+    again by the next message. Give a tool with a side effect (a payment, an e-mail) this key as
+    its idempotency key, and a retry is harmless: it is the conversation, where in it the agent
+    call starts (its length then) and the number of this call of ``tool`` within the agent call
+    (the first, the second, ...), the same in every attempt and in every retry of the turn. A
+    model that orders its calls differently on a retry gets the keys in its new order.
 
     Raises:
         HandoffBuilderError: not called from a tool of an agent running on Temporal.
     """
-    counts = _TOOL_CALLS.get(None)
-    if counts is None or not activity.in_activity():
+    current = _TOOL_CALLS.get(None)
+    if current is None or not activity.in_activity():
         raise HandoffBuilderError(
             "tool_call_key() names a call made by an agent running on Temporal; call it from "
             "the tool, while the agent runs in a worker."
         )
+    counts, scope = current
     counts[tool] = number = counts.get(tool, 0) + 1
-    info = activity.info()
-    return f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}/{tool}/{number}"
+    return f"{scope}/{tool}/{number}"
 
 
 @contextlib.asynccontextmanager
@@ -283,9 +306,12 @@ class ConversationWorkflow:
         carried = start.carried
         self._workflow, self._host = self._open(carried)
         self._idle = carried.idle if carried is not None else False
+        self._receipts: dict[str, dict[str, Any]] = dict(carried.receipts) if carried else {}
         self._failures = carried.failures if carried is not None else 0
         self._lock = asyncio.Lock()
-        self._changes = 0  # turns started and ended: each restarts the idle timer
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._calls = 0  # activities scheduled in this run: their ids
+        self._checkpoint: Carried | None = None  # the state the last agent call was given
         self._turns = 0
 
     def _open(self, carried: Carried | None) -> tuple[Workflow, GroupChatHost]:
@@ -305,27 +331,45 @@ class ConversationWorkflow:
 
     @workflow.run
     async def run(self, start: ConversationStart) -> None:
-        idle = timedelta(seconds=start.idle_timeout)
+        if start.carried is not None and not self._lock.locked():
+            self._arm_idle_timer()  # a new run of a conversation that waits for its next message
+
+        def time_to_continue() -> bool:
+            long = self._turns >= start.turns_per_run
+            return (long or workflow.info().is_continue_as_new_suggested()) and not (
+                self._lock.locked()
+            )
+
         while True:
-            seen = self._changes
+            await workflow.wait_condition(time_to_continue)
+            await workflow.wait_condition(workflow.all_handlers_finished)
+            if time_to_continue():
+                workflow.continue_as_new(self._carry())
 
-            def changed(seen: int = seen) -> bool:
-                return self._changes != seen
+    def _arm_idle_timer(self) -> None:
+        """The durable idle timer, started when a turn ends (and stopped when one begins).
 
-            try:
-                await workflow.wait_condition(changed, timeout=idle)
-            except asyncio.TimeoutError:  # the durable idle timer
-                if self._host.speaker is not None and not self._host.turn_open:
-                    workflow.logger.info(
-                        "conversation %s was idle for %s; it starts again at the initial agent",
-                        self._conversation_id, idle,
-                    )  # fmt: skip
-                    self._idle = True
-                await workflow.wait_condition(changed)
-            if self._turns >= start.turns_per_run and not self._lock.locked():
-                await workflow.wait_condition(workflow.all_handlers_finished)
-                if not self._lock.locked():
-                    workflow.continue_as_new(self._carry())
+        Started from the handler itself, so its command comes in the same place on every
+        replay, whatever the activations look like (local activities resolve differently).
+        """
+        self._disarm_idle_timer()
+        self._idle_timer = asyncio.get_running_loop().call_later(
+            self._start.idle_timeout, self._went_idle
+        )
+
+    def _disarm_idle_timer(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+
+    def _went_idle(self) -> None:
+        self._idle_timer = None
+        if self._host.speaker is not None and not self._host.turn_open:
+            workflow.logger.info(
+                "conversation %s was idle for %s s; it starts again at the initial agent",
+                self._conversation_id, self._start.idle_timeout,
+            )  # fmt: skip
+            self._idle = True
 
     def _carry(self) -> ConversationStart:
         carried = Carried(
@@ -333,6 +377,7 @@ class ConversationWorkflow:
             host=self._host.snapshot(),
             idle=self._idle,
             failures=self._failures,
+            receipts=self._receipts,
         )
         return self._start.model_copy(update={"carried": carried})
 
@@ -342,6 +387,9 @@ class ConversationWorkflow:
     async def send(self, message: UserInput) -> TurnOutcome:
         """Run one user turn; its result, or the requests it waits for."""
         async with self._turn():
+            key = _client_key()
+            if key in self._receipts:  # a client's retry, in this run or an earlier one
+                return TurnOutcome.model_validate(self._receipts[key])
             if self._host.pending_requests:
                 raise _pending(self._host)
             recovered = await self._finish_interrupted()
@@ -353,7 +401,7 @@ class ConversationWorkflow:
             outcome = self._outcome(await self._attempt(turn))
             if recovered is not None:
                 outcome.recovered = encode_turn(recovered)
-            return outcome
+            return self._receipted(key, outcome)
 
     @send.validator
     def _check_send(self, message: UserInput) -> None:
@@ -364,6 +412,9 @@ class ConversationWorkflow:
     async def respond(self, answers: Answers) -> TurnOutcome:
         """Answer the requests the turn waits for; the agent that asked carries on."""
         async with self._turn():
+            key = _client_key()
+            if key in self._receipts:
+                return TurnOutcome.model_validate(self._receipts[key])
             host = self._host
             if not host.pending_requests:
                 raise ApplicationError(
@@ -381,10 +432,14 @@ class ConversationWorkflow:
                     type=UNKNOWN_REQUEST,
                     non_retryable=True,
                 )
+            before = Carried(  # a failure goes back to waiting for these answers
+                history=[message.to_dict() for message in host.history], host=host.snapshot()
+            )
             if self._reissue:  # a workflow compiled anew: its runner knows no requests yet
                 await self._workflow.run(ReissueRequests())
                 self._reissue = False
-            return self._outcome(await self._attempt(responses=responses))
+            outcome = self._outcome(await self._attempt(responses=responses, checkpoint=before))
+            return self._receipted(key, outcome)
 
     @workflow.query
     def active_agent(self) -> str | None:
@@ -406,29 +461,60 @@ class ConversationWorkflow:
         """The conversation, every message (``Message.to_dict()``)."""
         return [message.to_dict() for message in self._host.history]
 
+    def _receipted(self, key: str, outcome: TurnOutcome) -> TurnOutcome:
+        """Keep a keyed call's outcome, for its retries in a later run.
+
+        Temporal deduplicates an Update's id within one run only.
+        """
+        if key:
+            self._receipts[key] = outcome.model_dump(mode="json")
+            while len(self._receipts) > KEPT_RECEIPTS:
+                del self._receipts[next(iter(self._receipts))]
+        return outcome
+
     # -- internals ------------------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
     async def _turn(self) -> AsyncGenerator[None, None]:
         async with self._lock:
-            self._changes += 1
+            self._disarm_idle_timer()
             try:
                 yield
+            except ApplicationError:
+                raise
+            except Exception as error:  # never fail the workflow task: fail this Update
+                self._failures += 1
+                self._workflow, self._host = self._reopen()
+                raise ApplicationError(
+                    f"The turn of conversation {self._conversation_id!r} failed "
+                    f"({type(error).__name__}: {_cause(error)}); the next message retries it.",
+                    type=TURN_FAILED,
+                    non_retryable=True,
+                ) from error
             finally:
-                self._changes += 1
                 self._turns += 1
+                self._arm_idle_timer()
 
-    async def invoke(self, name: str, closed: bool) -> AgentRun:  # noqa: FBT001 - AgentInvoker
-        """The host's agent call, as an activity."""
-        return decode_run(self._host, name, await self._activity(invoke_agent, name, closed=closed))
+    async def invoke(self, name: str, closed: bool, seconds: float | None) -> AgentRun:  # noqa: FBT001 - AgentInvoker
+        """The host's agent call, as an activity (``seconds``: the turn's deadline)."""
+        result = await self._activity(invoke_agent, name, closed=closed, seconds=seconds)
+        return decode_run(self._host, name, result)
 
-    async def resolve(self) -> tuple[list[Message], tuple[HandoffCall, ...]]:
+    async def resolve(self, seconds: float | None) -> tuple[list[Message], tuple[HandoffCall, ...]]:
         """The host's approved calls carried out, as an activity."""
         agent = str(self._host.pending_agent)
-        run = decode_run(self._host, agent, await self._activity(resolve_answers, agent))
+        result = await self._activity(resolve_answers, agent, seconds=seconds)
+        run = decode_run(self._host, agent, result)
         return list(run.response.messages), run.calls
 
-    async def _activity(self, kind: Any, agent: str, *, closed: bool = False) -> AgentCallResult:
+    async def _activity(
+        self, kind: Any, agent: str, *, closed: bool = False, seconds: float | None = None
+    ) -> AgentCallResult:
+        """One activity for ``agent``, within ``seconds``.
+
+        Its id names the agent, so that a replay that would call another agent (a route that
+        decides differently) fails with a nondeterminism error instead of mixing them up.
+        """
         host = self._host
         call = AgentCall(
             conversation_id=self._conversation_id,
@@ -437,29 +523,61 @@ class ConversationWorkflow:
             history=[message.to_dict() for message in host.history],
             host=host.snapshot(),
         )
+        if kind is invoke_agent:  # a failed turn goes on from here (resolve's answers are not)
+            self._checkpoint = Carried(history=call.history, host=call.host)
+        self._calls += 1
         options = self._registered.options
-        if options.local:
-            return await workflow.execute_local_activity(
+        limit = None if seconds is None else timedelta(seconds=max(seconds, 0.001))
+        activity_id = f"{self._calls}:{'invoke' if kind is invoke_agent else 'resolve'}:{agent}"
+        try:
+            if self._start.local_activities:  # no deadline: see AgentCallOptions
+                return await workflow.execute_local_activity(
+                    kind,
+                    call,
+                    activity_id=activity_id,
+                    start_to_close_timeout=options.start_to_close,
+                    retry_policy=options.retry,
+                )
+            return await workflow.execute_activity(
                 kind,
                 call,
+                activity_id=activity_id,
                 start_to_close_timeout=options.start_to_close,
+                schedule_to_close_timeout=limit,
+                heartbeat_timeout=options.heartbeat,
                 retry_policy=options.retry,
             )
-        return await workflow.execute_activity(
-            kind,
-            call,
-            start_to_close_timeout=options.start_to_close,
-            heartbeat_timeout=options.heartbeat,
-            retry_policy=options.retry,
-        )
+        except ActivityError as error:
+            cause = error.cause
+            if isinstance(cause, TemporalCancelledError):  # the turn's deadline cancelled it
+                raise asyncio.CancelledError from error
+            if (
+                isinstance(cause, TimeoutError_)
+                and limit is not None
+                and (
+                    cause.type == TimeoutType.SCHEDULE_TO_CLOSE
+                    or (
+                        cause.type == TimeoutType.START_TO_CLOSE and limit <= options.start_to_close
+                    )
+                )
+            ):  # the turn's deadline, not an attempt's own timeout
+                raise DeadlinePassedError(f"no result within {seconds:g} s") from error
+            raise
 
-    async def _attempt(self, *args: Any, **kwargs: Any) -> list[Any]:
-        """Run the compiled workflow; a failure leaves the turn open for the next message."""
+    async def _attempt(
+        self, *args: Any, checkpoint: Carried | None = None, **kwargs: Any
+    ) -> list[Any]:
+        """Run the compiled workflow; a failure leaves the turn open for the next message.
+
+        It goes on from ``checkpoint``, or from the state the failed agent call was given.
+        """
+        self._checkpoint = checkpoint
         try:
             return list(await self._workflow.run(*args, **kwargs))
         except Exception as error:
             self._failures += 1
-            # The compiled workflow stopped mid-run: go on from the host's state as it stands.
+            # The compiled workflow stopped mid-run: go on from the state the failed call was
+            # given (the host saves it before every agent call), as a store would have it.
             self._workflow, self._host = self._reopen()
             raise ApplicationError(
                 f"The turn of conversation {self._conversation_id!r} failed "
@@ -469,6 +587,8 @@ class ConversationWorkflow:
             ) from error
 
     def _reopen(self) -> tuple[Workflow, GroupChatHost]:
+        if self._checkpoint is not None:
+            return self._open(self._checkpoint)
         host = self._host
         return self._open(
             Carried(history=[m.to_dict() for m in host.history], host=host.snapshot())
@@ -482,6 +602,8 @@ class ConversationWorkflow:
         if self._failures <= self._start.max_turn_retries:
             result = self._result(await self._attempt(ResumeTurn()))
             self._failures = 0
+            if result is None and self._host.pending_requests:  # it waits for a person now
+                raise _pending(self._host)
             return result
         from handoff_builder._events import TurnAbandonedEvent
 
@@ -504,6 +626,14 @@ class ConversationWorkflow:
             requests = [request.to_dict() for request in self._host.pending_requests]
             return TurnOutcome(status="waiting", requests=requests)
         return TurnOutcome(status="completed", result=encode_turn(result))
+
+
+def _client_key() -> str:
+    """The idempotency key the client gave this Update (``""``: none)."""
+    info = workflow.current_update_info()
+    if info is None or not info.id.startswith(KEY_PREFIX):
+        return ""
+    return info.id[len(KEY_PREFIX) :]
 
 
 def _pending(host: GroupChatHost) -> ApplicationError:
