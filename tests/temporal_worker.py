@@ -17,11 +17,14 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
+from agent_framework import tool
+
 from handoff_builder import HandoffWorkflowBuilder
 from handoff_builder.temporal import AgentCallOptions, connect, conversation_worker
 from handoff_builder.testing import (
     ModelCall,
     Step,
+    call_tool,
     handoff_to,
     never_answer,
     reply,
@@ -45,15 +48,35 @@ def logged(
 
 
 def desk(log: Path) -> HandoffWorkflowBuilder:
-    """triage hands every message to billing, which answers with what it received."""
+    """triage hands every message to billing, which answers with what it received.
+
+    A message about a refund makes billing call ``refund``, a tool that needs approval (and
+    logs ``{"pid", "tool"}`` when it runs); billing then answers with the tool's result.
+    """
+
+    @tool(approval_mode="always_require")
+    def refund(amount: int) -> str:
+        """Refund money."""
+        with log.open("a", encoding="utf-8") as out:
+            out.write(json.dumps({"pid": os.getpid(), "tool": "refund"}) + "\n")
+        return f"refunded {amount} EUR"
+
+    def billing_answer(call: ModelCall) -> Step:
+        if call.messages[-1].role == "tool":
+            return reply(f"billing: {call.messages[-1].contents[0].result}")
+        if "refund" in call.user_text:
+            return call_tool("refund", amount=5)
+        return reply(f"billing: {call.user_text}")
+
     triage = scripted_agent(
         "triage",
         respond_with=logged("triage", log, lambda call: handoff_to("billing", goal="Billing.")),
     )
     billing = scripted_agent(
         "billing",
-        respond_with=logged("billing", log, lambda call: reply(f"billing: {call.user_text}")),
+        respond_with=logged("billing", log, billing_answer),
         description="charges",
+        tools=[refund],
     )
     return HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
 

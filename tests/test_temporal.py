@@ -580,6 +580,31 @@ async def test_a_worker_killed_during_an_agent_call(
     assert len([m for m in history if m.role == "tool"]) == 1  # one handoff result
 
 
+async def test_an_approval_is_answered_after_the_worker_process_is_killed(
+    client: Client, queue: str, workers: Workers
+) -> None:
+    """The turn waits for an approval; its worker is killed (SIGKILL); a new worker process
+    takes the answer, runs the tool once and finishes the turn."""
+    first = workers.start()
+    host = TemporalConversationHost(client, task_queue=queue)
+    conversation = cid()
+    with pytest.raises(PendingRequestsError) as waiting:
+        await host.send(conversation, "please refund me")
+    [request] = waiting.value.requests
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    second = workers.start()
+    answer = request.to_function_approval_response(approved=True)
+    turn = await asyncio.wait_for(host.respond(conversation, {str(request.id): answer}), 60)
+    assert turn.text == "billing: refunded 5 EUR"
+    assert [(c["pid"], c.get("agent") or c["tool"]) for c in workers.calls()] == [
+        (first.pid, "triage"),
+        (first.pid, "billing"),  # it asked for the approval, then its process died
+        (second.pid, "refund"),  # the approved tool, once, on the new worker
+        (second.pid, "billing"),
+    ]
+
+
 async def test_two_workers_share_100_conversations(
     client: Client, queue: str, workers: Workers
 ) -> None:
