@@ -952,3 +952,25 @@ async def test_agent_framework_logs_nothing_while_a_workflow_replays(
             await replays(client, conversation)
     noisy = [r.name for r in caplog.records if r.name.startswith(("agent_framework", "handoff"))]
     assert noisy == []
+
+
+async def test_a_bounded_review_on_temporal(client: Client, queue: str) -> None:
+    """with_review: the first draft is sent back with feedback, the second approved; only the
+    approved reply reaches the user, and the planner's model received the feedback."""
+    planner = scripted_agent(
+        "planner", reply("Flush every cache now."), reply("Flush the stale key only, at 02:00.")
+    )
+    reviewer = scripted_agent(
+        "reviewer",
+        call_tool("request_changes", feedback="Too broad: flush only the stale key."),
+        call_tool("approve", note="Scoped and reversible."),
+    )
+    builder = HandoffWorkflowBuilder(planner).with_review(planner, reviewer, max_rounds=2)
+    conversation = cid()
+    async with serving(client, builder, queue) as host:
+        turn = await host.send(conversation, "the cache is stale")
+        await replays(client, conversation)
+    assert (turn.text, turn.status) == ("Flush the stale key only, at 02:00.", "completed")
+    assert "Flush every cache now." not in [m.text for m in turn.messages]
+    assert received(planner).sees("Too broad: flush only the stale key.")
+    assert received(reviewer).sees("Flush the stale key only, at 02:00.")

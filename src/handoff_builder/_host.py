@@ -199,6 +199,11 @@ def _known_prefix(history: Sequence[Message], messages: Sequence[Message]) -> in
     return len(history) if all(map(_same, history, messages)) else 0
 
 
+Resolved = tuple[list[Message], tuple[HandoffCall, ...], ReviewVerdict | None]
+"""Answered requests carried out: the messages that settle them, the answered handoff calls and
+a reviewer's verdict among them."""
+
+
 class AgentInvoker(Protocol):
     """Runs a host's agents somewhere else (see :attr:`GroupChatHost.invoker`).
 
@@ -213,7 +218,7 @@ class AgentInvoker(Protocol):
         """
         ...
 
-    async def resolve(self, seconds: float | None) -> tuple[list[Message], tuple[HandoffCall, ...]]:
+    async def resolve(self, seconds: float | None) -> Resolved:
         """The answered requests carried out: :meth:`GroupChatHost.resolve`, within ``seconds``."""
         ...
 
@@ -518,19 +523,23 @@ class GroupChatHost(Executor):
         gate = self._gate_for(participant, closed=closed)
         return await participant.run(view, None, self._manager.review_handoff, gate, None)
 
-    async def resolve(self) -> tuple[list[Message], tuple[HandoffCall, ...]]:
+    async def resolve(self) -> Resolved:
         """Carry out the answered requests of the waiting agent.
 
-        Returns the messages that settle them (approved tools run, declined ones refused) and
-        its answered handoff calls, reviewed. What :attr:`invoker` stands for, done here; the
-        conversation is not changed.
+        Returns the messages that settle them (approved tools run, declined ones refused), its
+        answered handoff calls, reviewed, and a reviewer's verdict among them. What
+        :attr:`invoker` stands for, done here; the conversation is not changed.
         """
         pending = self._pending
         name = str(pending.agent)
         then = pending.then or Continuation(name)
         participant = self._participants[name]
         gate = self._gate_for(participant, closed=then.last)
-        return await pending.resolve(participant, self._manager.review_handoff, gate)
+        verdicts: list[ReviewVerdict] = []
+        messages, calls = await pending.resolve(
+            participant, self._manager.review_handoff, gate, verdicts=verdicts
+        )
+        return messages, calls, verdicts[0] if verdicts else None
 
     def _delegation_waits(
         self, waiting: Suspension, requests: Sequence[Content], name: str
@@ -979,8 +988,9 @@ class GroupChatHost(Executor):
             delegations = self._delegations(ctx, history_end=start)
         verdicts: list[ReviewVerdict] = []
         if self.invoker is not None and delegations is None:
-            messages, calls = await self.invoker.resolve(self._time_left()[1])
+            messages, calls, verdict = await self.invoker.resolve(self._time_left()[1])
             pending.requests, pending.answers, pending.agent = {}, {}, None  # as resolve() does
+            verdicts.extend([verdict] if verdict is not None else [])
         else:
             messages, calls = await pending.resolve(
                 participant,

@@ -92,7 +92,7 @@ def conversation_worker(
 
     Raises:
         HandoffConfigurationError: the builder does not build, or uses what Temporal cannot run
-            yet (delegates, reviews).
+            yet (delegates).
     """
     register(task_queue, builder, agent_calls or AgentCallOptions())
     return Worker(

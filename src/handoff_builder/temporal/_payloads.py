@@ -12,7 +12,7 @@ from typing import Any, Literal
 from agent_framework import AgentResponse, Content, Message
 from pydantic import BaseModel, Field
 
-from handoff_builder._decision import CallOutcome, HandoffCall
+from handoff_builder._decision import CallOutcome, HandoffCall, ReviewVerdict
 from handoff_builder._events import (
     BlockReason,
     EscalationEvent,
@@ -27,7 +27,6 @@ from handoff_builder._events import (
 from handoff_builder._host import GroupChatHost
 from handoff_builder._participant import AgentRun
 from handoff_builder._state import adapter_for, validated
-from handoff_builder.exceptions import HandoffBuilderError
 
 
 class Carried(BaseModel):
@@ -104,6 +103,14 @@ class CallRecord(BaseModel):
     arguments: str = ""
 
 
+class VerdictRecord(BaseModel):
+    """A reviewer's verdict (``with_review``)."""
+
+    kind: Literal["approve", "request_changes"]
+    text: str
+    call_id: str
+
+
 class AgentCallResult(BaseModel):
     """What the activity returns.
 
@@ -113,12 +120,15 @@ class AgentCallResult(BaseModel):
     messages: list[dict[str, Any]]
     calls: list[CallRecord]
     disabled: list[str]
+    verdict: VerdictRecord | None = None
 
 
 def encode_run(run: AgentRun) -> AgentCallResult:
-    if run.verdict is not None:  # the builder check keeps reviews off Temporal
-        raise HandoffBuilderError("A review verdict cannot run on Temporal yet.")
+    verdict = run.verdict
     return AgentCallResult(
+        verdict=None
+        if verdict is None
+        else VerdictRecord(kind=verdict.kind, text=verdict.text, call_id=verdict.call_id),
         messages=[message.to_dict() for message in run.response.messages],
         calls=[
             CallRecord(
@@ -159,7 +169,13 @@ def decode_run(host: GroupChatHost, agent: str, result: AgentCallResult) -> Agen
             )
         )
     response = AgentResponse(messages=[Message.from_dict(m) for m in result.messages])
-    return AgentRun(response, tuple(calls), frozenset(result.disabled))
+    verdict = result.verdict
+    return AgentRun(
+        response,
+        tuple(calls),
+        frozenset(result.disabled),
+        None if verdict is None else ReviewVerdict(verdict.kind, verdict.text, verdict.call_id),
+    )
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,8 @@ from temporalio.exceptions import TimeoutError as TimeoutError_
 from typing_extensions import override
 
 from handoff_builder._builder import HandoffWorkflowBuilder
-from handoff_builder._decision import HandoffCall
 from handoff_builder._events import HandoffTurnResult
-from handoff_builder._host import GroupChatHost, ReissueRequests, ResumeTurn, UserTurn
+from handoff_builder._host import GroupChatHost, ReissueRequests, Resolved, ResumeTurn, UserTurn
 from handoff_builder._participant import AgentRun
 from handoff_builder._state import HostState, decode_host_state
 from handoff_builder._telemetry import QUIET_WHILE
@@ -149,10 +148,6 @@ def unsupported(builder: HandoffWorkflowBuilder) -> list[str]:
             "with_delegate() does not run on Temporal yet: an expert's run cannot be carried "
             "over an activity; host this workflow with ConversationHost."
         )
-    if config.reviews:
-        problems.append(
-            "with_review() does not run on Temporal yet; host this workflow with ConversationHost."
-        )
     return problems
 
 
@@ -202,8 +197,8 @@ async def invoke_agent(call: AgentCall) -> AgentCallResult:
 async def resolve_answers(call: AgentCall) -> AgentCallResult:
     """Carry out the answered requests of the waiting agent (approved tools run here)."""
     async with _replica(call) as host:
-        messages, calls = await host.resolve()
-    return encode_run(AgentRun(AgentResponse(messages=messages), calls, frozenset()))
+        messages, calls, verdict = await host.resolve()
+    return encode_run(AgentRun(AgentResponse(messages=messages), calls, frozenset(), verdict))
 
 
 @contextlib.asynccontextmanager
@@ -500,12 +495,12 @@ class ConversationWorkflow:
         result = await self._activity(invoke_agent, name, closed=closed, seconds=seconds)
         return decode_run(self._host, name, result)
 
-    async def resolve(self, seconds: float | None) -> tuple[list[Message], tuple[HandoffCall, ...]]:
+    async def resolve(self, seconds: float | None) -> Resolved:
         """The host's approved calls carried out, as an activity."""
         agent = str(self._host.pending_agent)
         result = await self._activity(resolve_answers, agent, seconds=seconds)
         run = decode_run(self._host, agent, result)
-        return list(run.response.messages), run.calls
+        return list(run.response.messages), run.calls, run.verdict
 
     async def _activity(
         self, kind: Any, agent: str, *, closed: bool = False, seconds: float | None = None
