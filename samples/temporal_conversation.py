@@ -120,7 +120,12 @@ async def main(provider: str = "scripted") -> list[str]:
         async with conversation_worker(client, builder, task_queue=queue):
             turn = await host.send(conversation, "When will I see the money?")
             print("user: When will I see the money?")
-            print(f"{turn.active_agent}: {turn.text}  (no handoff: it remembered billing)")
+            for handoff in turn.handoffs:
+                print(f"  [{handoff.source} -> {handoff.target}] {handoff.goal}")
+            remembered = (
+                "" if turn.handoffs else f"  (no handoff: it remembered {turn.active_agent})"
+            )
+            print(f"{turn.active_agent}: {turn.text}{remembered}")
             replies.append(turn.text)
     print(f"payments made: {len(PAYMENTS)} ({sum(PAYMENTS.values()):.2f} EUR)")
     return replies
