@@ -19,15 +19,23 @@ from handoff_builder.stores import (
 POSTGRES_DSN_VARIABLE = "HANDOFF_BUILDER_POSTGRES_DSN"
 
 
-def postgres_dsn() -> str:
-    """The test server's address; skips (fails in CI) when the variable is not set."""
-    dsn = os.environ.get(POSTGRES_DSN_VARIABLE)
-    if not dsn:
-        message = f"set {POSTGRES_DSN_VARIABLE} to run the PostgreSQL tests"
+def server_address(variable: str, what: str) -> str:
+    """The address of a test server from ``variable``; skips (fails in CI) when it is not set.
+
+    ``what`` says what it is for, in the skip's reason.
+    """
+    address = os.environ.get(variable)
+    if not address:
+        message = f"set {variable} to run the {what}"
         if os.environ.get("CI"):
             pytest.fail(f"{message}: CI must run them, not skip them")
         pytest.skip(message)
-    return dsn
+    return address
+
+
+def postgres_dsn() -> str:
+    """The PostgreSQL test server's address (see :func:`server_address`)."""
+    return server_address(POSTGRES_DSN_VARIABLE, "PostgreSQL tests")
 
 
 def unique_prefix() -> str:

@@ -70,35 +70,31 @@ def test_the_installed_command_runs() -> None:
     assert "  (turn ended at billing, 1 handoff)" in done.stdout.splitlines()
 
 
-def test_chat_remembers_the_active_agent_between_runs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_chat_remembers_the_active_agent_between_runs(cli: CliRunner, tmp_path: Path) -> None:
     store = f"sqlite:{tmp_path / 'chat.db'}"
-    monkeypatch.setattr(sys, "stdin", io.StringIO("hello\nmy invoice is wrong\n"))
-    assert main(["chat", "--store", store, "--conversation", "c1"]) == 0
-    first = capsys.readouterr().out.splitlines()
-    assert first == [
+    done = cli(
+        "chat", "--store", store, "--conversation", "c1", stdin="hello\nmy invoice is wrong\n"
+    )
+    assert done.returncode == 0
+    assert done.stdout.splitlines() == [
         "conversation 'c1': talking to triage (exit to quit)",
         "triage: Hello! I'm the front desk. I can help with billing or technical problems.",
         "  [triage -> billing] The user says: my invoice is wrong",
         "billing: (billing) I'm on it: my invoice is wrong",
     ]
-    monkeypatch.setattr(sys, "stdin", io.StringIO("and the price of my plan?\nexit\nignored\n"))
-    assert main(["chat", "--store", store, "--conversation", "c1"]) == 0
-    second = capsys.readouterr().out.splitlines()
-    assert second == [
+    again = cli("chat", "--store", store, "--conversation", "c1",
+                stdin="and the price of my plan?\nexit\nignored\n")  # fmt: skip
+    assert again.returncode == 0
+    assert again.stdout.splitlines() == [
         "conversation 'c1': talking to billing (exit to quit)",
         "billing: (billing) I'm on it: and the price of my plan?",
     ]
 
 
-def test_chat_hand_back_when_the_topic_changes(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setattr(sys, "stdin", io.StringIO("refund please\nthe app crashes\n"))
-    code = main(["chat", "--store", "memory"])
-    assert code == 0, capsys.readouterr().err
-    lines = capsys.readouterr().out.splitlines()
+def test_chat_hand_back_when_the_topic_changes(cli: CliRunner) -> None:
+    done = cli("chat", "--store", "memory", stdin="refund please\nthe app crashes\n")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
     assert "  [billing -> triage] billing part done; open: the app crashes" in lines
     assert lines[-1] == "tech: (tech) I'm on it: the app crashes"
 
@@ -213,45 +209,26 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert __version__ != "0+unknown"
 
 
-def test_an_error_is_one_line_and_debug_shows_it_whole(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    assert main(["chat", "--store", "mongo://x"]) == 1
-    [line] = capsys.readouterr().err.splitlines()
+def test_an_error_is_one_line_and_debug_shows_it_whole(cli: CliRunner) -> None:
+    done = cli("chat", "--store", "mongo://x")
+    assert done.returncode == 1
+    [line] = done.stderr.splitlines()
     assert line.startswith("handoff-builder: error: --store must be")
     with pytest.raises(ValueError, match="--store must be"):
         main(["--debug", "chat", "--store", "mongo://x"])
 
 
 def test_the_default_store_is_in_the_data_directory(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
-    assert main(["chat"]) == 0
+    assert cli("chat", stdin="hello\n", cwd=tmp_path).returncode == 0
     assert (tmp_path / "data" / "handoff-builder" / "chat.db").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]  # nothing in the cwd
-    capsys.readouterr()
-
-
-def test_idle_timeout_starts_the_conversation_again_at_triage(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    import time
-
-    store = f"sqlite:{tmp_path / 'chat.db'}"
-    monkeypatch.setattr(sys, "stdin", io.StringIO("my invoice is wrong\n"))
-    assert main(["chat", "--store", store, "--idle-timeout", "0.2"]) == 0
-    assert capsys.readouterr().out.splitlines()[-1].startswith("billing:")
-    time.sleep(0.3)
-    monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
-    assert main(["chat", "--store", store, "--idle-timeout", "0.2"]) == 0
-    assert capsys.readouterr().out.splitlines()[-1].startswith("triage:")
 
 
 def test_ctrl_c_mid_turn_and_the_next_chat_finishes_the_turn(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ctrl-C while billing answers: the command ends quietly (130); the next one finishes
     the turn, shows its reply, and goes on."""
@@ -275,13 +252,12 @@ def test_ctrl_c_mid_turn_and_the_next_chat_finishes_the_turn(
 
     monkeypatch.setattr(desk, "support_desk", desk_with_ctrl_c)
     store = f"sqlite:{tmp_path / 'chat.db'}"
-    monkeypatch.setattr(sys, "stdin", io.StringIO("my invoice is wrong\n"))
-    assert main(["chat", "--store", store]) == 130
-    out = capsys.readouterr()
-    assert out.err == ""  # no traceback
-    monkeypatch.setattr(sys, "stdin", io.StringIO("thanks\n"))
-    assert main(["chat", "--store", store]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    interrupted_run = cli("chat", "--store", store, stdin="my invoice is wrong\n")
+    assert interrupted_run.returncode == 130
+    assert interrupted_run.stderr == ""  # no traceback
+    done = cli("chat", "--store", store, stdin="thanks\n")
+    assert done.returncode == 0
+    lines = done.stdout.splitlines()
     assert lines[:3] == [
         "(finishing the turn that was interrupted)",
         "  [triage -> billing] g",

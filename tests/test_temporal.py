@@ -54,6 +54,7 @@ from handoff_builder.temporal import (  # noqa: E402
     connect,
     conversation_worker,
 )
+from tests.stores import server_address  # noqa: E402
 
 ADDRESS_VARIABLE = "HANDOFF_BUILDER_TEMPORAL_ADDRESS"
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,13 +62,8 @@ QUICK = AgentCallOptions(start_to_close=timedelta(seconds=20), heartbeat=timedel
 
 
 def temporal_address() -> str:
-    address = os.environ.get(ADDRESS_VARIABLE)
-    if not address:
-        message = f"set {ADDRESS_VARIABLE} to a Temporal dev server to run the Temporal tests"
-        if os.environ.get("CI"):
-            pytest.fail(f"{message}: CI must run them, not skip them")
-        pytest.skip(message)
-    return address
+    """The Temporal dev server's address (see :func:`tests.stores.server_address`)."""
+    return server_address(ADDRESS_VARIABLE, "Temporal tests against a Temporal dev server")
 
 
 @pytest.fixture
@@ -86,10 +82,24 @@ def cid() -> str:
 
 @asynccontextmanager
 async def serving(
-    client: Client, builder: HandoffWorkflowBuilder, queue: str, **kwargs: Any
+    client: Client,
+    builder: HandoffWorkflowBuilder,
+    queue: str,
+    *,
+    agent_calls: AgentCallOptions = QUICK,
+    **kwargs: Any,
 ) -> AsyncGenerator[TemporalConversationHost, None]:
-    async with conversation_worker(client, builder, task_queue=queue, agent_calls=QUICK):
+    """A worker for ``builder`` on ``queue`` for the block, and a host (``kwargs``) to send."""
+    async with conversation_worker(client, builder, task_queue=queue, agent_calls=agent_calls):
         yield TemporalConversationHost(client, task_queue=queue, **kwargs)
+
+
+def retrying(attempts: int = 5, *, first_ms: int = 50) -> AgentCallOptions:
+    """Agent calls retried ``attempts`` times at most, the first retry after ``first_ms``."""
+    policy = temporalio.common.RetryPolicy(
+        initial_interval=timedelta(milliseconds=first_ms), maximum_attempts=attempts
+    )
+    return AgentCallOptions(heartbeat=timedelta(seconds=5), retry=policy)
 
 
 def support_desk() -> tuple[HandoffWorkflowBuilder, Agent, Agent, Agent]:
@@ -266,13 +276,9 @@ async def test_a_tool_call_key_is_the_same_when_the_agent_call_is_retried(
     triage = scripted_agent("triage", handoff_to("billing", goal="Refund 5 EUR."))
     billing = scripted_agent("billing", respond_with=billing_answer, tools=[refund])
     builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
-    options = AgentCallOptions(
-        heartbeat=timedelta(seconds=5),
-        retry=temporalio.common.RetryPolicy(initial_interval=timedelta(milliseconds=50)),
-    )
+    options = retrying(0)  # no limit but the call's own timeouts
     conversation = cid()
-    async with conversation_worker(client, builder, task_queue=queue, agent_calls=options):
-        host = TemporalConversationHost(client, task_queue=queue)
+    async with serving(client, builder, queue, agent_calls=options) as host:
         turn = await host.send(conversation, "refund my 5 EUR")
     assert turn.text == "Refunded 5 EUR."
     assert len(keys) == 2  # the tool ran in both attempts ...
@@ -442,14 +448,8 @@ async def test_a_model_error_is_retried_with_backoff(client: Client, queue: str)
 
     triage = scripted_agent("triage", respond_with=flaky)
     builder = HandoffWorkflowBuilder(triage).add_participants(scripted_agent("billing"))
-    options = AgentCallOptions(
-        heartbeat=timedelta(seconds=5),
-        retry=temporalio.common.RetryPolicy(
-            initial_interval=timedelta(milliseconds=100), maximum_attempts=5
-        ),
-    )
-    async with conversation_worker(client, builder, task_queue=queue, agent_calls=options):
-        host = TemporalConversationHost(client, task_queue=queue)
+    options = retrying(5, first_ms=100)
+    async with serving(client, builder, queue, agent_calls=options) as host:
         turn = await host.send(cid(), "hello")
     assert turn.text == "answered on the third attempt"
     assert len(client_of(triage).calls) == 3
@@ -468,15 +468,9 @@ async def test_a_turn_that_keeps_failing_is_retried_by_the_next_message(
     triage = scripted_agent("triage", handoff_to("billing", goal="Billing."))
     billing = scripted_agent("billing", respond_with=billing_answer)
     builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
-    options = AgentCallOptions(
-        heartbeat=timedelta(seconds=5),
-        retry=temporalio.common.RetryPolicy(
-            initial_interval=timedelta(milliseconds=50), maximum_attempts=2
-        ),
-    )
+    options = retrying(2)
     conversation = cid()
-    async with conversation_worker(client, builder, task_queue=queue, agent_calls=options):
-        host = TemporalConversationHost(client, task_queue=queue)
+    async with serving(client, builder, queue, agent_calls=options) as host:
         with pytest.raises(TemporalTurnError, match="the model is down"):
             await host.send(conversation, "my invoice")
         broken[0] = False
@@ -782,14 +776,8 @@ async def test_a_failure_after_an_approval_goes_back_to_waiting_for_it(
     billing = scripted_agent("billing", respond_with=billing_answer, tools=[refund])
     builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
     conversation = cid()
-    options = AgentCallOptions(
-        heartbeat=timedelta(seconds=5),
-        retry=temporalio.common.RetryPolicy(
-            initial_interval=timedelta(milliseconds=50), maximum_attempts=2
-        ),
-    )
-    async with conversation_worker(client, builder, task_queue=queue, agent_calls=options):
-        host = TemporalConversationHost(client, task_queue=queue)
+    options = retrying(2)
+    async with serving(client, builder, queue, agent_calls=options) as host:
         with pytest.raises(PendingRequestsError) as waiting:
             await host.send(conversation, "refund my 5 EUR")
         [request] = waiting.value.requests
@@ -902,15 +890,9 @@ async def test_a_retried_failed_turn_that_waits_says_so(client: Client, queue: s
     triage = scripted_agent("triage", handoff_to("billing", goal="Refund 5 EUR."))
     billing = scripted_agent("billing", respond_with=billing_answer, tools=[refund])
     builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
-    options = AgentCallOptions(
-        heartbeat=timedelta(seconds=5),
-        retry=temporalio.common.RetryPolicy(
-            initial_interval=timedelta(milliseconds=50), maximum_attempts=1
-        ),
-    )
+    options = retrying(1)
     conversation = cid()
-    async with conversation_worker(client, builder, task_queue=queue, agent_calls=options):
-        host = TemporalConversationHost(client, task_queue=queue)
+    async with serving(client, builder, queue, agent_calls=options) as host:
         with pytest.raises(TemporalTurnError):
             await host.send(conversation, "refund my 5 EUR")
         broken[0] = False

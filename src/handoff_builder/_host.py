@@ -456,28 +456,15 @@ class GroupChatHost(Executor):
             warning = f"The manager selected unknown agent {name!r}."
             return EndTurn(events=(warning,))
         self._speaker = name
-        view = self._view(name).update(self._history)
-        gate = self._gate_for(participant, closed=closed)
         limit, seconds = self._time_left()
         if seconds is not None and seconds <= 0:
             return self._timed_out(limit, name)
         delegations = self._delegations(ctx) if participant.delegates else None
         try:
             with self._turn_trace().active():
-                run = (
-                    participant.run(
-                        view,
-                        self._update_sink(name, ctx),
-                        self._manager.review_handoff,
-                        gate,
-                        delegations,
-                    )
-                    if self.invoker is None
-                    else self.invoker.invoke(name, closed, seconds)
+                response, calls, disabled, verdict = await self._call(
+                    participant, ctx, delegations, closed=closed, seconds=seconds
                 )
-                # An invoker keeps the deadline itself (a durable engine's own timeouts).
-                bound = None if self.invoker is not None else seconds
-                response, calls, disabled, verdict = await within(bound, run)
         except DeadlinePassedError:  # not a TimeoutError of the agent's own: that one is raised
             return self._timed_out(limit, name)
         delta = list(response.messages)
@@ -504,6 +491,31 @@ class GroupChatHost(Executor):
         if requests:
             self._history.extend(self._settlement(requests, frames, name, _status(decision)))
         return decision
+
+    async def _call(
+        self,
+        participant: Participant,
+        ctx: HostContext,
+        delegations: Delegations | None,
+        *,
+        closed: bool,
+        seconds: float | None,
+    ) -> AgentRun:
+        """One agent call: here, within ``seconds``, or by the :attr:`invoker`.
+
+        The invoker builds the agent's view itself and keeps the deadline with its own timeouts.
+        """
+        name = participant.name
+        if self.invoker is not None:
+            return await self.invoker.invoke(name, closed, seconds)
+        run = participant.run(
+            self._view(name).update(self._history),
+            self._update_sink(name, ctx),
+            self._manager.review_handoff,
+            self._gate_for(participant, closed=closed),
+            delegations,
+        )
+        return await within(seconds, run)
 
     def routes_of(self, name: str) -> Mapping[str, HandoffRoute]:
         """Agent ``name``'s handoff routes, by tool name."""

@@ -478,14 +478,7 @@ class ConversationWorkflow:
             except ApplicationError:
                 raise
             except Exception as error:  # never fail the workflow task: fail this Update
-                self._failures += 1
-                self._workflow, self._host = self._reopen()
-                raise ApplicationError(
-                    f"The turn of conversation {self._conversation_id!r} failed "
-                    f"({type(error).__name__}: {_cause(error)}); the next message retries it.",
-                    type=TURN_FAILED,
-                    non_retryable=True,
-                ) from error
+                raise self._turn_failed(error) from error
             finally:
                 self._turns += 1
                 self._arm_idle_timer()
@@ -570,16 +563,22 @@ class ConversationWorkflow:
         try:
             return list(await self._workflow.run(*args, **kwargs))
         except Exception as error:
-            self._failures += 1
-            # The compiled workflow stopped mid-run: go on from the state the failed call was
-            # given (the host saves it before every agent call), as a store would have it.
-            self._workflow, self._host = self._reopen()
-            raise ApplicationError(
-                f"The turn of conversation {self._conversation_id!r} failed "
-                f"({type(error).__name__}: {_cause(error)}); the next message retries it.",
-                type=TURN_FAILED,
-                non_retryable=True,
-            ) from error
+            raise self._turn_failed(error) from error
+
+    def _turn_failed(self, error: Exception) -> ApplicationError:
+        """Count a failed attempt; the Update's error.
+
+        The conversation goes on from the state the failed call was given (the host saves it
+        before every agent call, as a store would have it).
+        """
+        self._failures += 1
+        self._workflow, self._host = self._reopen()  # the compiled workflow stopped mid-run
+        return ApplicationError(
+            f"The turn of conversation {self._conversation_id!r} failed "
+            f"({type(error).__name__}: {_cause(error)}); the next message retries it.",
+            type=TURN_FAILED,
+            non_retryable=True,
+        )
 
     def _reopen(self) -> tuple[Workflow, GroupChatHost]:
         if self._checkpoint is not None:
