@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+from collections.abc import Sequence
+
 import pytest
 from agent_framework import Content, Message, tool
 
@@ -220,8 +223,16 @@ def test_approvals_go_with_their_call_and_other_agents_reasoning_is_dropped(
             contents=[request.to_function_approval_response(approved=True)],
         ),
     ]
-    seen = AgentView("b", mode, frozenset({"handoff_to_b"}), "handoff_host").update(history)
+    view = AgentView("b", mode, frozenset({"handoff_to_b"}), "handoff_host")
+    waiting = [c.type for m in view.update(history) for c in m.contents]
+    # While the call waits for its result, a model may not receive it: nothing of it is shown.
+    assert not {"function_call", "function_approval_request", "function_approval_response"} & set(
+        waiting
+    )
+    history.append(Message(role="tool", author_name="a", contents=[_result("c1", "paid")]))
+    seen = view.update(history)
     kinds = [c.type for m in seen for c in m.contents]
+    assert ("function_result" in kinds) is kept
     assert ("function_approval_request" in kinds) is kept
     assert ("function_approval_response" in kinds) is kept
     assert ("function_call" in kinds) is kept
@@ -311,3 +322,121 @@ async def test_the_host_shows_what_an_agent_would_receive_now() -> None:
     assert [m.text for m in host.view_of("b")] == [m.text for m in received(b).messages] + [
         "Booked."
     ]
+
+
+def provider_problems(messages: Sequence[Message]) -> list[str]:
+    """What a chat-completions provider would refuse in ``messages``.
+
+    Each call must be answered, by one result per call, before anything else is said; each
+    result must answer a call that waits (matched in order: ids may repeat).
+    """
+    problems: list[str] = []
+    waiting: list[str] = []
+    exchange = {"function_result", "function_approval_request", "function_approval_response"}
+    for position, message in enumerate(messages):
+        kinds = {content.type for content in message.contents}
+        if waiting and kinds - exchange:
+            problems.append(f"message {position}: calls {waiting} have no result before it")
+            waiting = []
+        for content in message.contents:
+            if content.type == "function_call":
+                waiting.append(str(content.call_id))
+            elif content.type == "function_result":
+                if str(content.call_id) in waiting:
+                    waiting.remove(str(content.call_id))
+                else:
+                    problems.append(f"message {position}: result {content.call_id!r} has no call")
+    if waiting:
+        problems.append(f"the view ends with calls {waiting} that have no result")
+    return problems
+
+
+@pytest.mark.parametrize("mode", list(HandoffToolCallFiltering), ids=lambda m: m.value)
+@pytest.mark.parametrize("stream", [False, True], ids=["run", "stream"])
+async def test_history_the_caller_passed_in_reaches_the_model_as_valid_input(
+    mode: HandoffToolCallFiltering, stream: bool
+) -> None:
+    """A result with no author whose call the view drops, and a call with no result, are left
+    out; the caller's tool calls are filtered by the mode like any other agent's."""
+    triage = scripted_agent("triage", reply("How can I help?"))
+    billing = scripted_agent("billing")
+    workflow = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, billing)
+        .with_handoff(billing, triage)
+        .with_tool_call_filtering(mode)
+        .build()
+    )
+    history = [
+        Message(role="user", contents=["I was charged twice"]),
+        Message(
+            role="assistant",
+            author_name="billing",
+            contents=[_call("handoff_to_triage", "h1"), _call("lookup", "l1")],
+        ),
+        Message(role="tool", contents=[_result("h1", "Transferred.")]),  # no author
+        Message(role="tool", contents=[_result("l1", "two charges")]),  # no author
+        Message(role="tool", contents=[_result("x9", "an orphan result")]),
+        Message(role="assistant", contents=[_call("lookup", "never-answered")]),
+        Message(role="user", contents=["hello?"]),
+    ]
+    await run_turn(workflow, history, stream=stream)
+    [seen] = client_of(triage).calls
+    assert provider_problems(seen.messages) == []
+    results = [
+        str(c.result) for m in seen.messages for c in m.contents if c.type == "function_result"
+    ]
+    expected = {
+        HandoffToolCallFiltering.NONE: ["Transferred.", "two charges"],
+        HandoffToolCallFiltering.HANDOFF_ONLY: ["two charges"],
+        HandoffToolCallFiltering.ALL: [],
+    }[mode]
+    assert results == expected
+    assert seen.messages[-1].text == "hello?"
+
+
+def _random_history(rng: random.Random) -> list[Message]:
+    authors = [None, "a", "b", "c"]
+    names = ["lookup", "pay", "handoff_to_b", "handoff_to_a"]
+    ids = ["1", "2", "3", ""]
+    history: list[Message] = []
+    for _ in range(rng.randint(1, 14)):
+        author = rng.choice(authors)
+        contents: list[Content] = []
+        for _ in range(rng.randint(1, 3)):
+            roll = rng.random()
+            call_id = rng.choice(ids)
+            if roll < 0.3:
+                contents.append(_call(rng.choice(names), call_id))
+            elif roll < 0.6:
+                contents.append(_result(call_id, f"result {call_id}"))
+            elif roll < 0.7:
+                contents.append(Content.from_text_reasoning(text="thinking"))
+            elif roll < 0.8:
+                call = _call(rng.choice(names), call_id)
+                request = Content.from_function_approval_request(
+                    id=f"r{call_id}", function_call=call
+                )
+                contents.append(rng.choice([request, request.to_function_approval_response(True)]))
+            else:
+                contents.append(Content.from_text(text="words"))
+        tool_only = all(c.type == "function_result" for c in contents)
+        role = "tool" if tool_only else rng.choice(["assistant", "user"])
+        history.append(Message(role=role, contents=contents, author_name=author))
+    return history
+
+
+@pytest.mark.parametrize("mode", list(HandoffToolCallFiltering), ids=lambda m: m.value)
+def test_every_view_of_any_history_is_valid_provider_input(mode: HandoffToolCallFiltering) -> None:
+    """Whatever history the caller passed in, read at once or message by message."""
+    rng = random.Random(20261202)  # noqa: S311 - test data, not secrets
+    tools = frozenset({"handoff_to_a", "handoff_to_b"})
+    for _ in range(400):
+        history = _random_history(rng)
+        for viewer in ("a", "b"):
+            whole = AgentView(viewer, mode, tools, "handoff_host").update(history)
+            assert provider_problems(whole) == [], (viewer, history)
+            stepwise = AgentView(viewer, mode, tools, "handoff_host")
+            for end in range(1, len(history) + 1):
+                assert provider_problems(stepwise.update(history[:end])) == [], (viewer, end)
+            assert [m.text for m in stepwise.update(history)] == [m.text for m in whole]

@@ -22,6 +22,7 @@ incrementally (only messages added since its last run are looked at), in which
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import Enum
 
 from agent_framework import Content, Message
@@ -33,6 +34,8 @@ __all__ = ["AgentView", "HandoffToolCallFiltering", "handoff_note"]
 
 _APPROVAL_TYPES = frozenset({"function_approval_request", "function_approval_response"})
 _USER_SAFE_TYPES = frozenset({"text", "data", "uri", "usage"})
+_EXCHANGE_TYPES = frozenset({"function_result", "usage", *_APPROVAL_TYPES})
+"""Contents that belong to an open tool exchange; anything else ends it."""
 
 
 class HandoffToolCallFiltering(str, Enum):
@@ -63,19 +66,31 @@ def handoff_note(recorded: RecordedHandoff, viewer: str) -> str:
     return f"{note_label} from {handoff.source} to {to}. {recorded.label}: {handoff.goal}"
 
 
+@dataclass(slots=True)
+class _Call:
+    """A function call the view has seen and whose result has not come yet."""
+
+    call_id: str
+    kept: bool  # in the view; its result is kept with it (else dropped with it)
+    content: Content
+    index: int  # the view message that holds it (kept calls)
+
+
 class AgentView:
     """The conversation as one agent sees it, extended from the shared history on demand.
 
-    ``note_author`` is the ``author_name`` of the handoff notes (the host's id).
+    ``note_author`` is the ``author_name`` of the handoff notes (the host's id). Whatever history
+    it is given, the view is valid input for every provider: each function call in it is answered
+    by one result before anything else is said, and each result follows its call (results whose
+    call is not in the view, and calls left without a result, are left out).
     """
 
     __slots__ = (
-        "_dropped_calls",
+        "_calls",
         "_handoff_tools",
         "_held_notes",
         "_mode",
         "_note_author",
-        "_open_calls",
         "agent",
         "cursor",
         "messages",
@@ -94,23 +109,32 @@ class AgentView:
         self._note_author = note_author
         self.messages: list[Message] = []
         self.cursor = 0
-        self._dropped_calls: list[str] = []  # call ids whose result must be dropped too, in order
-        self._open_calls: list[str] = []  # call ids in the view still waiting for their result
-        self._held_notes: list[Message] = []
+        self._calls: list[_Call] = []  # calls waiting for their result, in order
+        self._held_notes: list[Message] = []  # notes that wait until the open calls are answered
 
     def update(self, history: Sequence[Message]) -> list[Message]:
-        """Bring the view up to date with ``history`` (append-only) and return it."""
+        """Bring the view up to date with ``history`` (append-only) and return it.
+
+        Calls still waiting for their result at the end of the history are not in the list
+        returned (nor the notes that wait for them); they join the view with their results.
+        """
         if self.cursor < len(history):
             for message in history[self.cursor :]:
                 seen = self._see(message)
                 if seen is not None:
                     self.messages.append(seen)
-                    if self._held_notes:
-                        self._answer_calls(seen)
                 if message.role == "tool" and message.author_name != self.agent:
                     self._add_notes(message)
+                if self._held_notes and not self._open():
+                    self.messages.extend(self._held_notes)
+                    self._held_notes.clear()
             self.cursor = len(history)
+        if self._open():
+            return self._without_open_calls()
         return self.messages
+
+    def _open(self) -> bool:
+        return any(call.kept for call in self._calls)
 
     def _add_notes(self, message: Message) -> None:
         """The notes for the handoffs this tool message records, now or once calls are answered."""
@@ -121,36 +145,88 @@ class AgentView:
             if recorded is not None and recorded.handoff.source != self.agent:
                 text = handoff_note(recorded, self.agent)
                 note = Message(role="user", contents=[text], author_name=self._note_author)
-                if not self._held_notes:
-                    self._open_calls = _unanswered_calls(self.messages)
-                if self._open_calls:
+                if self._open():
                     self._held_notes.append(note)
                 else:
                     self.messages.append(note)
 
-    def _answer_calls(self, message: Message) -> None:
-        """While notes wait: cross off the calls ``message`` answers; release the notes after."""
-        for content in message.contents:
-            call_id = str(content.call_id)
-            if content.type == "function_result" and call_id in self._open_calls:
-                self._open_calls.remove(call_id)
-        if not self._open_calls:
-            self.messages.extend(self._held_notes)
-            self._held_notes.clear()
-
     def _see(self, message: Message) -> Message | None:
-        if message.author_name in (self.agent, None):
-            return message
-        contents = [content for content in message.contents if self._keeps(content)]
+        """The message as the view shows it (``None``: nothing of it).
+
+        Other agents' messages, and messages with no author (history the caller passed in), are
+        filtered by the mode; in every message, calls and results are paired in order.
+        """
+        author = message.author_name
+        filtered = author != self.agent
+        other = filtered and author is not None
+        marked = [(c, not filtered or self._keeps(c, other=other)) for c in message.contents]
+        if any(keep and c.type not in _EXCHANGE_TYPES for c, keep in marked):
+            self._close()  # something else is said: calls still without a result never get one
+        contents = [c for c, keep in marked if self._paired(c, keep)]
         if not contents:
             return None
-        if message.role == "assistant" and all(c.type in _USER_SAFE_TYPES for c in contents):
+        if (
+            other
+            and message.role == "assistant"
+            and all(c.type in _USER_SAFE_TYPES for c in contents)
+        ):
             return _copy(message, contents, role="user")
         if len(contents) != len(message.contents):
             return _copy(message, contents, role=message.role)
         return message
 
-    def _keeps(self, content: Content) -> bool:
+    def _paired(self, content: Content, keep: bool) -> bool:  # noqa: FBT001
+        """Whether the view keeps ``content``, given what the mode says (``keep``).
+
+        A result goes with its call (the first waiting one with its id: providers may reuse
+        ids), whatever the mode; a result or an answer with no waiting call is dropped.
+        """
+        kind = content.type
+        if kind == "function_call":
+            self._calls.append(_Call(str(content.call_id), keep, content, len(self.messages)))
+            return keep
+        if kind == "function_result":
+            call = self._take(str(content.call_id))
+            return call is not None and call.kept
+        if keep and kind == "function_approval_response":
+            about = content.function_call
+            call_id = str(about.call_id) if about is not None else None
+            return any(call.kept and call.call_id == call_id for call in self._calls)
+        return keep
+
+    def _take(self, call_id: str) -> _Call | None:
+        """The first waiting call with this id (providers may reuse ids), answered now."""
+        for position, call in enumerate(self._calls):
+            if call.call_id == call_id:
+                return self._calls.pop(position)
+        return None
+
+    def _close(self) -> None:
+        """Calls left without a result when the exchange ends leave the view, with approvals."""
+        open_calls = [call for call in self._calls if call.kept]
+        self._calls.clear()
+        if open_calls:
+            first = min(call.index for call in open_calls)
+            self.messages[first:] = _without(self.messages[first:], open_calls)
+        if self._held_notes:
+            self.messages.extend(self._held_notes)
+            self._held_notes.clear()
+
+    def _without_open_calls(self) -> list[Message]:
+        """The view as a model may receive it now: without the calls still waiting for results."""
+        open_calls = [call for call in self._calls if call.kept]
+        first = min(call.index for call in open_calls)
+        return [
+            *self.messages[:first],
+            *_without(self.messages[first:], open_calls),
+            *self._held_notes,
+        ]
+
+    def _keeps(self, content: Content, *, other: bool) -> bool:
+        """What the mode keeps of a message that is not the agent's own.
+
+        ``other``: another agent's (its reasoning is dropped); else history the caller passed in.
+        """
         kind = content.type
         if self._mode is HandoffToolCallFiltering.NONE:
             return True
@@ -161,43 +237,34 @@ class AgentView:
                 self._mode is not HandoffToolCallFiltering.ALL and name not in self._handoff_tools
             )
         if kind == "text_reasoning":
-            return False
+            return not other
         if kind == "function_call":
-            if self._mode is HandoffToolCallFiltering.ALL or content.name in self._handoff_tools:
-                self._dropped_calls.append(str(content.call_id))
-                return False
-            return True
-        if kind == "function_result":
-            call_id = str(content.call_id)
-            if self._mode is HandoffToolCallFiltering.ALL:
-                if call_id in self._dropped_calls:
-                    self._dropped_calls.remove(call_id)
-                return False
-            if call_id in self._dropped_calls:
-                self._dropped_calls.remove(call_id)  # the first pending call with this id
-                return False
+            return (
+                self._mode is not HandoffToolCallFiltering.ALL
+                and content.name not in self._handoff_tools
+            )
         return True
 
 
-def _unanswered_calls(messages: Sequence[Message]) -> list[str]:
-    """Call ids of the view's last tool exchange (calls and results at its end) with no result."""
-    calls: list[str] = []
-    answered: list[str] = []
-    for message in reversed(messages):
-        found = False
-        for content in message.contents:
-            if content.type == "function_call":
-                calls.append(str(content.call_id))
-                found = True
-            elif content.type == "function_result":
-                answered.append(str(content.call_id))
-                found = True
-        if not found:
-            break
-    for call_id in answered:
-        if call_id in calls:
-            calls.remove(call_id)
-    return calls
+def _without(messages: Sequence[Message], calls: Sequence[_Call]) -> list[Message]:
+    """``messages`` without ``calls`` and the approval requests and answers about them."""
+    kept: list[Message] = []
+    for message in messages:
+        contents = [c for c in message.contents if not _about(c, calls)]
+        if len(contents) == len(message.contents):
+            kept.append(message)
+        elif contents:
+            kept.append(_copy(message, contents, role=message.role))
+    return kept
+
+
+def _about(content: Content, calls: Sequence[_Call]) -> bool:
+    """True for one of ``calls``, or an approval request or answer about one of them."""
+    if any(content is call.content for call in calls):
+        return True
+    if content.type in _APPROVAL_TYPES and content.function_call is not None:
+        return any(str(content.function_call.call_id) == call.call_id for call in calls)
+    return False
 
 
 def _copy(message: Message, contents: list[Content], *, role: str) -> Message:
