@@ -1010,7 +1010,9 @@ async def test_abandoning_a_waiting_delegation_settles_the_callers_call(
 
     after = await host.send("c", "Anyone there?")  # the next message runs on a valid history
     assert after.text == "Hello again."
-    assert [r[0] for r in results_in(received(triage).messages)] == [call_id(ask_policy)]
+    # The abandoned turn stays in the history, in no agent's view.
+    assert results_in(received(triage).messages) == []
+    assert [m.text for m in received(triage).messages] == ["Anyone there?"]
 
 
 # -- 14. telemetry --------------------------------------------------------------------------------

@@ -113,7 +113,7 @@ async def test_the_log_is_append_only_and_written_per_hop(store: ConversationSto
     assert record.version == 3
     assert record.state["host"]["turn"] is None
     assert record.state["host"]["speaker"] == "billing"
-    assert record.state["host"]["schema_version"] == 3
+    assert record.state["host"]["schema_version"] == 4
 
 
 async def test_idle_conversation_starts_again_at_the_initial_agent(
@@ -259,12 +259,17 @@ async def test_crash_mid_turn_resumes_with_the_target(shared_store: Any, tmp_pat
         assert crashing.poll() is None, crashing.communicate()[1]
         assert time.monotonic() < deadline, "billing was never called"
         await asyncio.sleep(0.05)
+    # Read from this process while billing's call runs in the worker: the conversation is with
+    # billing (stored before billing was called), not with triage that ran before it.
+    reader = ConversationHost(HandoffWorkflowBuilder(scripted_agent("triage")), store)
+    assert await reader.active_agent("conv-crash") == "billing"
     crashing.send_signal(signal.SIGKILL)
     crashing.wait(timeout=10)
 
     record = await store.load("conv-crash")
     assert record is not None
     assert record.state["host"]["next"] == "billing"  # written before billing was called
+    assert await reader.active_agent("conv-crash") == "billing"  # where the resume starts
 
     report = finished(worker("resume", spec, "conv-crash", "-"))
     assert report["text"] == "Refunded after the restart."
@@ -367,8 +372,9 @@ async def test_hosted_turn_with_an_approval(store: ConversationStore) -> None:
         await host.send("c", "refund 5 please")
     [request] = pending.value.requests
     assert request.type == "function_approval_request"
-    with pytest.raises(PendingRequestsError):  # a new message cannot jump the queue
-        await host.send("c", "hello?")
+    assert await host.active_agent("c") == "billing"  # its request waits; triage ran before
+    with pytest.raises(PendingRequestsError, match="a message sent meanwhile is not stored"):
+        await host.send("c", "hello?")  # a new message cannot jump the queue
 
     answer = request.to_function_approval_response(approved=True)
     result = await host.respond("c", {str(request.id): answer})

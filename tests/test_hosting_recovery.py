@@ -13,13 +13,18 @@ import pytest
 from agent_framework import Agent, Message
 
 from handoff_builder import (
+    ABANDONED_TURN_PROPERTY,
+    DEFAULT_MAX_INPUT_BYTES,
     HANDOFF_TIMEOUT_EVENT,
     HANDOFF_TURN_ABANDONED_EVENT,
     HANDOFF_TURN_EVENT,
     ConversationBusyError,
     ConversationHost,
     CorruptConversationError,
+    HandoffTurnResult,
     HandoffWorkflowBuilder,
+    MessageNotStoredError,
+    MessageTooLargeError,
     PendingRequestsError,
     TurnAbandonedEvent,
     TurnTimeoutEvent,
@@ -653,3 +658,194 @@ async def test_a_bad_host_state_is_a_corrupt_conversation(
     with pytest.raises(CorruptConversationError):
         await host.abandon("c")
     assert len(client_of(triage).calls) == 1
+
+
+# -- a turn that no provider takes, and what the caller is told ---------------------------------
+
+
+def content_filter(call: ModelCall) -> Step:
+    """A provider that refuses every request whose history holds a certain message."""
+    if any("FORBIDDEN" in message.text for message in call.messages):
+        raise RuntimeError("content filter: the request was refused")
+    return reply(f"Hello! You said: {call.user_text}")
+
+
+async def test_an_abandoned_turn_leaves_every_later_view_and_unstored_messages_say_so(
+    store: ConversationStore,
+) -> None:
+    triage = scripted_agent("triage", respond_with=content_filter)
+    host = ConversationHost(HandoffWorkflowBuilder(triage), store)
+    with pytest.raises(RuntimeError, match="content filter"):
+        await host.send("c", "FORBIDDEN words")  # stored; the turn failed
+
+    with pytest.raises(MessageNotStoredError) as first:
+        await host.send("c", "hello?")
+    assert str(first.value) == (
+        "Conversation 'c': the message was not stored: its interrupted turn was retried first "
+        "and failed again (RuntimeError: content filter: the request was refused); the next "
+        "message retries it (retry 2 of 2; after the last, the turn is abandoned and the message "
+        "runs), or abandon() it now."
+    )
+    assert isinstance(first.value.__cause__, RuntimeError)
+
+    result = await host.send("c", "hello???")  # the last retry fails: abandoned, this one runs
+    assert result.text == "Hello! You said: hello???"
+    assert result.recovered is not None
+    assert result.recovered.status == "abandoned"
+    assert [m.text for m in received(triage).messages] == ["hello???"]
+
+    # A restarted host reads the conversation back: the abandoned turn stays out of every view.
+    restarted = ConversationHost(HandoffWorkflowBuilder(triage), store)
+    again = await restarted.send("c", "still there?")
+    assert again.text == "Hello! You said: still there?"
+    assert [m.text for m in received(triage).messages] == [
+        "hello???", "Hello! You said: hello???", "still there?",
+    ]  # fmt: skip
+
+    history = await restarted.history("c")
+    assert [
+        (m.text, bool((m.additional_properties or {}).get(ABANDONED_TURN_PROPERTY)))
+        for m in history
+    ] == [
+        ("FORBIDDEN words", True),  # kept, marked
+        ("hello???", False),  # the refused messages were never stored; this one was
+        ("Hello! You said: hello???", False),
+        ("still there?", False),
+        ("Hello! You said: still there?", False),
+    ]
+
+
+async def test_a_turn_whose_stored_payload_no_longer_fits_can_be_abandoned(
+    store: ConversationStore,
+) -> None:
+    from pydantic import BaseModel, ConfigDict
+
+    class Refund(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        amount: int
+
+    class RefundV2(Refund):  # the model changed between deployments: a new required field
+        currency: str
+
+    def desk(model: type[BaseModel], *billing_steps: Any) -> HandoffWorkflowBuilder:
+        triage = scripted_agent(
+            "triage", call_tool("handoff_to_billing", amount=5), reply("Triage here.")
+        )
+        billing = scripted_agent("billing", *billing_steps)
+        return HandoffWorkflowBuilder(triage).with_handoff(triage, billing, payload=model)
+
+    with pytest.raises(RuntimeError, match="model down"):
+        await ConversationHost(desk(Refund, model_down), store).send("c", "refund 5")
+    upgraded = ConversationHost(desk(RefundV2, reply("Billing here.")), store)
+    with pytest.raises(CorruptConversationError, match="does not fit RefundV2"):
+        await upgraded.send("c", "hello?")  # rightly refused before any model call
+
+    abandoned = await upgraded.abandon("c")  # but the conversation can be freed
+    assert abandoned is not None
+    assert abandoned.status == "abandoned"
+    assert abandoned.handoffs[0].payload == {"amount": 5}  # as stored: it fits no model now
+    result = await upgraded.send("c", "hello?")  # at triage: billing never answered
+    assert result.text == "Triage here."
+    first_call = received(upgraded.builder.initial_agent, call=0)
+    assert [m.text for m in first_call.messages] == ["hello?"]  # not the abandoned turn
+
+
+# -- the size of what a turn takes ---------------------------------------------------------------
+
+
+async def test_an_input_larger_than_the_limit_is_refused_before_anything_is_stored(
+    store: ConversationStore,
+) -> None:
+    triage = scripted_agent("triage", reply("hi"))
+    host = ConversationHost(HandoffWorkflowBuilder(triage), store)
+    huge = "x" * (20 * 1024 * 1024)
+    with pytest.raises(MessageTooLargeError) as refused:
+        await host.send("c", huge)
+    assert refused.value.limit == DEFAULT_MAX_INPUT_BYTES
+    assert refused.value.size > 20 * 1024 * 1024
+    assert str(refused.value) == (
+        f"Conversation 'c': the message is {refused.value.size:,} bytes as JSON; the limit is "
+        "4,194,304 bytes (max_input_bytes). Nothing was stored."
+    )
+    with pytest.raises(MessageTooLargeError):
+        [event async for event in host.stream("c", huge)]
+    assert await store.load("c") is None
+    assert client_of(triage).calls == []
+
+    small = ConversationHost(HandoffWorkflowBuilder(triage), store, max_input_bytes=200)
+    with pytest.raises(MessageTooLargeError, match="the limit is 200 bytes"):
+        await small.send("c", "é" * 100)  # 200 bytes of UTF-8, more with the JSON around it
+    assert (await small.send("c", "short")).text == "hi"
+    unbounded = ConversationHost(HandoffWorkflowBuilder(triage), store, max_input_bytes=None)
+    assert unbounded.max_input_bytes is None
+    with pytest.raises(ValueError, match="max_input_bytes must be positive or None, got 0"):
+        ConversationHost(HandoffWorkflowBuilder(triage), store, max_input_bytes=0)
+
+
+async def test_answers_larger_than_the_limit_are_refused(store: ConversationStore) -> None:
+    from agent_framework import Content, FunctionTool
+
+    triage = scripted_agent("triage", call_tool("lookup", order="A-1"), reply("Found it."))
+    # A tool with no function: an external call, which the application answers.
+    external = FunctionTool(name="lookup", description="Look an order up.", func=None)
+    triage.default_options["tools"] = [external]
+    host = ConversationHost(HandoffWorkflowBuilder(triage), store, max_input_bytes=1000)
+    with pytest.raises(PendingRequestsError) as waiting:
+        await host.send("c", "where is A-1?")
+    [request] = waiting.value.requests
+    answer = Content.from_function_result(call_id=str(request.call_id), result="y" * 2000)
+    with pytest.raises(MessageTooLargeError, match="the answers is"):
+        await host.respond("c", {str(request.id): answer})
+    small = Content.from_function_result(call_id=str(request.call_id), result="shipped")
+    assert (await host.respond("c", {str(request.id): small})).text == "Found it."
+
+
+# -- one record of a finished turn ---------------------------------------------------------------
+
+
+def same_turn(first: HandoffTurnResult, repeated: HandoffTurnResult) -> None:
+    assert [m.text for m in repeated.messages] == [m.text for m in first.messages]
+    assert (repeated.status, repeated.active_agent) == (first.status, first.active_agent)
+    assert (repeated.handoffs, repeated.trace) == (first.handoffs, first.trace)
+
+    def delegations(turn: HandoffTurnResult) -> list[tuple[Any, ...]]:
+        return [
+            (
+                d.caller,
+                d.expert,
+                d.call_id,
+                d.task,
+                d.result,
+                d.outcome,
+                [m.text for m in d.messages],
+            )
+            for d in turn.delegations
+        ]
+
+    assert delegations(repeated) == delegations(first)
+    assert (repeated.start, repeated.hidden) == (first.start, first.hidden)
+    assert len(repeated.conversation) == len(first.conversation)
+
+
+async def test_a_repeated_call_returns_the_turn_it_ran_with_its_delegations(
+    store: ConversationStore,
+) -> None:
+    support = scripted_agent(
+        "support", call_tool("ask_policy", task="How long do refunds take?"), reply("30 days.")
+    )
+    policy = scripted_agent("policy", reply("Refunds take 30 days."))
+    builder = HandoffWorkflowBuilder(support).with_delegate(support, policy)
+    host = ConversationHost(builder, store)
+    first = await host.send("c", "refund time?", idempotency_key="k1")
+    assert [d.expert for d in first.delegations] == ["policy"]
+
+    same_turn(first, await host.send("c", "refund time?", idempotency_key="k1"))  # kept live
+    cold = ConversationHost(builder, store)  # read back from the store
+    same_turn(first, await cold.send("c", "refund time?", idempotency_key="k1"))
+    [done] = [
+        event.data
+        async for event in cold.stream("c", "refund time?", idempotency_key="k1")
+        if event.type == HANDOFF_TURN_EVENT
+    ]
+    same_turn(first, done)
+    assert len(client_of(policy).calls) == 1

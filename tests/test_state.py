@@ -63,7 +63,7 @@ async def test_a_conversation_stored_by_schema_1_continues() -> None:
     )
     record = await store.load("conv-v1")
     assert record is not None
-    assert record.state["host"]["schema_version"] == 3
+    assert record.state["host"]["schema_version"] == 4
 
 
 async def test_a_checkpoint_written_by_schema_1_restores_mid_turn() -> None:
@@ -234,3 +234,29 @@ async def test_a_corrupt_checkpoint_is_refused_with_the_field_named() -> None:
         "Saved state of executor 'handoff_host' is corrupt: speaker: Input should be a valid "
         "string."
     )
+
+
+async def test_a_failed_turn_stored_by_schema_3_is_abandoned_and_left_out_of_views() -> None:
+    """Schema 3 knew no abandoned ranges nor where a turn's input starts: read back from the
+    history, the failed turn, from the user's message on, leaves every view."""
+    store = InMemoryConversationStore()
+    stored = data("conversation-schema-3-failed-turn.json")
+    assert stored["state"]["host"]["schema_version"] == 3
+    await store.append(
+        "c", start=0, messages=stored["messages"], state=stored["state"], expected_version=0
+    )
+    triage = scripted_agent("triage", reply("Hello again."))
+    billing = scripted_agent("billing")
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+    host = ConversationHost(builder, store, max_turn_retries=0)
+
+    result = await host.send("c", "hello?")
+
+    assert result.recovered is not None
+    assert result.recovered.status == "abandoned"
+    assert [m.text for m in received(triage).messages] == ["hi", "Hello.", "hello?"]
+    assert client_of(billing).calls == []
+    record = await store.load("c")
+    assert record is not None
+    assert record.state["host"]["schema_version"] == 4
+    assert record.state["host"]["left_out"] == [[2, 5]]  # the user's message to the results

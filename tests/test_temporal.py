@@ -956,3 +956,40 @@ async def test_a_bounded_review_on_temporal(client: Client, queue: str) -> None:
     assert "Flush every cache now." not in [m.text for m in turn.messages]
     assert received(planner).sees("Too broad: flush only the stale key.")
     assert received(reviewer).sees("Flush the stale key only, at 02:00.")
+
+
+async def test_a_finished_turn_crosses_temporal_whole() -> None:
+    """A worker's turn reaches the client with its reply, reviews left out, and delegations."""
+    from handoff_builder.temporal._payloads import decode_turn, encode_turn
+
+    planner = scripted_agent(
+        "planner",
+        call_tool("ask_policy", task="May we flush caches by day?"),
+        reply("Flush every cache now."),
+        reply("Flush the stale key only, at 02:00."),
+    )
+    policy = scripted_agent("policy", reply("Only at night."))
+    reviewer = scripted_agent(
+        "reviewer",
+        call_tool("request_changes", feedback="Too broad."),
+        call_tool("approve", note="Scoped."),
+    )
+    workflow = (
+        HandoffWorkflowBuilder(planner)
+        .with_delegate(planner, policy)
+        .with_review(planner, reviewer, max_rounds=2)
+        .build()
+    )
+    sent = (await workflow.run("the cache is stale")).get_outputs()[-1]
+    assert sent.start == 1  # after the user's message
+    assert sent.hidden  # the first draft and the reviews are left out of its reply
+
+    received_turn = decode_turn(json.loads(json.dumps(encode_turn(sent))), "c")
+
+    assert [m.text for m in received_turn.messages] == [m.text for m in sent.messages]
+    assert received_turn.text == "Flush the stale key only, at 02:00."
+    assert (received_turn.trace, received_turn.status) == (sent.trace, sent.status)
+    assert [(d.expert, d.result) for d in received_turn.delegations] == [
+        ("policy", "Only at night.")
+    ]
+    assert len(received_turn.conversation) == len(sent.conversation) - sent.start

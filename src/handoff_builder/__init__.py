@@ -99,6 +99,8 @@ from .exceptions import (
     HandoffConfigurationError,
     HandoffHookError,
     LeaseLostError,
+    MessageNotStoredError,
+    MessageTooLargeError,
     PendingRequestsError,
     SchemaVersionError,
     ScriptExhaustedError,
@@ -109,7 +111,9 @@ if _typing.TYPE_CHECKING:
     from . import stores as stores
     from ._hosted_agent import HostedConversationAgent
     from ._hosting import (
+        ABANDONED_TURN_PROPERTY,
         DEFAULT_IDLE_TIMEOUT,
+        DEFAULT_MAX_INPUT_BYTES,
         DEFAULT_MAX_TURN_RETRIES,
         MAX_IDEMPOTENCY_KEY_LENGTH,
         ConversationHost,
@@ -119,7 +123,9 @@ if _typing.TYPE_CHECKING:
 _LAZY: dict[str, tuple[str, str | None]] = {
     "ConversationHost": ("._hosting", "ConversationHost"),
     "HostedConversationAgent": ("._hosted_agent", "HostedConversationAgent"),
+    "ABANDONED_TURN_PROPERTY": ("._hosting", "ABANDONED_TURN_PROPERTY"),
     "DEFAULT_IDLE_TIMEOUT": ("._hosting", "DEFAULT_IDLE_TIMEOUT"),
+    "DEFAULT_MAX_INPUT_BYTES": ("._hosting", "DEFAULT_MAX_INPUT_BYTES"),
     "DEFAULT_MAX_TURN_RETRIES": ("._hosting", "DEFAULT_MAX_TURN_RETRIES"),
     "MAX_IDEMPOTENCY_KEY_LENGTH": ("._hosting", "MAX_IDEMPOTENCY_KEY_LENGTH"),
     "stores": (".stores", None),
@@ -151,6 +157,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "ABANDONED_TURN_PROPERTY",
     "DEFAULT_AGENT_TIMEOUT",
     "DEFAULT_AUTONOMOUS_PROMPT",
     "DEFAULT_AUTONOMOUS_TURN_LIMIT",
@@ -160,6 +167,7 @@ __all__ = [
     "DEFAULT_LOGGED_ARGUMENT_LENGTH",
     "DEFAULT_MAX_DELEGATION_DEPTH",
     "DEFAULT_MAX_HANDOFFS_PER_TURN",
+    "DEFAULT_MAX_INPUT_BYTES",
     "DEFAULT_MAX_ITERATIONS",
     "DEFAULT_MAX_REJECTED_HANDOFFS",
     "DEFAULT_MAX_REVIEW_ROUNDS",
@@ -226,6 +234,8 @@ __all__ = [
     "LintSeverity",
     "ManagerSettings",
     "MessageBatch",
+    "MessageNotStoredError",
+    "MessageTooLargeError",
     "NextAgent",
     "Outcome",
     "Participant",

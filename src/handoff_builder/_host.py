@@ -4,6 +4,7 @@ No ``from __future__ import annotations`` here: agent_framework reads handler an
 """
 
 import asyncio
+import contextlib
 import copy
 import logging
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
     from opentelemetry.trace import SpanContext
 
 from ._decision import (
-    HOST_NOTE_AUTHOR,
     AgentReply,
     Decision,
     EndTurn,
@@ -85,7 +85,14 @@ from ._requests import (
     unanswered,
 )
 from ._routes import HandoffRoute
-from ._state import Continuation, DelegationFrame, HostState, TurnState
+from ._state import (
+    Continuation,
+    DelegationFrame,
+    HostState,
+    TurnRecord,
+    TurnState,
+    active_agent,
+)
 from ._telemetry import TurnTrace
 from ._timeouts import DeadlinePassedError, within
 from ._views import AgentView, HandoffToolCallFiltering
@@ -287,6 +294,7 @@ class GroupChatHost(Executor):
         self._apology = apology
         self._apologies = dict(apologies or {})  # by escalation reason, where not the default
         self._history: list[Message] = []
+        self._left_out: tuple[tuple[int, int], ...] = ()  # abandoned turns: in no agent's view
         self._saved: list[dict[str, Any]] = []  # to_dict() of history[: len(_saved)], reused
         self._turn: TurnState | None = None
         self._speaker: str | None = None
@@ -327,10 +335,12 @@ class GroupChatHost(Executor):
     def _view(self, name: str) -> AgentView:
         view = self._views.get(name)
         if view is None:
-            view = self._views[name] = AgentView(
-                name, self._filtering, self._handoff_tools, self.id
-            )
+            view = self._views[name] = self._new_view(name, self._filtering)
         return view
+
+    def _new_view(self, name: str, mode: HandoffToolCallFiltering) -> AgentView:
+        """A view of the history for ``name``, without the abandoned turns."""
+        return AgentView(name, mode, self._handoff_tools, self.id, left_out=self._left_out)
 
     @property
     def history(self) -> Sequence[Message]:
@@ -424,8 +434,9 @@ class GroupChatHost(Executor):
                 "A turn is already in progress in this workflow; wait for its output before "
                 "sending the next message."
             )
+        input_start = len(self._history)
         self._history.extend(messages[_known_prefix(self._history, messages) :])
-        self._turn = TurnState(start=len(self._history))
+        self._turn = TurnState(start=len(self._history), input_start=input_start)
         self._trace = TurnTrace(self._workflow_name, self.conversation_id)
         self._deadline = None
         with self._failing_turn():
@@ -617,14 +628,12 @@ class GroupChatHost(Executor):
             return []
         if end < len(self._history):  # a delegation carried on later: read that prefix afresh
             mode = self._filtering if history == "filtered" else HandoffToolCallFiltering.NONE
-            return AgentView(expert, mode, self._handoff_tools, self.id).update(self._history[:end])
+            return self._new_view(expert, mode).update(self._history[:end])
         if history == "filtered":
             return list(self._view(expert).update(self._history))
         view = self._full_views.get(expert)
         if view is None:
-            view = self._full_views[expert] = AgentView(
-                expert, HandoffToolCallFiltering.NONE, self._handoff_tools, self.id
-            )
+            view = self._full_views[expert] = self._new_view(expert, HandoffToolCallFiltering.NONE)
         return list(view.update(self._history))
 
     async def _add_delegations(
@@ -831,8 +840,10 @@ class GroupChatHost(Executor):
         """Close the open turn without running anything more; its result (status ``abandoned``).
 
         Requests it waited for get a "not answered" result, so that no call is left without one
-        and the history stays valid for every provider. Used by ``ConversationHost`` for a turn
-        that keeps failing, and by ``ConversationHost.abandon``.
+        and the history stays valid for every provider. The turn, from the user's input on,
+        stays in the history but leaves every agent's view: whatever made it fail (a message
+        a provider refuses, say) does not reach a model again. Used by ``ConversationHost`` for
+        a turn that keeps failing, and by ``ConversationHost.abandon``.
         """
         turn = self._turn or TurnState(start=len(self._history))
         requests = list(self._pending.requests.values())
@@ -841,6 +852,9 @@ class GroupChatHost(Executor):
             frames = self._pending.frames
             self._extend_after_wait(self._settlement(requests, frames, agent, "abandoned"))
         self._pending = PendingRequests()
+        self._left_out = (*self._left_out, (turn.input_from(self._history), len(self._history)))
+        self._views.clear()  # rebuilt without the turn on each agent's next run
+        self._full_views.clear()
         log_event(f"turn abandoned ({event.reason}, {event.attempts} failed attempt(s)): "
                   f"{event.error or 'no error'}", self._logging)  # fmt: skip
         return self._close_turn(turn, "abandoned", abandoned=event)
@@ -1179,20 +1193,11 @@ class GroupChatHost(Executor):
             self._speaker = producer
         elif abandoned is not None and self._speaker in self._reviewed:  # never reviewed
             turn = replace(turn, hidden=(*turn.hidden, (turn.since, len(self._history))))
-        result = HandoffTurnResult(
-            messages=turn_reply(self._history, turn.start, turn.hidden),
-            active_agent=self._speaker or "",
-            handoffs=turn.handoffs,
-            escalation=escalation,
-            conversation=self._history,
-            status=status,
-            timeout=timeout,
-            abandoned=abandoned,
-            trace=turn.steps,
-            delegations=turn.delegations,
-            start=turn.start,
-            hidden=turn.hidden,
-        )
+        record = TurnRecord(
+            turn.start, len(self._history), status, self._speaker or "", turn.handoffs,
+            escalation, timeout, abandoned, turn.steps, turn.delegations, turn.hidden,
+        )  # fmt: skip
+        result = record.result(self._history)
         self._turn, self._next, self._next_closed, self._deadline = None, None, False, None
         self.last_result = result
         return result
@@ -1214,6 +1219,16 @@ class GroupChatHost(Executor):
         """The agent that ran last (it ended the last turn, between turns)."""
         return self._speaker
 
+    @property
+    def active_agent(self) -> str | None:
+        """The agent the conversation is with: where the open turn goes on, or the next starts.
+
+        In an open turn, the agent whose requests it waits for, else the one about to run (saved
+        before it is called); between turns, the agent that ended the last one.
+        """
+        waiting = self.pending_agent
+        return active_agent(self._speaker, self._next, waiting, turn_open=self._turn is not None)
+
     def state(self) -> HostState:
         """The host's small state: everything but the history (which is append-only)."""
         return HostState(
@@ -1223,6 +1238,7 @@ class GroupChatHost(Executor):
             turn=self._turn,
             pending=self._pending.to_state(),
             manager=self._manager.save_state(),
+            left_out=self._left_out,
         )
 
     def snapshot(self) -> dict[str, Any]:
@@ -1231,14 +1247,33 @@ class GroupChatHost(Executor):
 
         return encode_host_state(self.state())
 
-    def load(self, history: Sequence[Message], state: HostState) -> None:
-        """Replace the host's conversation and state with saved ones (see :meth:`state`)."""
-        turn = self._with_payloads(state.turn)  # before anything changes: it may be refused
+    def load(self, history: Sequence[Message], state: HostState, *, strict: bool = True) -> None:
+        """Replace the host's conversation and state with saved ones (see :meth:`state`).
+
+        With ``strict=False`` an open turn whose handoff payloads no longer fit their models keeps
+        them as saved (JSON), and a manager state that no longer loads starts afresh: enough to
+        abandon that turn (the manager's state is reset at every new turn anyway).
+
+        Raises:
+            CorruptStateError: (``strict``) a payload or the manager's state does not load.
+        """
+        turn = state.turn
+        if strict or turn is None:
+            turn = self._with_payloads(turn)  # before anything changes: it may be refused
+        else:
+            with contextlib.suppress(CorruptStateError):
+                turn = self._with_payloads(turn)
+        try:
+            self._manager.restore_state(state.manager)
+        except CorruptStateError:
+            if strict:
+                raise
+            self._manager.restore_state({})
         self._history = list(history)
+        self._left_out = state.left_out
         self._saved = []
         self._views.clear()  # rebuilt from the restored history on each agent's next run
         self._full_views.clear()
-        self._manager.restore_state(state.manager)
         self._speaker = state.speaker
         self._next, self._next_closed = state.next, state.next_closed
         self._pending = PendingRequests.from_state(state.pending)
@@ -1313,21 +1348,6 @@ def undecided(then: Continuation, agent: str) -> bool:
     route or a safe agent decided with the requests stands.
     """
     return then.handoff is None and then.agent == agent
-
-
-def turn_reply(
-    history: Sequence[Message], start: int, hidden: Sequence[tuple[int, int]] = ()
-) -> list[Message]:
-    """A turn's reply: its messages from ``start``, without the host's notes to an agent.
-
-    The ``hidden`` ranges (drafts a reviewer sent back, and reviews) are left out too.
-    """
-    return [
-        message
-        for index, message in enumerate(history[start:], start)
-        if not (message.role == "user" and message.author_name == HOST_NOTE_AUTHOR)
-        and not any(low <= index < high for low, high in hidden)
-    ]
 
 
 def _status(decision: Decision) -> TurnStatus:

@@ -18,6 +18,7 @@ serves hosted handoff conversations, each isolated, each remembering its active 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast, overload
 
 from agent_framework import (
@@ -32,6 +33,7 @@ from agent_framework import (
 from typing_extensions import override
 
 from ._events import HANDOFF_TURN_EVENT, HandoffTurnResult
+from ._state import TurnRecord
 from .exceptions import PendingRequestsError
 
 if TYPE_CHECKING:
@@ -261,23 +263,15 @@ def after_answers(result: HandoffTurnResult, answers: Mapping[str, Content]) -> 
             for content in message.contents
         )
 
-    messages = list(result.messages)
-    last = max((i for i, m in enumerate(messages) if answers_one(m)), default=None)
+    conversation = result.conversation
+    last = max(
+        (i for i in range(result.start, len(conversation)) if answers_one(conversation[i])),
+        default=None,
+    )
     if last is None:
         return result
-    return HandoffTurnResult(
-        messages=messages[last + 1 :],
-        active_agent=result.active_agent,
-        handoffs=result.handoffs,
-        escalation=result.escalation,
-        conversation=result.conversation,
-        status=result.status,
-        timeout=result.timeout,
-        abandoned=result.abandoned,
-        recovered=result.recovered,
-        trace=result.trace,
-        delegations=result.delegations,
-    )
+    record = replace(TurnRecord.of(result), start=last + 1)
+    return record.result(conversation, recovered=result.recovered)
 
 
 def _waiting(requests: Sequence[Content]) -> AgentResponse[Any]:

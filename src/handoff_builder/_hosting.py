@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections import OrderedDict
@@ -17,16 +18,12 @@ from ._builder import HandoffWorkflowBuilder
 from ._events import (
     HANDOFF_TURN_ABANDONED_EVENT,
     HANDOFF_TURN_EVENT,
-    EscalationEvent,
     HandoffEvent,
     HandoffTurnResult,
-    RoutingStep,
     TurnAbandonedEvent,
-    TurnStatus,
-    TurnTimeoutEvent,
 )
-from ._host import GroupChatHost, ReissueRequests, ResumeTurn, UserTurn, turn_reply
-from ._state import HostState, adapter_for, decode_host_state, validated
+from ._host import GroupChatHost, ReissueRequests, ResumeTurn, UserTurn
+from ._state import HostState, TurnRecord, adapter_for, decode_host_state, validated
 from .exceptions import (
     ConversationBusyError,
     ConversationConflictError,
@@ -34,6 +31,8 @@ from .exceptions import (
     CorruptStateError,
     HandoffBuilderError,
     LeaseLostError,
+    MessageNotStoredError,
+    MessageTooLargeError,
     PendingRequestsError,
     SchemaVersionError,
     StoreUnavailableError,
@@ -52,7 +51,9 @@ if TYPE_CHECKING:
     from ._hosted_agent import HostedConversationAgent
 
 __all__ = [
+    "ABANDONED_TURN_PROPERTY",
     "DEFAULT_IDLE_TIMEOUT",
+    "DEFAULT_MAX_INPUT_BYTES",
     "DEFAULT_MAX_TURN_RETRIES",
     "MAX_IDEMPOTENCY_KEY_LENGTH",
     "ConversationHost",
@@ -65,6 +66,14 @@ DEFAULT_MAX_TURN_RETRIES = 2
 """How many times the next messages retry a failed turn before it is abandoned."""
 MAX_IDEMPOTENCY_KEY_LENGTH = 256
 """The longest idempotency key, in characters."""
+DEFAULT_MAX_INPUT_BYTES = 4 * 1024 * 1024
+"""The largest user input one turn takes (or answers one call gives), in bytes of UTF-8 JSON.
+
+A few MB of text, or an image of a few MB as a data URI; a larger input is refused before
+anything is stored or sent to a model."""
+ABANDONED_TURN_PROPERTY = "handoff_builder_abandoned_turn"
+"""In :meth:`ConversationHost.history`, a message's ``additional_properties`` key, set to
+``True`` on the messages of an abandoned turn: they stay in the history, in no agent's view."""
 _KEPT_RECEIPTS = 32  # idempotency keys remembered per conversation (its latest turns)
 
 UserInput = str | Message | Sequence[Message]
@@ -87,20 +96,10 @@ def _utcnow() -> datetime:
 
 
 @dataclass(frozen=True)
-class _Receipt:
+class _Receipt(TurnRecord):
     """A finished turn, by the idempotency keys of the calls that ran it."""
 
-    keys: tuple[str, ...]
-    start: int  # its messages are history[start:end]
-    end: int
-    status: TurnStatus
-    agent: str
-    handoffs: tuple[HandoffEvent, ...] = ()
-    escalation: EscalationEvent | None = None
-    timeout: TurnTimeoutEvent | None = None
-    abandoned: TurnAbandonedEvent | None = None
-    trace: tuple[RoutingStep, ...] = ()
-    hidden: tuple[tuple[int, int], ...] = ()  # ranges left out of its reply (reviewed drafts)
+    keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -156,7 +155,7 @@ class _StoreJournal:
         result = host.last_result
         if not host.turn_open:
             if result is not None and result is not self._receipted and self.turn_keys:
-                self._add_receipt(result, len(history))
+                self._add_receipt(result)
             self.turn_keys, self.failures, self.last_error = [], 0, None
         self.last_activity = self._clock()
         state: dict[str, Any] = {
@@ -222,12 +221,8 @@ class _StoreJournal:
         if release and held is not None:
             held.released_by_write()
 
-    def _add_receipt(self, result: HandoffTurnResult, end: int) -> None:
-        receipt = _Receipt(
-            tuple(self.turn_keys), result.start, end, result.status,
-            result.active_agent, result.handoffs, result.escalation, result.timeout,
-            result.abandoned, result.trace, result.hidden,
-        )  # fmt: skip
+    def _add_receipt(self, result: HandoffTurnResult) -> None:
+        receipt = _Receipt(**vars(TurnRecord.of(result)), keys=tuple(self.turn_keys))
         self.receipts = [*self.receipts, _encode(_Receipt, receipt)][-_KEPT_RECEIPTS:]
         self._receipted = result
 
@@ -298,6 +293,9 @@ class ConversationHost:
         lease_ttl: Seconds a turn's lease lasts unless renewed (every ``lease_ttl / 3``).
         worker_id: Names this worker in lease owners (default: host name and process id).
         max_turn_retries: How many times a failed turn is retried before it is abandoned.
+        max_input_bytes: The largest input one turn takes (or answers one call gives), in bytes
+            of UTF-8 JSON (``None``: no limit); a larger one raises
+            :class:`~handoff_builder.MessageTooLargeError` and nothing is stored.
     """
 
     def __init__(
@@ -313,6 +311,7 @@ class ConversationHost:
         lease_ttl: float = DEFAULT_LEASE_TTL,
         worker_id: str | None = None,
         max_turn_retries: int = DEFAULT_MAX_TURN_RETRIES,
+        max_input_bytes: int | None = DEFAULT_MAX_INPUT_BYTES,
     ) -> None:
         self.builder = builder
         self.store = store
@@ -321,6 +320,9 @@ class ConversationHost:
             raise ValueError(f"lease_ttl must be a positive number of seconds, got {lease_ttl}.")
         if max_turn_retries < 0:
             raise ValueError(f"max_turn_retries must be 0 or more, got {max_turn_retries}.")
+        if max_input_bytes is not None and max_input_bytes < 1:
+            raise ValueError(f"max_input_bytes must be positive or None, got {max_input_bytes}.")
+        self.max_input_bytes = max_input_bytes
         self.remember_active_agent = remember_active_agent
         self.lock_timeout = lock_timeout
         self._clock = clock
@@ -348,8 +350,11 @@ class ConversationHost:
 
         Raises:
             ValueError: the conversation id or the idempotency key is not valid (no I/O done).
+            MessageTooLargeError: the message is larger than ``max_input_bytes`` (no I/O done).
             ConversationBusyError: another turn of this conversation is running.
             PendingRequestsError: the conversation waits for answers (:meth:`respond`).
+            MessageNotStoredError: the earlier turn, retried first, failed again; the message
+                was not stored.
             StoreUnavailableError: the store cannot be reached (before any model call).
             CorruptConversationError / SchemaVersionError: the stored record cannot be used.
             LeaseLostError: this worker's lease was taken over mid-turn; nothing more was written.
@@ -357,6 +362,7 @@ class ConversationHost:
         check_conversation_id(conversation_id)
         _check_key(idempotency_key)
         messages = _messages(message)
+        self._check_size(conversation_id, [m.to_dict() for m in messages], "message")
         if conversation_id in self._live:
             done = await self._send_live(conversation_id, messages, wait, idempotency_key)
             if done is not None:
@@ -367,7 +373,7 @@ class ConversationHost:
                 done = await self._repeated(conversation_id, workflow, host, idempotency_key)
                 if done is not None:
                     return done
-            recovered, workflow, host = await self._finish_interrupted(
+            recovered, workflow, host = await self._before_message(
                 conversation_id, workflow, host, held
             )
             self._last_step(host, idempotency_key)
@@ -398,7 +404,7 @@ class ConversationHost:
             receipt = journal.receipt(key)  # receipts only ever grow: a found one holds
             if receipt is not None:
                 self._live[conversation_id] = (workflow, host, journal)
-                return _replayed(receipt, host.history)
+                return receipt.result(host.history)
         held = LeaseHold(self.store, conversation_id, new_owner(self.worker_id), self.lease_ttl)
         journal.held = held
         self._last_step(host, key)
@@ -432,6 +438,7 @@ class ConversationHost:
         """
         check_conversation_id(conversation_id)
         _check_key(idempotency_key)
+        self._check_size(conversation_id, [a.to_dict() for a in answers.values()], "answers")
         async with self._hold(conversation_id, wait) as held:
             workflow, host = await self._open(conversation_id, held)
             if idempotency_key is not None:
@@ -473,6 +480,7 @@ class ConversationHost:
         check_conversation_id(conversation_id)
         _check_key(idempotency_key)
         messages = _messages(message)
+        self._check_size(conversation_id, [m.to_dict() for m in messages], "message")
         async with self._hold(conversation_id, wait) as held:
             workflow, host = await self._open(conversation_id, held)
             if idempotency_key is not None:
@@ -480,7 +488,7 @@ class ConversationHost:
                 if done is not None:
                     yield WorkflowEvent(cast(Any, HANDOFF_TURN_EVENT), data=done)
                     return
-            recovered, workflow, host = await self._finish_interrupted(
+            recovered, workflow, host = await self._before_message(
                 conversation_id, workflow, host, held
             )
             if recovered is not None and recovered.abandoned is not None:
@@ -521,13 +529,22 @@ class ConversationHost:
     async def history(self, conversation_id: str) -> list[Message]:
         """The stored conversation, every message in order (empty for an unknown id).
 
+        The messages of an abandoned turn are there, marked: their ``additional_properties``
+        hold :data:`ABANDONED_TURN_PROPERTY` (``True``). No agent reads them any more.
+
         Raises:
             ValueError: the conversation id is not valid (no I/O done).
             CorruptConversationError: a stored message cannot be read.
         """
         check_conversation_id(conversation_id)
         record = await self.store.load(conversation_id)
-        return [] if record is None else _history(record)
+        if record is None:
+            return []
+        history = _history(record)
+        for low, high in _host_state(record).left_out:
+            for index in range(low, min(high, len(history))):
+                history[index] = _marked(history[index])
+        return history
 
     async def conversations(self, *, after: str = "", limit: int = 100) -> list[str]:
         """Ids of the stored conversations after ``after``, in order, at most ``limit``.
@@ -586,11 +603,16 @@ class ConversationHost:
 
         Requests it waited for are answered as not answered and its status is ``"abandoned"``
         (a :class:`~handoff_builder.TurnAbandonedEvent` with ``reason="on_demand"``); the next
-        message starts a new turn. ``None`` when no turn is open.
+        message starts a new turn. The turn stays in the history, in no agent's view. A turn that
+        no longer loads (a stored handoff payload that does not fit its model any more) is
+        abandoned too. ``None`` when no turn is open.
         """
         check_conversation_id(conversation_id)
         async with self._hold(conversation_id, wait) as held:
-            workflow, host = await self._open(conversation_id, held)
+            try:
+                workflow, host = await self._open(conversation_id, held)
+            except CorruptConversationError:  # a turn whose payloads no longer fit, say
+                workflow, host = await self._open(conversation_id, held, reuse=False, strict=False)
             if not host.turn_open:
                 return None
             journal = self._journal(host)
@@ -604,18 +626,21 @@ class ConversationHost:
             return result
 
     async def active_agent(self, conversation_id: str) -> str | None:
-        """The agent that ran last in the conversation (``None``: no conversation).
+        """The agent the conversation is with (``None``: no conversation).
 
-        Between turns that is the agent that ended the last turn; with ``remember_active_agent``
-        (the default) the next message starts there, unless the conversation has been idle for
-        longer than ``idle_timeout`` or the agent is gone. In a turn a crash interrupted, it is the
-        agent that ran before the interruption, not the one the turn resumes with.
+        In an open turn, the agent it goes on with: the one about to run or running (it is
+        stored before it is called, so a turn a crash interrupted resumes there, and another
+        process reads it while the agent runs), or the one whose requests the turn waits for.
+        Between turns, the agent that ended the last turn: the next message starts there,
+        unless the conversation has been idle for longer than ``idle_timeout``
+        (:meth:`last_activity`) or the agent is gone from the workflow; then it starts at the
+        initial agent.
         """
         check_conversation_id(conversation_id)
         record = await self.store.load(conversation_id)
         if record is None:
             return None
-        return _host_state(record).speaker
+        return _host_state(record).active_agent
 
     async def last_activity(self, conversation_id: str) -> datetime | None:
         """When the conversation last changed (a message, a step of a turn); ``None``: never.
@@ -653,7 +678,7 @@ class ConversationHost:
         return cast(_StoreJournal, host.journal)
 
     async def _open(
-        self, conversation_id: str, held: LeaseHold, *, reuse: bool = True
+        self, conversation_id: str, held: LeaseHold, *, reuse: bool = True, strict: bool = True
     ) -> tuple[Workflow, GroupChatHost]:
         live = self._live.pop(conversation_id, None)
         if live is not None and reuse:
@@ -673,7 +698,7 @@ class ConversationHost:
             state = _host_state(record)
             written = record.state
             try:
-                host.load(history, state)
+                host.load(history, state, strict=strict)
             except CorruptStateError as error:  # the manager's own state
                 detail = f"{error.where}: {error.detail}"
                 raise CorruptConversationError(conversation_id, detail) from error
@@ -742,7 +767,7 @@ class ConversationHost:
         journal = self._journal(host)
         receipt = journal.receipt(key)
         if receipt is not None:
-            return _replayed(receipt, host.history)
+            return receipt.result(host.history)
         if host.turn_open and key in journal.turn_keys:
             if host.pending_requests:
                 raise PendingRequestsError(conversation_id, host.pending_requests)
@@ -755,6 +780,39 @@ class ConversationHost:
                 self._keep(conversation_id, workflow, host)
                 return result
         return None
+
+    def _check_size(
+        self, conversation_id: str, items: Sequence[Mapping[str, Any]], what: str
+    ) -> None:
+        """Refuse an input larger than ``max_input_bytes``, before any I/O."""
+        limit = self.max_input_bytes
+        if limit is None:
+            return
+        size = len(json.dumps(items, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        if size > limit:
+            raise MessageTooLargeError(conversation_id, what, size, limit)
+
+    async def _before_message(
+        self, conversation_id: str, workflow: Workflow, host: GroupChatHost, held: LeaseHold
+    ) -> tuple[HandoffTurnResult | None, Workflow, GroupChatHost]:
+        """Finish the interrupted turn before a new message; if it fails, the message is refused.
+
+        Raises:
+            MessageNotStoredError: the interrupted turn failed again (its error is the cause).
+        """
+        try:
+            return await self._finish_interrupted(conversation_id, workflow, host, held)
+        except Exception as error:
+            if isinstance(error, _NOT_THE_TURNS_FAULT):
+                raise
+            failures, retries = self._journal(host).failures, self.max_turn_retries
+            reason = (
+                f"its interrupted turn was retried first and failed again "
+                f"({type(error).__name__}: {error}); the next message retries it (retry "
+                f"{failures} of {retries}; after the last, the turn is abandoned and the message "
+                f"runs), or abandon() it now"
+            )
+            raise MessageNotStoredError(conversation_id, reason) from error
 
     async def _finish_interrupted(
         self, conversation_id: str, workflow: Workflow, host: GroupChatHost, held: LeaseHold
@@ -831,12 +889,20 @@ async def open_turn_so_far(host: ConversationHost, conversation_id: str) -> Open
     if turn is None:
         return None
     history = _history(record)
-    first = turn.start
-    while (
-        first > 0 and history[first - 1].role == "user" and history[first - 1].author_name is None
-    ):
-        first -= 1
+    first = turn.input_from(history)
     return OpenTurn(history[first : turn.start], history[turn.start :], turn.handoffs)
+
+
+def _marked(message: Message) -> Message:
+    """A copy of ``message`` marked as part of an abandoned turn."""
+    properties = {**(message.additional_properties or {}), ABANDONED_TURN_PROPERTY: True}
+    return Message(
+        role=message.role,
+        contents=list(message.contents),
+        author_name=message.author_name,
+        message_id=message.message_id,
+        additional_properties=properties,
+    )
 
 
 def _history(record: ConversationRecord) -> list[Message]:
@@ -906,23 +972,6 @@ def _by_request_id(
         if request.type == "function_call" and request.call_id is not None
     }
     return {by_call.get(key, key): answer for key, answer in answers.items()}
-
-
-def _replayed(receipt: _Receipt, history: Sequence[Message]) -> HandoffTurnResult:
-    """The result of a finished turn, read back from its receipt and the stored history."""
-    return HandoffTurnResult(
-        messages=turn_reply(history[: receipt.end], receipt.start, receipt.hidden),
-        active_agent=receipt.agent,
-        handoffs=receipt.handoffs,
-        escalation=receipt.escalation,
-        conversation=history[: receipt.end],
-        status=receipt.status,
-        timeout=receipt.timeout,
-        abandoned=receipt.abandoned,
-        trace=receipt.trace,
-        start=receipt.start,
-        hidden=receipt.hidden,
-    )
 
 
 def _turn_result(

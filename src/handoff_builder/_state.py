@@ -1,9 +1,12 @@
 """Persisted state: frozen records, one schema version, encoded and decoded here only.
 
-Two things are persisted:
+Three things are persisted:
 
 * the host's small state (:class:`HostState`, with the manager's own state inside it), in
   workflow checkpoints and in a hosted conversation's state row;
+* a finished turn (:class:`TurnRecord`): where its messages are in the conversation and how it
+  ended, kept for a hosted call's idempotency key and sent back by a Temporal worker; every
+  :class:`~handoff_builder.HandoffTurnResult` is read from one;
 * on the function result of every reviewed handoff call, a small record of what became of it
   (:func:`handoff_record`), so that each agent's view can show a handoff to the agent that
   receives it, wherever the history is loaded from.
@@ -17,13 +20,24 @@ with :class:`~handoff_builder.SchemaVersionError`; an invalid one raises
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast
 
-from agent_framework import Content
+from agent_framework import Content, Message
 
-from ._events import DelegationEvent, HandoffEvent, MessagesField, RoutingStep
+from ._decision import HOST_NOTE_AUTHOR
+from ._events import (
+    DelegationEvent,
+    EscalationEvent,
+    HandoffEvent,
+    HandoffTurnResult,
+    MessagesField,
+    RoutingStep,
+    TurnAbandonedEvent,
+    TurnStatus,
+    TurnTimeoutEvent,
+)
 from ._payloads import payload_label
 from ._routes import EDGE_KINDS, HandoffKind
 from .exceptions import CorruptStateError, SchemaVersionError
@@ -42,7 +56,9 @@ __all__ = [
     "HostState",
     "PendingState",
     "RecordedHandoff",
+    "TurnRecord",
     "TurnState",
+    "active_agent",
     "adapter_for",
     "decode_handoff_state",
     "decode_host_state",
@@ -50,13 +66,14 @@ __all__ = [
     "encode_host_state",
     "handoff_record",
     "transferred_handoff",
+    "turn_reply",
     "validated",
 ]
 
-STATE_SCHEMA_VERSION = 3
+STATE_SCHEMA_VERSION = 4
 """Version of the host state written by this release (1: handoff_builder 0.1's first format;
-2: without delegations and reviews, which 3 adds; a release that reads 2 refuses 3, so a worker
-of it never drops a delegation it cannot see)."""
+2: without delegations and reviews, which 3 adds; 4 adds the abandoned turns no agent reads any
+more. A release refuses a newer version, so a worker of it never drops what it cannot see)."""
 
 HANDOFF_RECORD_KEY = "handoff_builder"
 """Key, in a handoff call's function result ``additional_properties``, of its record."""
@@ -73,6 +90,7 @@ class TurnState:
     """
 
     start: int
+    """Where the messages the turn adds start in the history (after the user's input)."""
     handoffs: tuple[HandoffEvent, ...] = ()
     invocations: int = 0
     steps: tuple[RoutingStep, ...] = ()
@@ -86,6 +104,20 @@ class TurnState:
     hidden: tuple[tuple[int, int], ...] = ()
     """History ranges (start, end) left out of the turn's reply: a draft that was not approved,
     the reviews, and the run of an agent whose blocked handoff forced a safe agent."""
+    input_start: int | None = None
+    """Where the user's input that started the turn begins in the history (``None``: a turn
+    saved before this was kept; its input is read back from the history)."""
+
+    def input_from(self, history: Sequence[Message]) -> int:
+        """Where the user's input that started the turn begins in ``history``."""
+        if self.input_start is not None:
+            return self.input_start
+        first = min(self.start, len(history))
+        while (
+            first > 0 and history[first - 1].role == "user" and not history[first - 1].author_name
+        ):
+            first -= 1
+        return first
 
     def with_handoff(self, handoff: HandoffEvent) -> TurnState:
         """This turn with one more handoff."""
@@ -161,6 +193,31 @@ class HostState:
     turn: TurnState | None = None
     pending: PendingState | None = None
     manager: dict[str, Any] = field(default_factory=dict[str, Any])
+    left_out: tuple[tuple[int, int], ...] = ()
+    """History ranges (start, end) no agent reads any more: the turns that were abandoned, from
+    the user's input to the results that closed them. They stay in the history."""
+
+    @property
+    def active_agent(self) -> str | None:
+        """The agent the conversation is with (see :func:`active_agent`)."""
+        agent = None if self.pending is None else self.pending.agent
+        return active_agent(self.speaker, self.next, agent, turn_open=self.turn is not None)
+
+
+def active_agent(
+    speaker: str | None, next_agent: str | None, waiting: str | None, *, turn_open: bool
+) -> str | None:
+    """The agent a conversation is with: where its open turn goes on, or its next message starts.
+
+    In an open turn, the agent whose requests it waits for (``waiting``), else the agent about
+    to run (``next_agent``, saved before it is called); between turns, the agent that ended the
+    last one (``speaker``).
+    """
+    if waiting is not None:
+        return waiting
+    if turn_open and next_agent is not None:
+        return next_agent
+    return speaker
 
 
 @dataclass(frozen=True)
@@ -182,6 +239,82 @@ class HandoffState:
     forced: tuple[str, str] | None = None  # (safe agent, cap): it runs once, then the turn ends
     reviewing: tuple[str, str] | None = None  # (producer, reviewer): the reviewer has the reply
     review_feedback: tuple[str, ...] = ()  # each request for changes of this turn, in order
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    """A finished turn: where its messages are in the conversation, and how it ended.
+
+    Every :class:`~handoff_builder.HandoffTurnResult` is read from one (:meth:`result`): the
+    host's own at the end of a turn, a hosted call repeated with its idempotency key, the hosted
+    agent's answer after the requests, and a Temporal worker's.
+    """
+
+    start: int
+    end: int
+    status: TurnStatus
+    agent: str
+    handoffs: tuple[HandoffEvent, ...] = ()
+    escalation: EscalationEvent | None = None
+    timeout: TurnTimeoutEvent | None = None
+    abandoned: TurnAbandonedEvent | None = None
+    trace: tuple[RoutingStep, ...] = ()
+    delegations: tuple[DelegationEvent, ...] = ()
+    hidden: tuple[tuple[int, int], ...] = ()
+
+    @classmethod
+    def of(cls, result: HandoffTurnResult) -> TurnRecord:
+        """The record of ``result`` (its turn ends where its conversation does)."""
+        return cls(
+            result.start, len(result.conversation), result.status, result.active_agent,
+            result.handoffs, result.escalation, result.timeout, result.abandoned, result.trace,
+            result.delegations, result.hidden,
+        )  # fmt: skip
+
+    def result(
+        self,
+        conversation: Sequence[Message],
+        *,
+        offset: int = 0,
+        recovered: HandoffTurnResult | None = None,
+    ) -> HandoffTurnResult:
+        """The turn's result, read from ``conversation`` (its messages from index ``offset`` on).
+
+        ``conversation`` holds at least the turn's messages; what follows the turn is left out.
+        """
+        start = self.start - offset
+        hidden = tuple((low - offset, high - offset) for low, high in self.hidden)
+        conversation = conversation[: self.end - offset]
+        return HandoffTurnResult(
+            messages=turn_reply(conversation, start, hidden),
+            active_agent=self.agent,
+            handoffs=self.handoffs,
+            escalation=self.escalation,
+            conversation=conversation,
+            status=self.status,
+            timeout=self.timeout,
+            abandoned=self.abandoned,
+            recovered=recovered,
+            trace=self.trace,
+            delegations=self.delegations,
+            start=start,
+            hidden=hidden,
+        )
+
+
+def turn_reply(
+    history: Sequence[Message], start: int, hidden: Sequence[tuple[int, int]] = ()
+) -> list[Message]:
+    """A turn's reply: its messages from ``start``, without the host's notes to an agent.
+
+    The ``hidden`` ranges (drafts a reviewer sent back, and reviews) are left out too.
+    """
+    return [
+        message
+        for index, message in enumerate(history[start:], start)
+        if not (message.role == "user" and message.author_name == HOST_NOTE_AUTHOR)
+        and not any(low <= index < high for low, high in hidden)
+    ]
 
 
 @functools.cache
@@ -230,7 +363,7 @@ def decode_host_state(raw: Mapping[str, Any], where: str) -> HostState:
         raise SchemaVersionError(where, version, STATE_SCHEMA_VERSION)
     if version == 1:
         raw = _upgrade_from_1(raw)
-    if version < STATE_SCHEMA_VERSION:  # every field 3 adds has its default, but one
+    if version < STATE_SCHEMA_VERSION:  # every field 3 and 4 add has its default, but one
         raw = {**raw, "schema_version": STATE_SCHEMA_VERSION}
         turn = raw.get("turn")
         if isinstance(turn, Mapping) and "since" not in turn:  # the invocation's start: unknown

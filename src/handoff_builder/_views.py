@@ -79,7 +79,8 @@ class _Call:
 class AgentView:
     """The conversation as one agent sees it, extended from the shared history on demand.
 
-    ``note_author`` is the ``author_name`` of the handoff notes (the host's id). Whatever history
+    ``note_author`` is the ``author_name`` of the handoff notes (the host's id); the ``left_out``
+    ranges of the history (abandoned turns) are not in the view. Whatever history
     it is given, the view is valid input for every provider: each function call in it is answered
     by one result before anything else is said, and each result follows its call (results whose
     call is not in the view, and calls left without a result, are left out).
@@ -89,6 +90,7 @@ class AgentView:
         "_calls",
         "_handoff_tools",
         "_held_notes",
+        "_left_out",
         "_mode",
         "_note_author",
         "agent",
@@ -102,6 +104,8 @@ class AgentView:
         mode: HandoffToolCallFiltering,
         handoff_tools: frozenset[str],
         note_author: str,
+        *,
+        left_out: Sequence[tuple[int, int]] = (),
     ) -> None:
         self.agent = agent
         self._mode = mode
@@ -111,6 +115,7 @@ class AgentView:
         self.cursor = 0
         self._calls: list[_Call] = []  # calls waiting for their result, in order
         self._held_notes: list[Message] = []  # notes that wait until the open calls are answered
+        self._left_out = tuple(left_out)  # history ranges the view skips: abandoned turns
 
     def update(self, history: Sequence[Message]) -> list[Message]:
         """Bring the view up to date with ``history`` (append-only) and return it.
@@ -119,7 +124,9 @@ class AgentView:
         returned (nor the notes that wait for them); they join the view with their results.
         """
         if self.cursor < len(history):
-            for message in history[self.cursor :]:
+            for index, message in enumerate(history[self.cursor :], self.cursor):
+                if self._left_out and any(low <= index < high for low, high in self._left_out):
+                    continue
                 seen = self._see(message)
                 if seen is not None:
                     self.messages.append(seen)

@@ -13,6 +13,8 @@ so ``except ValueError`` keeps working for configuration mistakes::
     ├── LeaseLostError(HandoffBuilderError, RuntimeError)            another worker took the turn
     ├── StoreUnavailableError(HandoffBuilderError, ConnectionError)  the store cannot be reached
     ├── PendingRequestsError(HandoffBuilderError, RuntimeError)     a hosted turn waits for answers
+    ├── MessageNotStoredError(HandoffBuilderError, RuntimeError)    a message was refused, unstored
+    ├── MessageTooLargeError(HandoffBuilderError, ValueError)       an input over the size limit
     ├── HandoffHookError(HandoffBuilderError, RuntimeError)         an edge's own code failed
     └── ScriptExhaustedError(HandoffBuilderError, RuntimeError)      a scripted model ran out
 
@@ -34,6 +36,8 @@ __all__ = [
     "HandoffConfigurationError",
     "HandoffHookError",
     "LeaseLostError",
+    "MessageNotStoredError",
+    "MessageTooLargeError",
     "PendingRequestsError",
     "SchemaVersionError",
     "ScriptExhaustedError",
@@ -167,7 +171,40 @@ class PendingRequestsError(HandoffBuilderError, RuntimeError):
         ids = ", ".join(str(getattr(request, "id", "?")) for request in self.requests)
         super().__init__(
             f"Conversation {conversation_id!r} waits for answers to {len(self.requests)} "
-            f"request(s) ({ids}); answer them with ConversationHost.respond()."
+            f"request(s) ({ids}); answer them with ConversationHost.respond() (a message sent "
+            "meanwhile is not stored)."
+        )
+
+
+class MessageNotStoredError(HandoffBuilderError, RuntimeError):
+    """A user message was refused and not stored; ``reason`` says why, the cause is chained.
+
+    Raised when a hosted conversation's interrupted turn, retried before the new message, fails
+    again: send the message again (the retries are bounded, then that turn is abandoned), or
+    abandon the turn first.
+    """
+
+    def __init__(self, conversation_id: str, reason: str) -> None:
+        self.conversation_id = conversation_id
+        self.reason = reason
+        super().__init__(f"Conversation {conversation_id!r}: the message was not stored: {reason}.")
+
+
+class MessageTooLargeError(HandoffBuilderError, ValueError):
+    """An input is larger than the host takes; nothing was stored or sent to a model.
+
+    ``what`` is ``"message"`` (a user turn's input) or ``"answers"``; ``size`` and ``limit`` are
+    bytes of UTF-8 JSON.
+    """
+
+    def __init__(self, conversation_id: str, what: str, size: int, limit: int) -> None:
+        self.conversation_id = conversation_id
+        self.what = what
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            f"Conversation {conversation_id!r}: the {what} is {size:,} bytes as JSON; the limit "
+            f"is {limit:,} bytes (max_input_bytes). Nothing was stored."
         )
 
 

@@ -304,7 +304,11 @@ class TemporalConversationHost:
             delay = min(delay * 2, 1.0)
 
     async def active_agent(self, conversation_id: str) -> str | None:
-        """The agent that ran last (``None``: no such conversation)."""
+        """The agent the conversation is with (``None``: no such conversation).
+
+        In an open turn, the agent running or about to run, or the one whose requests it waits
+        for; between turns, the agent that ended the last turn (as ``ConversationHost``).
+        """
         return cast(
             str | None, await self._query(conversation_id, ConversationWorkflow.active_agent)
         )

@@ -26,7 +26,7 @@ from handoff_builder._events import (
 )
 from handoff_builder._host import GroupChatHost
 from handoff_builder._participant import AgentRun
-from handoff_builder._state import adapter_for, validated
+from handoff_builder._state import TurnRecord, adapter_for, validated
 
 
 class Carried(BaseModel):
@@ -179,8 +179,20 @@ def decode_run(host: GroupChatHost, agent: str, result: AgentCallResult) -> Agen
 
 
 @dataclass(frozen=True)
-class _TurnRecord:
-    """A finished turn as it travels back to the client."""
+class _FinishedTurn:
+    """A finished turn as it travels back to the client: its record and its own messages.
+
+    ``messages`` are the conversation's from the record's ``start`` to its ``end``; the client
+    reads the rest with ``history()``.
+    """
+
+    record: TurnRecord
+    messages: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class _EarlierTurn:
+    """A finished turn as a release before :class:`TurnRecord` sent it (in kept receipts)."""
 
     messages: tuple[dict[str, Any], ...]
     status: TurnStatus
@@ -193,31 +205,29 @@ class _TurnRecord:
 
 
 def encode_turn(result: HandoffTurnResult) -> dict[str, Any]:
-    record = _TurnRecord(
-        tuple(message.to_dict() for message in result.messages), result.status,
-        result.active_agent, result.handoffs, result.escalation, result.timeout,
-        result.abandoned, result.trace,
-    )  # fmt: skip
-    encoded: dict[str, Any] = adapter_for(_TurnRecord).dump_python(record, mode="json")
+    """``result`` as it crosses Temporal."""
+    record = TurnRecord.of(result)
+    messages = tuple(m.to_dict() for m in result.conversation[record.start : record.end])
+    encoded: dict[str, Any] = adapter_for(_FinishedTurn).dump_python(
+        _FinishedTurn(record, messages), mode="json"
+    )
     return encoded
 
 
 def decode_turn(raw: dict[str, Any], conversation_id: str) -> HandoffTurnResult:
-    record: _TurnRecord = validated(
-        _TurnRecord, raw, f"The turn of conversation {conversation_id!r}"
-    )
-    messages = [Message.from_dict(message) for message in record.messages]
-    return HandoffTurnResult(
-        messages=messages,
-        active_agent=record.agent,
-        handoffs=record.handoffs,
-        escalation=record.escalation,
-        conversation=messages,  # the turn's own: the client reads the rest with history()
-        status=record.status,
-        timeout=record.timeout,
-        abandoned=record.abandoned,
-        trace=record.trace,
-    )
+    """Read back what :func:`encode_turn` wrote (or an earlier release's turn)."""
+    where = f"The turn of conversation {conversation_id!r}"
+    if "record" not in raw:
+        earlier: _EarlierTurn = validated(_EarlierTurn, raw, where)
+        messages = [Message.from_dict(message) for message in earlier.messages]
+        record = TurnRecord(
+            0, len(messages), earlier.status, earlier.agent, earlier.handoffs,
+            earlier.escalation, earlier.timeout, earlier.abandoned, earlier.trace,
+        )  # fmt: skip
+        return record.result(messages)
+    finished: _FinishedTurn = validated(_FinishedTurn, raw, where)
+    messages = [Message.from_dict(message) for message in finished.messages]
+    return finished.record.result(messages, offset=finished.record.start)
 
 
 def contents(raw: list[dict[str, Any]]) -> list[Content]:

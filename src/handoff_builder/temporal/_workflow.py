@@ -438,8 +438,8 @@ class ConversationWorkflow:
 
     @workflow.query
     def active_agent(self) -> str | None:
-        """The agent that ran last."""
-        return self._host.speaker
+        """The agent the conversation is with (:attr:`GroupChatHost.active_agent`)."""
+        return self._host.active_agent
 
     @workflow.query
     def idle(self) -> bool:
