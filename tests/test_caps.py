@@ -64,15 +64,14 @@ async def test_a_model_that_keeps_retrying_a_refused_handoff_is_stopped(stream: 
     )
 
 
-def strays_then(last: Step) -> tuple[HandoffWorkflowBuilder, dict[str, Agent]]:
-    """Four refused attempts by triage, three to tools it does not have; then ``last``."""
+def strays_then(*then: Step) -> tuple[HandoffWorkflowBuilder, dict[str, Agent]]:
+    """Three refused attempts by triage, two to tools it does not have; then ``then``."""
     triage = scripted_agent(
         "triage",
         handoff_to("refunds", goal="Refund."),  # refunds is billing's target, not triage's
         empty_goal(),
-        handoff_to("refunds", goal="Refund."),
         handoff_to("nobody", goal="Anyone."),
-        last,
+        *then,
     )
     billing = scripted_agent("billing", reply("Billed."))
     refunds = scripted_agent("refunds")
@@ -83,24 +82,22 @@ def strays_then(last: Step) -> tuple[HandoffWorkflowBuilder, dict[str, Agent]]:
 
 
 async def test_refused_attempts_the_agent_has_no_tool_for_count_too(stream: bool) -> None:
-    """Past the cap the turn goes no further: triage's handoff after four refusals escalates."""
-    builder, agents = strays_then(handoff_to("billing", goal="Bill."))
+    """They are refused as the agent runs, in order: the fourth refusal escalates at once."""
+    builder, agents = strays_then(
+        handoff_to("refunds", goal="Refund."), handoff_to("billing", goal="Bill.")
+    )
 
     turn = await run_turn(builder.build(), "refund", stream=stream)
 
     assert [b.reason for b in turn.blocked] == [
+        "not_granted",
         "empty_goal",
-        "not_granted",
-        "not_granted",
         "unknown_target",
+        "not_granted",
     ]
     assert turn.result.status == "rejected_handoffs"
-    [escalation] = turn.escalations
-    assert (escalation.reason, escalation.agent, escalation.limit) == (
-        "rejected_handoffs",
-        "triage",
-        3,
-    )
+    assert turn.escalations == [EscalationEvent("rejected_handoffs", "triage", 3, "refunds", "")]
+    assert client_of(agents["triage"]).remaining == 1  # its handoff to billing never came
     assert client_of(agents["billing"]).calls == []
 
 
@@ -111,7 +108,7 @@ async def test_an_agent_that_answers_after_refused_attempts_keeps_its_answer(
 
     turn = await run_turn(builder.build(), "refund", stream=stream)
 
-    assert len(turn.blocked) == 4  # every refusal is recorded
+    assert len(turn.blocked) == 3  # every refusal is recorded
     assert turn.result.status == "completed"
     assert turn.result.text == "I can help with that myself."
     assert not turn.result.escalated

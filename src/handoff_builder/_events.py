@@ -196,9 +196,13 @@ class HandoffBlockedEvent:
     """A handoff call that was refused; the calling agent got a tool error and kept the turn.
 
     ``reason`` is ``"empty_goal"`` / ``"empty_summary"`` (the argument was blank),
-    ``"not_granted"`` (the tool belongs to another agent's handoffs), ``"unknown_target"`` (no
-    such handoff tool in this workflow) or ``"ping_pong"`` (handing straight back to the agent
-    that just handed back).
+    ``"invalid_payload"`` (the arguments did not validate), ``"not_granted"`` (the tool belongs
+    to another agent's handoffs), ``"disabled"`` (one of the agent's own handoffs, not offered in
+    that run), ``"unknown_target"`` (no such handoff tool in this workflow: a handoff-like name,
+    ``target`` is ``None``), ``"ping_pong"`` (handing straight back to the agent that just handed
+    back), ``"vetoed"`` (the edge's ``on_handoff`` said no) or ``"declined"`` (a person declined
+    the approval). Calls to a handoff the agent does not have in its run are refused while it
+    runs, like the others: the tool error names the handoff tools it has.
     """
 
     source: str

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import cast
 
-from agent_framework import Agent, Content, Message
+from agent_framework import Agent, Message
 from typing_extensions import override
 
 from ._decision import (
@@ -45,7 +45,6 @@ from ._events import (
 )
 from ._manager import CapOutcome, CodeRoute, GroupChatManager, ManagerSettings
 from ._review import Review
-from ._routes import EDGE_KINDS
 from ._state import HandoffState, decode_handoff_state, encode_handoff_state
 from .exceptions import HandoffHookError
 
@@ -109,9 +108,6 @@ CAP_RESULTS: dict[EscalationReason, str] = {
 }
 _FRESH_TURN = HandoffState(invocations=1)  # frozen; its dict is never changed in place
 
-# Names that read as handoffs even when no such tool exists (they are audited as blocked).
-HANDOFF_LIKE_PREFIXES = (*(kind.tool_prefix for kind in EDGE_KINDS.values()), "transfer_to_")
-
 
 @dataclass(frozen=True)
 class AutonomousMode:
@@ -166,9 +162,6 @@ class HandoffManager(GroupChatManager):
         self.initial_agent = settings.initial_agent
         self.routes = settings.routes
         self.agents = frozenset(settings.agents) | {settings.initial_agent} | set(settings.routes)
-        self._all_tools = {
-            name: route for by in settings.routes.values() for name, route in by.items()
-        }
         self._state = HandoffState()
 
     @property
@@ -182,13 +175,17 @@ class HandoffManager(GroupChatManager):
     def review_handoff(
         self, request: HandoffRequest, earlier: Sequence[HandoffCall]
     ) -> HandoffCall:
-        """Accept the call, refuse it with a tool error, or stop the turn at a cap."""
+        """Accept the call, refuse it with a tool error, or stop the turn at a cap.
+
+        A call to a handoff the agent does not have in this run is always refused (a refused
+        attempt, even beside a call that stands).
+        """
         forced = self._state.forced
         if forced is not None and request.route.source == forced[0]:  # a safe agent's run
             text = SAFE_AGENT_NO_HANDOFF.format(tool=request.route.tool_name)
-            return _call(request, "rejected", text, blocked="disabled")
+            return _call(request, "rejected", text, blocked=request.blocked or "disabled")
         followed = next((c for c in earlier if c.outcome in FOLLOWED_OUTCOMES), None)
-        if followed is not None:  # the first accepted call stands, even while it waits for a yes
+        if followed is not None and request.blocked is None:  # the first accepted call stands
             text = (
                 AWAITING_NOT_PERFORMED_RESULT
                 if followed.outcome == "awaiting_approval"
@@ -210,6 +207,8 @@ class HandoffManager(GroupChatManager):
         return _call(request, "transferred", TRANSFERRED_RESULT)
 
     def _refusal(self, request: HandoffRequest) -> tuple[BlockReason, str] | None:
+        if request.blocked is not None:  # a handoff the agent does not have in this run
+            return request.blocked, request.error
         route = request.route
         edge = route.edge
         if request.problem is not None:
@@ -340,7 +339,7 @@ class HandoffManager(GroupChatManager):
         self._state = replace(self._state, **changes)
 
     def _tally(self, reply: AgentReply) -> _Tally:
-        """What the reply's handoff calls and stray handoff-looking calls add up to."""
+        """What the reply's reviewed handoff calls add up to."""
         tally = _Tally(events=[], rejected=self._state.rejected)
         skipped: list[HandoffCall] = []
         for call in reply.handoff_calls:
@@ -356,9 +355,6 @@ class HandoffManager(GroupChatManager):
                 skipped.append(call)
             elif call.outcome == "awaiting_approval":
                 tally.awaiting = tally.awaiting or call
-        for stray in self._stray_calls(reply):
-            tally.events.append(stray)
-            tally.rejected += 1
         followed = tally.accepted or tally.tripped or tally.awaiting
         if skipped and followed is not None:
             tally.events.append(_duplicates_warning(reply.agent, followed, skipped))
@@ -543,7 +539,7 @@ class HandoffManager(GroupChatManager):
             cap,
             speaker,
             self._limit(cap),
-            call.route.target if call else target,
+            (call.route.target or None) if call else target,  # "": no such handoff
             call.argument if call else None,
         )
         return Escalate(escalation, events=(*events, escalation))
@@ -562,40 +558,6 @@ class HandoffManager(GroupChatManager):
             )  # fmt: skip
             return self.initial_agent
         return previous
-
-    def _stray_calls(self, reply: AgentReply) -> list[HandoffBlockedEvent]:
-        """Blocked events for handoff-looking calls the speaker had no tool for in this run."""
-        granted = self.routes.get(reply.agent, {})
-        own = self.settings.agent_tools.get(reply.agent, frozenset[str]())
-        strays: list[HandoffBlockedEvent] = []
-        for message in reply.messages:
-            if message.role != "assistant":
-                continue
-            for content in message.contents:
-                if content.type != "function_call" or content.name in own:
-                    continue
-                if content.name not in granted or content.name in reply.disabled:
-                    event = self._stray(reply.agent, content, reply.disabled)
-                    if event is not None:
-                        strays.append(event)
-        return strays
-
-    def _stray(
-        self, speaker: str, call: Content, disabled: frozenset[str]
-    ) -> HandoffBlockedEvent | None:
-        name = call.name or ""
-        if name not in self._all_tools and not name.startswith(HANDOFF_LIKE_PREFIXES):
-            return None
-        route = self.routes.get(speaker, {}).get(name) or self._all_tools.get(name)
-        reason: BlockReason = "not_granted"
-        if name in disabled:
-            reason = "disabled"
-        elif route is None:
-            reason = "unknown_target"
-        arguments = call.arguments if isinstance(call.arguments, str) else str(call.arguments or "")
-        return HandoffBlockedEvent(
-            speaker, name, reason, str(call.call_id), route.target if route else None, arguments
-        )
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -661,7 +623,7 @@ def _blocked(call: HandoffCall) -> HandoffBlockedEvent:
         route.tool_name,
         call.blocked,  # pyright: ignore[reportArgumentType]
         call.call_id,
-        route.target,
+        route.target or None,  # "": a handoff that does not exist
         call.arguments,
     )
 

@@ -521,6 +521,13 @@ class GroupChatHost(Executor):
         """Agent ``name``'s handoff routes, by tool name."""
         return self._participants[name].routes
 
+    def route_of(self, name: str, tool_name: str) -> HandoffRoute:
+        """The route a call of agent ``name`` to ``tool_name`` reads as.
+
+        One of its handoff routes, or, for a handoff it does not have, the route it would be.
+        """
+        return self._participants[name].route_of(tool_name)
+
     async def invoke(self, name: str, *, closed: bool = False) -> AgentRun:
         """Run agent ``name`` once on the conversation as it stands, and return its run.
 
@@ -546,7 +553,7 @@ class GroupChatHost(Executor):
         name = str(pending.agent)
         then = pending.then or Continuation(name)
         participant = self._participants[name]
-        gate = self._gate_for(participant, closed=then.last)
+        gate = self._gate_for(participant, closed=then.last and then.agent == name)
         verdicts: list[ReviewVerdict] = []
         messages, calls = await pending.resolve(
             participant, self._manager.review_handoff, gate, verdicts=verdicts
@@ -936,7 +943,7 @@ class GroupChatHost(Executor):
         name = str(self._pending.agent)
         then = self._pending.then or Continuation(name)
         participant = self._participants[name]
-        gate = self._gate_for(participant, closed=then.last)
+        gate = self._gate_for(participant, closed=then.last and then.agent == name)
         frames = self._pending.frames
         saved = self._pending.to_state()
         limit, seconds = self._time_left()

@@ -18,6 +18,7 @@ from ._decision import (
     HandoffCall,
     HandoffRequest,
     TurnStart,
+    refused_call,
 )
 from ._routes import HandoffRoute
 
@@ -155,11 +156,17 @@ class GroupChatManager(ABC):
     ) -> HandoffCall:
         """Review one handoff tool call while its agent runs (default: the first valid one goes).
 
+        A call to a handoff the agent does not have in this run (``request.blocked``) is refused
+        with ``request.error`` (the host refuses it whatever this returns, unless it stops the
+        turn at a cap: ``"escalated"``).
+
         Args:
             request: The call: its route (``route.source`` is calling), id and validated payload
                 (``request.problem`` says what is wrong when its arguments are invalid).
             earlier: The calls the same agent made earlier in this run, in order.
         """
+        if request.blocked is not None:
+            return refused_call(request)
         route, argument = request.route, request.argument
         if request.problem is not None:
             text = f"Error: the arguments are not valid: {request.problem}."

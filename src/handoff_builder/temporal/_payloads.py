@@ -150,10 +150,9 @@ def encode_run(run: AgentRun) -> AgentCallResult:
 
 def decode_run(host: GroupChatHost, agent: str, result: AgentCallResult) -> AgentRun:
     """The activity's result as the host's :class:`AgentRun`, routes and payloads read back."""
-    routes = host.routes_of(agent)
     calls: list[HandoffCall] = []
     for record in result.calls:
-        route = routes[record.tool]
+        route = host.route_of(agent, record.tool)
         payload = None if record.payload is None else route.model.model_validate(record.payload)
         calls.append(
             HandoffCall(
