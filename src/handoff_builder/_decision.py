@@ -176,6 +176,10 @@ class AgentReply:
     verdict: ReviewVerdict | None = None
     """A reviewer's verdict (``with_review``): the first call to its approve or request-changes
     tool in this run, if it made one."""
+    tool_limit: bool = False
+    """The agent's tool loop stopped at one of agent_framework's function-invocation limits
+    before the model answered (see :class:`~handoff_builder.EscalationEvent`): ``messages``
+    hold its calls and their results, and no answer. The turn must not end as ``"completed"``."""
 
 
 @dataclass(frozen=True)

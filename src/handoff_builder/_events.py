@@ -72,7 +72,12 @@ BlockReason = Literal[
     "declined",
 ]
 EscalationReason = Literal[
-    "handoff_cap", "max_iterations", "rejected_handoffs", "blocked_handoff", "review_rounds"
+    "handoff_cap",
+    "max_iterations",
+    "rejected_handoffs",
+    "blocked_handoff",
+    "review_rounds",
+    "tool_limit",
 ]
 TurnStatus = Literal[
     "completed",
@@ -82,16 +87,18 @@ TurnStatus = Literal[
     "rejected_handoffs",
     "blocked_handoff",
     "review_rounds",
+    "tool_limit",
     "agent_timeout",
     "turn_timeout",
     "abandoned",
 ]
 """How a user turn ended: ``"completed"`` (an agent answered, or the termination condition held),
 ``"autonomous_limit"`` (an agent used every autonomous continuation it was allowed; the turn goes
-back to the user), the cap that escalated it to a human (the :class:`EscalationEvent` reason),
-a deadline that cut it short (``"agent_timeout"``, ``"turn_timeout"``: see
-:class:`TurnTimeoutEvent`), or ``"abandoned"``: a hosted turn that kept failing, or that was given
-up on demand, was closed (see :class:`TurnAbandonedEvent`)."""
+back to the user), the cap that escalated it to a human (the :class:`EscalationEvent` reason;
+``"tool_limit"``: an agent's tool loop stopped at agent_framework's function-invocation limit
+before the model answered), a deadline that cut it short (``"agent_timeout"``,
+``"turn_timeout"``: see :class:`TurnTimeoutEvent`), or ``"abandoned"``: a hosted turn that kept
+failing, or that was given up on demand, was closed (see :class:`TurnAbandonedEvent`)."""
 
 
 DecidedBy = Literal["model", "code"]
@@ -220,7 +227,11 @@ class EscalationEvent:
     ``reason`` is ``"handoff_cap"`` (more handoffs were requested than the per-message cap
     allows), ``"max_iterations"`` (the turn used every agent invocation it was allowed) or
     ``"rejected_handoffs"`` (the agents kept making handoff calls that were refused: past the cap
-    on rejected attempts) or ``"review_rounds"`` (a reviewer asked for changes ``limit`` times).
+    on rejected attempts), ``"review_rounds"`` (a reviewer asked for changes ``limit`` times) or
+    ``"tool_limit"``: the agent's tool loop stopped at one of agent_framework's
+    function-invocation limits (its model calls per run, failing calls in a row, function calls
+    or time: ``function_invocation_configuration`` of the agent's chat client) before the model
+    answered; ``limit`` is 0 then (not a count of this workflow's).
     ``requested_target`` and ``goal`` are those of the call that tripped the cap, when a call
     did; for a review, the reply's author and the last feedback (the concerns still open), and
     ``evidence`` is every round's feedback, in order.
@@ -251,6 +262,7 @@ class LimitReachedEvent:
         "rejected_handoffs",
         "blocked_handoff",
         "review_rounds",
+        "tool_limit",
     ]
     agent: str
     limit: int

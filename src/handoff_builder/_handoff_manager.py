@@ -91,6 +91,7 @@ SAFE_AGENT_REASONS: dict[EscalationReason, str] = {
     "max_iterations": "this user message used all {limit} agent invocations it is allowed",
     "rejected_handoffs": "{limit} handoff attempts were refused for this user message",
     "blocked_handoff": "a handoff was refused",
+    "tool_limit": "the agent before you reached its limit of tool calls without an answer",
 }
 CAP_RESULTS: dict[EscalationReason, str] = {
     "handoff_cap": (
@@ -238,8 +239,8 @@ class HandoffManager(GroupChatManager):
             return self.settings.max_handoffs_per_turn
         if cap == "rejected_handoffs":
             return self.settings.max_rejected_handoffs
-        if cap == "blocked_handoff":
-            return 0  # not a count: the first blocked handoff takes the outcome
+        if cap in ("blocked_handoff", "tool_limit"):
+            return 0  # not a count: the first blocked handoff, or agent_framework's limit
         return self.max_iterations
 
     # -- decisions --------------------------------------------------------------------------------
@@ -261,6 +262,11 @@ class HandoffManager(GroupChatManager):
         events = tally.events
         if tally.rejected != self._state.rejected:
             self._update(rejected=tally.rejected)
+        # A call tripped a cap (never in a safe agent's run: its calls are refused), or the tool
+        # loop stopped before the model answered.
+        stopped = "tool_limit" if reply.tool_limit else tally.cap
+        if stopped is not None:
+            return self._at_cap(stopped, speaker, events, tally.tripped)
         forced = self._state.forced
         if forced is not None and forced[0] == speaker:
             if reply.unfinished:  # it waits for answers: it carries on, closed, past every cap
@@ -268,8 +274,6 @@ class HandoffManager(GroupChatManager):
             # The safe agent answered: the turn ends with its reply, as the cap's outcome.
             step = RoutingStep("end", "code", "safe_agent", speaker)
             return EndTurn(cast(TurnStatus, forced[1]), events=tuple(events), step=step)
-        if tally.tripped is not None and tally.tripped.escalation is not None:
-            return self._at_cap(tally.tripped.escalation, speaker, events, tally.tripped)
         if tally.accepted is not None:
             decision = self._hand_over(tally.accepted, events)
         elif self._blocked_outcome(events):
@@ -580,6 +584,11 @@ class _Tally:
     tripped: HandoffCall | None = None
     awaiting: HandoffCall | None = None
 
+    @property
+    def cap(self) -> EscalationReason | None:
+        """The cap a call tripped, if one did."""
+        return self.tripped.escalation if self.tripped is not None else None
+
 
 def _call(
     request: HandoffRequest,
@@ -603,8 +612,12 @@ def _call(
 
 
 def _counted(cap: EscalationReason, limit: int) -> int | None:
-    """A cap's limit for its step: a blocked handoff has none (the first one takes the outcome)."""
-    return None if cap == "blocked_handoff" else limit
+    """A cap's limit for its step.
+
+    None for a blocked handoff (the first one takes the outcome) and for agent_framework's tool
+    limit (not ours).
+    """
+    return None if cap in ("blocked_handoff", "tool_limit") else limit
 
 
 def _host_note(text: str) -> Message:

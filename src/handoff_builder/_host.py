@@ -462,7 +462,7 @@ class GroupChatHost(Executor):
         delegations = self._delegations(ctx) if participant.delegates else None
         try:
             with self._turn_trace().active():
-                response, calls, disabled, verdict = await self._call(
+                response, calls, disabled, verdict, tool_limit = await self._call(
                     participant, ctx, delegations, closed=closed, seconds=seconds
                 )
         except DeadlinePassedError:  # not a TimeoutError of the agent's own: that one is raised
@@ -481,9 +481,9 @@ class GroupChatHost(Executor):
             requests = self._delegation_waits(waiting, requests, name)
         reply = AgentReply(
             name, tuple(delta), calls, unfinished=bool(requests), disabled=disabled,
-            verdict=verdict,
+            verdict=verdict, tool_limit=tool_limit,
         )  # fmt: skip
-        decision = await self._manager.decide(self._history, reply)
+        decision = _unless_cut_short(reply, await self._manager.decide(self._history, reply))
         frames = waiting.frames if waiting is not None else ()
         if requests and isinstance(decision, NextAgent):
             await self._wait_for(name, requests, decision, ctx, frames)
@@ -1335,6 +1335,18 @@ def turn_reply(
         if not (message.role == "user" and message.author_name == HOST_NOTE_AUTHOR)
         and not any(low <= index < high for low, high in hidden)
     ]
+
+
+def _unless_cut_short(reply: AgentReply, decision: Decision) -> Decision:
+    """The manager's decision, or the escalation that replaces it.
+
+    A turn does not end as completed after a reply that has no answer (its tool loop stopped at
+    agent_framework's limit), whatever the manager: it escalates (``"tool_limit"``).
+    """
+    if not reply.tool_limit or not isinstance(decision, EndTurn) or decision.status != "completed":
+        return decision
+    escalation = EscalationEvent("tool_limit", reply.agent, 0)
+    return Escalate(escalation, events=(*decision.events, escalation))
 
 
 def _status(decision: Decision) -> TurnStatus:

@@ -121,8 +121,10 @@ class GroupChatManager(ABC):
 
     The host also enforces ``max_iterations``, whatever the manager: a :class:`NextAgent` past
     that many agent invocations in one user turn ends the turn with an escalation
-    (``reason="max_iterations"``). An agent that carries on after its requests were answered is
-    the same invocation. Subclass it to write another
+    (``reason="max_iterations"``). Likewise, a reply whose tool loop stopped at agent_framework's
+    function-invocation limit (``reply.tool_limit``) never ends the turn as ``"completed"``: an
+    :class:`EndTurn` then becomes an escalation (``reason="tool_limit"``). An agent that carries
+    on after its requests were answered is the same invocation. Subclass it to write another
     policy (round robin, a model that picks the speaker) and reuse the host, or pass a factory to
     :meth:`HandoffWorkflowBuilder.with_manager`. Everything :meth:`save_state` returns must be
     JSON-serialisable.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -10,6 +11,7 @@ from agent_framework import (
     Agent,
     AgentResponse,
     AgentResponseUpdate,
+    Content,
     FunctionTool,
     Message,
     MiddlewareFailure,
@@ -30,18 +32,28 @@ if TYPE_CHECKING:
 
 __all__ = ["AgentRun", "Participant"]
 
+TOOL_LIMIT_TEXT = "Function invocation limit reached before a final answer could be produced."
+"""What agent_framework's tool loop puts in place of the model's answer when it stopped at one of
+its limits (``function_invocation_configuration``: model calls per run, failing calls in a row,
+function calls, time) and the model's last response, with tools off, had nothing to show. It is
+agent_framework's private text, not an answer: a run that ends with it has no answer
+(``AgentRun.tool_limit``), and the text never reaches the conversation or the user (an expert
+answering a delegated task gave no answer). tests/test_caps.py drives real runs into the limits,
+so a change of agent_framework's text fails there."""
+
 
 class AgentRun(NamedTuple):
     """One agent invocation, as the host reads it.
 
-    Its response, its reviewed handoff calls, the handoffs it was not offered, and a reviewer's
-    verdict.
+    Its response, its reviewed handoff calls, the handoffs it was not offered, a reviewer's
+    verdict, and whether its tool loop stopped at agent_framework's limit without an answer.
     """
 
     response: AgentResponse
     calls: tuple[HandoffCall, ...]
     disabled: frozenset[str]
     verdict: ReviewVerdict | None = None
+    tool_limit: bool = False
 
 
 @dataclass
@@ -118,7 +130,8 @@ class Participant:
             else:
                 stream = self.agent.run(messages, stream=True, **kwargs)
                 async for update in stream:
-                    await on_update(update)
+                    if not _is_tool_limit_text(update.contents):
+                        await on_update(update)
                 response = await stream.get_final_response()
         except MiddlewareFailure as failure:
             if isinstance(failure.__cause__, HandoffHookError):
@@ -126,7 +139,9 @@ class Participant:
             raise
         if reviewing is not None:
             await _refuse_waiting(response, reviewing)
-        return AgentRun(response, tuple(calls), disabled, verdicts[0] if verdicts else None)
+        tool_limit = _drop_tool_limit_text(response)
+        verdict = verdicts[0] if verdicts else None
+        return AgentRun(response, tuple(calls), disabled, verdict, tool_limit)
 
     def route_of(self, tool_name: str) -> HandoffRoute:
         """The route a call to ``tool_name`` reads as.
@@ -204,3 +219,33 @@ async def _refuse_waiting(response: AgentResponse, reviewing: HandoffToolMiddlew
             if call is not None and handoffs.reason(name) is not None:
                 request = handoffs.refusal(name, str(call.call_id), call.arguments)
                 await reviewing.decide(request)
+
+
+def _is_tool_limit_text(contents: Sequence[Content]) -> bool:
+    """True when ``contents`` are agent_framework's text in place of an answer, and only that."""
+    return (
+        bool(contents)
+        and "".join(c.text or "" if c.type == "text" else "\0" for c in contents) == TOOL_LIMIT_TEXT
+    )
+
+
+def _drop_tool_limit_text(response: AgentResponse) -> bool:
+    """Take agent_framework's text in place of an answer out of the run's response.
+
+    Returns True when it was there: the run's tool loop stopped at a limit without an answer.
+    The response is this run's own, not yet in any conversation.
+    """
+    messages = response.messages
+    if not messages or messages[-1].role != "assistant":
+        return False
+    last = messages[-1]
+    if not _is_tool_limit_text([c for c in last.contents if c.type == "text"]):
+        return False
+    rest = [c for c in last.contents if c.type != "text"]
+    if rest:
+        kept = copy.copy(last)
+        kept.contents = rest
+        response.messages = [*messages[:-1], kept]
+    else:
+        response.messages = list(messages[:-1])
+    return True
