@@ -2,24 +2,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
-from agent_framework import Agent, tool
+from agent_framework import Agent, Message, tool
+from typing_extensions import override
 
 from handoff_builder import (
     DEFAULT_ESCALATION_MESSAGE,
+    AgentReply,
+    Decision,
+    EndTurn,
     EscalationEvent,
+    GroupChatManager,
     HandoffWorkflowBuilder,
     LimitReachedEvent,
+    NextAgent,
+    RoutingStep,
+    TurnStart,
 )
 from handoff_builder.testing import (
     Step,
     call_tool,
     client_of,
     handoff_to,
+    received,
     reply,
     scripted_agent,
 )
-from tests.helpers import run_turn
+from tests.helpers import Turn, run_turn
 
 pytestmark = pytest.mark.parametrize("stream", [False, True], ids=["run", "stream"])
 
@@ -64,15 +75,14 @@ async def test_a_model_that_keeps_retrying_a_refused_handoff_is_stopped(stream: 
     )
 
 
-def strays_then(last: Step) -> tuple[HandoffWorkflowBuilder, dict[str, Agent]]:
-    """Four refused attempts by triage, three to tools it does not have; then ``last``."""
+def strays_then(*then: Step) -> tuple[HandoffWorkflowBuilder, dict[str, Agent]]:
+    """Three refused attempts by triage, two to tools it does not have; then ``then``."""
     triage = scripted_agent(
         "triage",
         handoff_to("refunds", goal="Refund."),  # refunds is billing's target, not triage's
         empty_goal(),
-        handoff_to("refunds", goal="Refund."),
         handoff_to("nobody", goal="Anyone."),
-        last,
+        *then,
     )
     billing = scripted_agent("billing", reply("Billed."))
     refunds = scripted_agent("refunds")
@@ -83,24 +93,22 @@ def strays_then(last: Step) -> tuple[HandoffWorkflowBuilder, dict[str, Agent]]:
 
 
 async def test_refused_attempts_the_agent_has_no_tool_for_count_too(stream: bool) -> None:
-    """Past the cap the turn goes no further: triage's handoff after four refusals escalates."""
-    builder, agents = strays_then(handoff_to("billing", goal="Bill."))
+    """They are refused as the agent runs, in order: the fourth refusal escalates at once."""
+    builder, agents = strays_then(
+        handoff_to("refunds", goal="Refund."), handoff_to("billing", goal="Bill.")
+    )
 
     turn = await run_turn(builder.build(), "refund", stream=stream)
 
     assert [b.reason for b in turn.blocked] == [
+        "not_granted",
         "empty_goal",
-        "not_granted",
-        "not_granted",
         "unknown_target",
+        "not_granted",
     ]
     assert turn.result.status == "rejected_handoffs"
-    [escalation] = turn.escalations
-    assert (escalation.reason, escalation.agent, escalation.limit) == (
-        "rejected_handoffs",
-        "triage",
-        3,
-    )
+    assert turn.escalations == [EscalationEvent("rejected_handoffs", "triage", 3, "refunds", "")]
+    assert client_of(agents["triage"]).remaining == 1  # its handoff to billing never came
     assert client_of(agents["billing"]).calls == []
 
 
@@ -111,7 +119,7 @@ async def test_an_agent_that_answers_after_refused_attempts_keeps_its_answer(
 
     turn = await run_turn(builder.build(), "refund", stream=stream)
 
-    assert len(turn.blocked) == 4  # every refusal is recorded
+    assert len(turn.blocked) == 3  # every refusal is recorded
     assert turn.result.status == "completed"
     assert turn.result.text == "I can help with that myself."
     assert not turn.result.escalated
@@ -278,3 +286,119 @@ async def test_a_completed_turn_says_so(stream: bool) -> None:
     turn = await run_turn(HandoffWorkflowBuilder(a).build(), "hi", stream=stream)
     assert turn.result.status == "completed"
     assert turn.escalations == []
+
+
+# -- agent_framework's function-invocation limit -----------------------------------------------
+
+FRAMEWORK_LIMIT_TEXT = "Function invocation limit reached before a final answer could be produced."
+
+
+def assert_cut_short(turn: Turn, agent: str) -> None:
+    """The turn ended at the tool limit: an escalation, and the framework's text nowhere."""
+    assert turn.result.status == "tool_limit"
+    assert turn.escalations == [EscalationEvent("tool_limit", agent, 0)]
+    assert turn.result.text == DEFAULT_ESCALATION_MESSAGE
+    assert turn.result.trace[-1] == RoutingStep("escalate", "code", "tool_limit", agent, None, 0)
+    seen = [m.text for m in turn.result.conversation] + [u.text for u in turn.updates]
+    assert not [text for text in seen if FRAMEWORK_LIMIT_TEXT in text]
+
+
+async def test_a_tool_that_keeps_failing_ends_the_turn_at_the_tool_limit(stream: bool) -> None:
+    """agent_framework stops a tool loop after 3 failing calls in a row and, when the model
+    still gives no answer, replies with its own limit text: never the turn's reply."""
+
+    @tool(name="lookup", description="Look up an order.")
+    def lookup(order: str) -> str:
+        raise RuntimeError(f"order {order}: database down")
+
+    desk = scripted_agent(
+        "desk", *[call_tool("lookup", order="42") for _ in range(4)], tools=[lookup]
+    )
+
+    turn = await run_turn(HandoffWorkflowBuilder(desk).build(), "order 42?", stream=stream)
+
+    assert len(client_of(desk).calls) == 4  # the fourth, with tools off, gave no answer
+    assert_cut_short(turn, "desk")
+    assert turn.result.escalated
+
+
+async def test_an_unknown_tool_called_again_and_again_ends_at_the_tool_limit(
+    stream: bool,
+) -> None:
+    """A name that is not a handoff and not a tool: agent_framework's error each time."""
+    desk = scripted_agent("desk", *[call_tool("search_web", q="x") for _ in range(4)])
+    other = scripted_agent("other")
+    workflow = HandoffWorkflowBuilder(desk).with_handoff(desk, other).build()
+
+    turn = await run_turn(workflow, "search", stream=stream)
+
+    assert turn.blocked == []  # not a handoff
+    assert_cut_short(turn, "desk")
+    assert client_of(other).calls == []
+
+
+async def test_a_tool_loop_past_the_clients_iteration_cap_ends_at_the_tool_limit(
+    stream: bool,
+) -> None:
+    @tool(name="lookup", description="Look up an order.")
+    def lookup(order: str) -> str:
+        return f"Order {order}: pending."
+
+    desk = scripted_agent(
+        "desk", *[call_tool("lookup", order="42") for _ in range(3)], tools=[lookup]
+    )
+    client_of(desk).function_invocation_configuration["max_iterations"] = 2
+
+    turn = await run_turn(HandoffWorkflowBuilder(desk).build(), "order 42?", stream=stream)
+
+    assert len(client_of(desk).calls) == 3  # two rounds, then one with tools off
+    assert_cut_short(turn, "desk")
+
+
+async def test_a_model_that_answers_with_tools_off_keeps_its_answer(stream: bool) -> None:
+    """The limit text stands in only for a missing answer: an answer the model gave stands."""
+
+    @tool(name="lookup", description="Look up an order.")
+    def lookup(order: str) -> str:
+        raise RuntimeError(f"order {order}: database down")
+
+    desk = scripted_agent(
+        "desk",
+        *[call_tool("lookup", order="42") for _ in range(3)],
+        reply("I cannot reach the order system right now."),
+        tools=[lookup],
+    )
+
+    turn = await run_turn(HandoffWorkflowBuilder(desk).build(), "order 42?", stream=stream)
+
+    assert received(desk).options.get("tool_choice") == "none"
+    assert turn.result.status == "completed"
+    assert turn.result.text == "I cannot reach the order system right now."
+
+
+async def test_a_manager_of_your_own_cannot_end_a_cut_short_turn_as_completed(
+    stream: bool,
+) -> None:
+    """The host escalates, whatever the manager, as it does past max_iterations."""
+
+    class AnswerOnce(GroupChatManager):
+        @override
+        async def start_turn(self, history: Sequence[Message], start: TurnStart) -> Decision:
+            return NextAgent("desk")
+
+        @override
+        async def decide(self, history: Sequence[Message], reply: AgentReply) -> Decision:
+            return EndTurn()
+
+    @tool(name="lookup", description="Look up an order.")
+    def lookup(order: str) -> str:
+        raise RuntimeError(f"order {order}: database down")
+
+    desk = scripted_agent(
+        "desk", *[call_tool("lookup", order="42") for _ in range(4)], tools=[lookup]
+    )
+    workflow = HandoffWorkflowBuilder(desk).with_manager(lambda _: AnswerOnce()).build()
+
+    turn = await run_turn(workflow, "order 42?", stream=stream)
+
+    assert_cut_short(turn, "desk")

@@ -238,8 +238,11 @@ async def test_unknown_handoff_target_is_a_tool_error(stream: bool) -> None:
     assert json.loads(blocked.arguments) == {"goal": "Haunt the user."}
     second_call = client_of(agents["triage"]).calls[1]
     [error] = [c for m in second_call.messages for c in m.contents if c.type == "function_result"]
-    assert "handoff_to_ghost" in str(error.result)
-    assert "not found" in str(error.result)
+    assert error.result == (
+        "Error: handoff_to_ghost does not exist, so it was not called. The handoff tools you "
+        "have now: handoff_to_billing (to billing). Use one of them if it fits, or answer the "
+        "user yourself."
+    )
 
 
 async def test_handoff_not_granted_to_the_speaker_is_blocked(stream: bool) -> None:

@@ -242,8 +242,13 @@ async def test_a_disabled_handoff_is_not_offered_and_a_call_to_it_is_blocked(
     assert (
         received(billing, 1)
         .rendered.splitlines()[-1]
-        .endswith(': Error: Requested function "handoff_to_refunds" not found.')
+        .endswith(
+            ": Error: handoff_to_refunds is not available to you now, so it was not called. The "
+            "handoff tools you have now: handoff_to_vouchers (to vouchers). Use one of them if it "
+            "fits, or answer the user yourself."
+        )
     )
+    assert received(billing, 1).tool_names == ("handoff_to_vouchers",)
     assert closed.result.text == "Refunds are closed now; I have noted your request."
 
     open_hours["refunds"] = True
@@ -257,24 +262,27 @@ async def test_a_disabled_handoff_is_not_offered_and_a_call_to_it_is_blocked(
 
 
 async def test_a_call_to_a_tool_the_agent_was_not_offered_is_answered(stream: bool) -> None:
-    """With no tool offered at all, the call comes back unanswered; the host answers it."""
+    """With no tool offered at all, the call is still refused as the agent runs: it reads why,
+    and answers in the same run."""
     billing = scripted_agent("billing", handoff_to("refunds", goal="Refund it."), reply("Sure."))
     refunds = scripted_agent("refunds")
     workflow = (
         HandoffWorkflowBuilder(billing).with_handoff(billing, refunds, is_enabled=False).build()
     )
 
-    first = await run_turn(workflow, "refund", stream=stream)
-    await run_turn(workflow, "hello?", stream=stream)
+    turn = await run_turn(workflow, "refund", stream=stream)
 
-    assert [b.reason for b in first.blocked] == ["disabled"]
+    assert [b.reason for b in turn.blocked] == ["disabled"]
+    assert (turn.result.status, turn.result.text) == ("completed", "Sure.")
+    assert received(billing).tool_names == ()
     assert "instructions" not in received(billing).options  # no handoff offered, none described
     contents = [c for m in received(billing).messages for c in m.contents]
     calls = [c.call_id for c in contents if c.type == "function_call"]
     results = [c for c in contents if c.type == "function_result"]
     assert calls == [r.call_id for r in results]
     assert results[0].result == (
-        "Error: handoff_to_refunds is not available to you now, so it was not called."
+        "Error: handoff_to_refunds is not available to you now, so it was not called. You have "
+        "no handoff tools now: answer the user yourself."
     )
 
 

@@ -265,6 +265,42 @@ async def test_a_veto_is_an_event_on_its_call_span(spans: InMemorySpanExporter) 
     ]
 
 
+async def test_a_call_to_a_handoff_the_agent_does_not_have_has_its_span(
+    spans: InMemorySpanExporter,
+) -> None:
+    """Refused as the agent runs, like any refused call: its own span, with the blocked event."""
+    triage = scripted_agent(
+        "triage",
+        handoff_to("refunds", goal="Refund."),
+        call_tool("handoff_to_nobody", goal="Anyone."),
+        reply("I can help."),
+    )
+    billing, refunds = scripted_agent("billing"), scripted_agent("refunds")
+    workflow = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, billing)
+        .with_handoff(billing, refunds)
+        .with_name("desk")
+        .build()
+    )
+    await workflow.run("refund")
+
+    [granted_elsewhere] = named(spans, "execute_tool handoff_to_refunds")
+    [invented] = named(spans, "execute_tool handoff_to_nobody")
+    for span, reason in ((granted_elsewhere, "not_granted"), (invented, "unknown_target")):
+        parent = parent_of(spans, span)
+        assert parent is not None
+        assert parent.name == "invoke_agent triage"
+        assert dict(span.attributes or {})["handoff_builder.handoff.outcome"] == "rejected"
+        assert [(e.name, dict(e.attributes or {})) for e in span.events] == [
+            ("handoff_builder.handoff.blocked", {"handoff_builder.reason": reason})
+        ]
+    assert dict(granted_elsewhere.attributes or {})["gen_ai.transfer.target.name"] == "refunds"
+    assert "gen_ai.transfer.target.name" not in dict(invented.attributes or {})
+    [turn] = named(spans, "invoke_workflow desk")
+    assert not [e for e in turn.events if e.name == "handoff_builder.handoff.blocked"]
+
+
 async def test_a_declined_approval_is_an_event_on_its_call_span(
     spans: InMemorySpanExporter,
 ) -> None:

@@ -993,3 +993,41 @@ async def test_a_finished_turn_crosses_temporal_whole() -> None:
         ("policy", "Only at night.")
     ]
     assert len(received_turn.conversation) == len(sent.conversation) - sent.start
+
+
+async def test_refusals_and_the_tool_limit_on_temporal(client: Client, queue: str) -> None:
+    """A handoff the agent does not have is refused in the agent-call activity and read back by
+    the workflow (the fourth escalates); a tool loop cut short escalates in the next turn."""
+
+    @tool(name="lookup", description="Look up an order.")
+    def lookup(order: str) -> str:
+        raise RuntimeError(f"order {order}: database down")
+
+    triage = scripted_agent(
+        "triage",
+        *[handoff_to("refunds", goal="Refund.") for _ in range(3)],
+        call_tool("handoff_to_nobody", goal="Anyone."),
+        *[call_tool("lookup", order="42") for _ in range(4)],
+        tools=[lookup],
+    )
+    billing, refunds = scripted_agent("billing"), scripted_agent("refunds")
+    builder = (
+        HandoffWorkflowBuilder(triage).with_handoff(triage, billing).with_handoff(billing, refunds)
+    )
+    conversation = cid()
+    async with serving(client, builder, queue) as host:
+        refused = await host.send(conversation, "refund")
+        cut_short = await host.send(conversation, "order 42?")
+        await replays(client, conversation)
+    assert [(s.kind, s.by, s.target) for s in refused.trace if s.kind == "blocked"] == [
+        ("blocked", "not_granted", "refunds"),
+        ("blocked", "not_granted", "refunds"),
+        ("blocked", "not_granted", "refunds"),
+        ("blocked", "unknown_target", None),
+    ]
+    assert refused.status == "rejected_handoffs"
+    assert refused.escalation is not None
+    assert (refused.escalation.requested_target, refused.escalation.limit) == (None, 3)
+    assert received(triage, 1).sees("you cannot hand the conversation to refunds")
+    assert cut_short.status == "tool_limit"
+    assert "Function invocation limit" not in cut_short.text

@@ -196,6 +196,45 @@ async def test_handoff_conversation_over_the_wire(
         assert_provider_accepts(body)
 
 
+async def test_a_handoff_the_agent_does_not_have_is_refused_over_the_wire(
+    fake_openai: Callable[[list[dict[str, Any]]], FakeOpenAI],
+) -> None:
+    """The model's next request answers the call with our refusal, and still offers only the
+    handoff the agent has."""
+    server = fake_openai(
+        [
+            tool_call("call_a", "handoff_to_refunds", {"goal": "Refund it."}),
+            text("Billing can refund it: shall I send you there?"),
+        ]
+    )
+    triage = server.agent("triage", "Route the user.")
+    billing = server.agent("billing", "Fix charges.")
+    refunds = server.agent("refunds", "Refund.")
+    workflow = (
+        HandoffWorkflowBuilder(triage).with_handoff(triage, billing).with_handoff(billing, refunds)
+    ).build()
+
+    turn = (await workflow.run("Refund me.")).get_outputs()[-1]
+
+    assert turn.status == "completed"
+    assert turn.text == "Billing can refund it: shall I send you there?"
+    first, second = server.bodies()
+    for body in (first, second):
+        assert [t["function"]["name"] for t in body["tools"]] == ["handoff_to_billing"]
+        assert_provider_accepts(body)
+    [call] = [m for m in second["messages"] if m.get("tool_calls")]
+    assert call["tool_calls"][0]["function"]["name"] == "handoff_to_refunds"
+    [result] = [m for m in second["messages"] if m["role"] == "tool"]
+    assert result == {
+        "role": "tool",
+        "tool_call_id": "call_a",
+        "content": "Error: handoff_to_refunds is not one of your tools, so it was not called: you "
+        "cannot hand the conversation to refunds. The handoff tools you have now: "
+        "handoff_to_billing (to billing). Use one of them if it fits, or answer the user "
+        "yourself.",
+    }
+
+
 @pytest.mark.parametrize("mode", list(HandoffToolCallFiltering), ids=lambda m: m.value)
 async def test_goal_and_summary_reach_the_receivers_in_every_mode(
     fake_openai: Callable[[list[dict[str, Any]]], FakeOpenAI], mode: HandoffToolCallFiltering

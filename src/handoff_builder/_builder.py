@@ -399,9 +399,11 @@ class HandoffWorkflowBuilder:
     ) -> HandoffWorkflowBuilder:
         """At most this many refused handoff attempts per message (default 3); then ``outcome``.
 
-        A refused attempt is a handoff call with an empty goal or summary, to a tool the agent was
-        not granted or that does not exist, or straight back after a hand-back. The agent gets a
-        tool error each time and may try again; one more refused attempt ends the turn (by
+        A refused attempt is a handoff call with an empty goal or summary or invalid arguments, to
+        a handoff the agent does not have in that run (another agent's, one of its own not
+        offered, one that does not exist), straight back after a hand-back, or one its edge's
+        ``on_handoff`` vetoed. The agent gets a tool error each time, as it runs, and may try
+        again; one more refused attempt ends the turn (by
         default with the apology and an escalation, ``reason="rejected_handoffs"``), so a model
         that keeps retrying cannot loop.
         """

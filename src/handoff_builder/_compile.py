@@ -254,6 +254,7 @@ def compile_workflow(
             f"The manager factory returned a {type(manager).__name__}, not a GroupChatManager."
         )
     reviewers = {review.reviewer for review in plan.reviews.values()}
+    every_route = {tool: route for by in plan.routes.values() for tool, route in by.items()}
     participants = {
         name: _participant(
             agent,
@@ -262,6 +263,11 @@ def compile_workflow(
             config.instructions,
             plan.delegates.get(name, {}),
             reviewer=name in reviewers,
+            elsewhere={
+                tool: route
+                for tool, route in every_route.items()
+                if tool not in plan.routes.get(name, {})
+            },
         )
         for name, agent in plan.agents.items()
     }
@@ -310,17 +316,22 @@ def _participant(
     delegates: Mapping[str, DelegateRoute],
     *,
     reviewer: bool = False,
+    elsewhere: Mapping[str, HandoffRoute] | None = None,
 ) -> Participant:
     """An agent as the host runs it.
 
     Its handoff tools (with their instructions), its delegates and, for a reviewer, the review
-    tools.
+    tools. ``elsewhere``: the workflow's handoff tools of other agents.
     """
     delegate_tools: list[FunctionTool] = [make_delegate_tool(route) for route in delegates.values()]
     if reviewer:
         delegate_tools.extend(review_tools())
+    elsewhere = dict(elsewhere or {})
     if not routes:
-        return Participant(agent, tools=delegate_tools, delegates=delegates, reviewer=reviewer)
+        return Participant(
+            agent, tools=delegate_tools, delegates=delegates, reviewer=reviewer,
+            elsewhere=elsewhere,
+        )  # fmt: skip
     options: dict[str, Any] = {"allow_multiple_tool_calls": False}
     text = render_instructions(instructions, list(routes))
     if text.strip():
@@ -333,6 +344,7 @@ def _participant(
         policies=policies,
         delegates=delegates,
         reviewer=reviewer,
+        elsewhere=elsewhere,
         instructions=instructions,
     )
 

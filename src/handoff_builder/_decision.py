@@ -49,6 +49,7 @@ __all__ = [
     "NextAgent",
     "ReviewVerdict",
     "TurnStart",
+    "refused_call",
 ]
 
 HOST_NOTE_AUTHOR = "handoff_host"
@@ -84,6 +85,13 @@ class HandoffRequest(NamedTuple):
     ``payload`` is the validated model (the built-in goal or summary, or the edge's payload);
     ``None`` when the arguments are invalid, and ``problem`` then names each bad field.
     ``raw`` is what the model sent (``arguments`` has it as JSON).
+
+    ``blocked`` is set when the agent does not have the tool in this run, so the call can only be
+    refused: ``"not_granted"`` (another agent's handoff tool; ``route.target`` is its target),
+    ``"disabled"`` (one of its own, not offered now) or ``"unknown_target"`` (a handoff-like name
+    that does not exist; ``route.target`` is ``""``). ``error`` is then the tool error the agent
+    gets, naming the handoff tools it has in this run; past a cap, a manager may answer with the
+    cap's result instead.
     """
 
     route: HandoffRoute
@@ -91,6 +99,8 @@ class HandoffRequest(NamedTuple):
     payload: BaseModel | None
     raw: Any = None
     problem: str | None = None
+    blocked: BlockReason | None = None
+    error: str = ""
 
     @property
     def arguments(self) -> str:
@@ -133,6 +143,19 @@ class HandoffCall(NamedTuple):
     arguments: str = ""
 
 
+def refused_call(request: HandoffRequest) -> HandoffCall:
+    """The call of a ``request.blocked`` request, refused with its own ``error``."""
+    return HandoffCall(
+        request.route,
+        request.argument,
+        request.call_id,
+        "rejected",
+        request.error,
+        request.blocked,
+        arguments=request.arguments,
+    )
+
+
 @dataclass(frozen=True)
 class AgentReply:
     """One agent invocation as the manager sees it.
@@ -153,6 +176,10 @@ class AgentReply:
     verdict: ReviewVerdict | None = None
     """A reviewer's verdict (``with_review``): the first call to its approve or request-changes
     tool in this run, if it made one."""
+    tool_limit: bool = False
+    """The agent's tool loop stopped at one of agent_framework's function-invocation limits
+    before the model answered (see :class:`~handoff_builder.EscalationEvent`): ``messages``
+    hold its calls and their results, and no answer. The turn must not end as ``"completed"``."""
 
 
 @dataclass(frozen=True)

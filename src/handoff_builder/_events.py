@@ -72,7 +72,12 @@ BlockReason = Literal[
     "declined",
 ]
 EscalationReason = Literal[
-    "handoff_cap", "max_iterations", "rejected_handoffs", "blocked_handoff", "review_rounds"
+    "handoff_cap",
+    "max_iterations",
+    "rejected_handoffs",
+    "blocked_handoff",
+    "review_rounds",
+    "tool_limit",
 ]
 TurnStatus = Literal[
     "completed",
@@ -82,16 +87,18 @@ TurnStatus = Literal[
     "rejected_handoffs",
     "blocked_handoff",
     "review_rounds",
+    "tool_limit",
     "agent_timeout",
     "turn_timeout",
     "abandoned",
 ]
 """How a user turn ended: ``"completed"`` (an agent answered, or the termination condition held),
 ``"autonomous_limit"`` (an agent used every autonomous continuation it was allowed; the turn goes
-back to the user), the cap that escalated it to a human (the :class:`EscalationEvent` reason),
-a deadline that cut it short (``"agent_timeout"``, ``"turn_timeout"``: see
-:class:`TurnTimeoutEvent`), or ``"abandoned"``: a hosted turn that kept failing, or that was given
-up on demand, was closed (see :class:`TurnAbandonedEvent`)."""
+back to the user), the cap that escalated it to a human (the :class:`EscalationEvent` reason;
+``"tool_limit"``: an agent's tool loop stopped at agent_framework's function-invocation limit
+before the model answered), a deadline that cut it short (``"agent_timeout"``,
+``"turn_timeout"``: see :class:`TurnTimeoutEvent`), or ``"abandoned"``: a hosted turn that kept
+failing, or that was given up on demand, was closed (see :class:`TurnAbandonedEvent`)."""
 
 
 DecidedBy = Literal["model", "code"]
@@ -196,9 +203,13 @@ class HandoffBlockedEvent:
     """A handoff call that was refused; the calling agent got a tool error and kept the turn.
 
     ``reason`` is ``"empty_goal"`` / ``"empty_summary"`` (the argument was blank),
-    ``"not_granted"`` (the tool belongs to another agent's handoffs), ``"unknown_target"`` (no
-    such handoff tool in this workflow) or ``"ping_pong"`` (handing straight back to the agent
-    that just handed back).
+    ``"invalid_payload"`` (the arguments did not validate), ``"not_granted"`` (the tool belongs
+    to another agent's handoffs), ``"disabled"`` (one of the agent's own handoffs, not offered in
+    that run), ``"unknown_target"`` (no such handoff tool in this workflow: a handoff-like name,
+    ``target`` is ``None``), ``"ping_pong"`` (handing straight back to the agent that just handed
+    back), ``"vetoed"`` (the edge's ``on_handoff`` said no) or ``"declined"`` (a person declined
+    the approval). Calls to a handoff the agent does not have in its run are refused while it
+    runs, like the others: the tool error names the handoff tools it has.
     """
 
     source: str
@@ -216,7 +227,11 @@ class EscalationEvent:
     ``reason`` is ``"handoff_cap"`` (more handoffs were requested than the per-message cap
     allows), ``"max_iterations"`` (the turn used every agent invocation it was allowed) or
     ``"rejected_handoffs"`` (the agents kept making handoff calls that were refused: past the cap
-    on rejected attempts) or ``"review_rounds"`` (a reviewer asked for changes ``limit`` times).
+    on rejected attempts), ``"review_rounds"`` (a reviewer asked for changes ``limit`` times) or
+    ``"tool_limit"``: the agent's tool loop stopped at one of agent_framework's
+    function-invocation limits (its model calls per run, failing calls in a row, function calls
+    or time: ``function_invocation_configuration`` of the agent's chat client) before the model
+    answered; ``limit`` is 0 then (not a count of this workflow's).
     ``requested_target`` and ``goal`` are those of the call that tripped the cap, when a call
     did; for a review, the reply's author and the last feedback (the concerns still open), and
     ``evidence`` is every round's feedback, in order.
@@ -247,6 +262,7 @@ class LimitReachedEvent:
         "rejected_handoffs",
         "blocked_handoff",
         "review_rounds",
+        "tool_limit",
     ]
     agent: str
     limit: int

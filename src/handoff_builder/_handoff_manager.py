@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import cast
 
-from agent_framework import Agent, Content, Message
+from agent_framework import Agent, Message
 from typing_extensions import override
 
 from ._decision import (
@@ -45,7 +45,6 @@ from ._events import (
 )
 from ._manager import CapOutcome, CodeRoute, GroupChatManager, ManagerSettings
 from ._review import Review
-from ._routes import EDGE_KINDS
 from ._state import HandoffState, decode_handoff_state, encode_handoff_state
 from .exceptions import HandoffHookError
 
@@ -92,6 +91,7 @@ SAFE_AGENT_REASONS: dict[EscalationReason, str] = {
     "max_iterations": "this user message used all {limit} agent invocations it is allowed",
     "rejected_handoffs": "{limit} handoff attempts were refused for this user message",
     "blocked_handoff": "a handoff was refused",
+    "tool_limit": "the agent before you reached its limit of tool calls without an answer",
 }
 CAP_RESULTS: dict[EscalationReason, str] = {
     "handoff_cap": (
@@ -108,9 +108,6 @@ CAP_RESULTS: dict[EscalationReason, str] = {
     ),
 }
 _FRESH_TURN = HandoffState(invocations=1)  # frozen; its dict is never changed in place
-
-# Names that read as handoffs even when no such tool exists (they are audited as blocked).
-HANDOFF_LIKE_PREFIXES = (*(kind.tool_prefix for kind in EDGE_KINDS.values()), "transfer_to_")
 
 
 @dataclass(frozen=True)
@@ -166,9 +163,6 @@ class HandoffManager(GroupChatManager):
         self.initial_agent = settings.initial_agent
         self.routes = settings.routes
         self.agents = frozenset(settings.agents) | {settings.initial_agent} | set(settings.routes)
-        self._all_tools = {
-            name: route for by in settings.routes.values() for name, route in by.items()
-        }
         self._state = HandoffState()
 
     @property
@@ -182,13 +176,17 @@ class HandoffManager(GroupChatManager):
     def review_handoff(
         self, request: HandoffRequest, earlier: Sequence[HandoffCall]
     ) -> HandoffCall:
-        """Accept the call, refuse it with a tool error, or stop the turn at a cap."""
+        """Accept the call, refuse it with a tool error, or stop the turn at a cap.
+
+        A call to a handoff the agent does not have in this run is always refused (a refused
+        attempt, even beside a call that stands).
+        """
         forced = self._state.forced
         if forced is not None and request.route.source == forced[0]:  # a safe agent's run
             text = SAFE_AGENT_NO_HANDOFF.format(tool=request.route.tool_name)
-            return _call(request, "rejected", text, blocked="disabled")
+            return _call(request, "rejected", text, blocked=request.blocked or "disabled")
         followed = next((c for c in earlier if c.outcome in FOLLOWED_OUTCOMES), None)
-        if followed is not None:  # the first accepted call stands, even while it waits for a yes
+        if followed is not None and request.blocked is None:  # the first accepted call stands
             text = (
                 AWAITING_NOT_PERFORMED_RESULT
                 if followed.outcome == "awaiting_approval"
@@ -210,6 +208,8 @@ class HandoffManager(GroupChatManager):
         return _call(request, "transferred", TRANSFERRED_RESULT)
 
     def _refusal(self, request: HandoffRequest) -> tuple[BlockReason, str] | None:
+        if request.blocked is not None:  # a handoff the agent does not have in this run
+            return request.blocked, request.error
         route = request.route
         edge = route.edge
         if request.problem is not None:
@@ -239,8 +239,8 @@ class HandoffManager(GroupChatManager):
             return self.settings.max_handoffs_per_turn
         if cap == "rejected_handoffs":
             return self.settings.max_rejected_handoffs
-        if cap == "blocked_handoff":
-            return 0  # not a count: the first blocked handoff takes the outcome
+        if cap in ("blocked_handoff", "tool_limit"):
+            return 0  # not a count: the first blocked handoff, or agent_framework's limit
         return self.max_iterations
 
     # -- decisions --------------------------------------------------------------------------------
@@ -262,6 +262,11 @@ class HandoffManager(GroupChatManager):
         events = tally.events
         if tally.rejected != self._state.rejected:
             self._update(rejected=tally.rejected)
+        # A call tripped a cap (never in a safe agent's run: its calls are refused), or the tool
+        # loop stopped before the model answered.
+        stopped = "tool_limit" if reply.tool_limit else tally.cap
+        if stopped is not None:
+            return self._at_cap(stopped, speaker, events, tally.tripped)
         forced = self._state.forced
         if forced is not None and forced[0] == speaker:
             if reply.unfinished:  # it waits for answers: it carries on, closed, past every cap
@@ -269,8 +274,6 @@ class HandoffManager(GroupChatManager):
             # The safe agent answered: the turn ends with its reply, as the cap's outcome.
             step = RoutingStep("end", "code", "safe_agent", speaker)
             return EndTurn(cast(TurnStatus, forced[1]), events=tuple(events), step=step)
-        if tally.tripped is not None and tally.tripped.escalation is not None:
-            return self._at_cap(tally.tripped.escalation, speaker, events, tally.tripped)
         if tally.accepted is not None:
             decision = self._hand_over(tally.accepted, events)
         elif self._blocked_outcome(events):
@@ -340,7 +343,7 @@ class HandoffManager(GroupChatManager):
         self._state = replace(self._state, **changes)
 
     def _tally(self, reply: AgentReply) -> _Tally:
-        """What the reply's handoff calls and stray handoff-looking calls add up to."""
+        """What the reply's reviewed handoff calls add up to."""
         tally = _Tally(events=[], rejected=self._state.rejected)
         skipped: list[HandoffCall] = []
         for call in reply.handoff_calls:
@@ -356,9 +359,6 @@ class HandoffManager(GroupChatManager):
                 skipped.append(call)
             elif call.outcome == "awaiting_approval":
                 tally.awaiting = tally.awaiting or call
-        for stray in self._stray_calls(reply):
-            tally.events.append(stray)
-            tally.rejected += 1
         followed = tally.accepted or tally.tripped or tally.awaiting
         if skipped and followed is not None:
             tally.events.append(_duplicates_warning(reply.agent, followed, skipped))
@@ -543,7 +543,7 @@ class HandoffManager(GroupChatManager):
             cap,
             speaker,
             self._limit(cap),
-            call.route.target if call else target,
+            (call.route.target or None) if call else target,  # "": no such handoff
             call.argument if call else None,
         )
         return Escalate(escalation, events=(*events, escalation))
@@ -562,40 +562,6 @@ class HandoffManager(GroupChatManager):
             )  # fmt: skip
             return self.initial_agent
         return previous
-
-    def _stray_calls(self, reply: AgentReply) -> list[HandoffBlockedEvent]:
-        """Blocked events for handoff-looking calls the speaker had no tool for in this run."""
-        granted = self.routes.get(reply.agent, {})
-        own = self.settings.agent_tools.get(reply.agent, frozenset[str]())
-        strays: list[HandoffBlockedEvent] = []
-        for message in reply.messages:
-            if message.role != "assistant":
-                continue
-            for content in message.contents:
-                if content.type != "function_call" or content.name in own:
-                    continue
-                if content.name not in granted or content.name in reply.disabled:
-                    event = self._stray(reply.agent, content, reply.disabled)
-                    if event is not None:
-                        strays.append(event)
-        return strays
-
-    def _stray(
-        self, speaker: str, call: Content, disabled: frozenset[str]
-    ) -> HandoffBlockedEvent | None:
-        name = call.name or ""
-        if name not in self._all_tools and not name.startswith(HANDOFF_LIKE_PREFIXES):
-            return None
-        route = self.routes.get(speaker, {}).get(name) or self._all_tools.get(name)
-        reason: BlockReason = "not_granted"
-        if name in disabled:
-            reason = "disabled"
-        elif route is None:
-            reason = "unknown_target"
-        arguments = call.arguments if isinstance(call.arguments, str) else str(call.arguments or "")
-        return HandoffBlockedEvent(
-            speaker, name, reason, str(call.call_id), route.target if route else None, arguments
-        )
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -617,6 +583,11 @@ class _Tally:
     accepted: HandoffCall | None = None
     tripped: HandoffCall | None = None
     awaiting: HandoffCall | None = None
+
+    @property
+    def cap(self) -> EscalationReason | None:
+        """The cap a call tripped, if one did."""
+        return self.tripped.escalation if self.tripped is not None else None
 
 
 def _call(
@@ -641,8 +612,12 @@ def _call(
 
 
 def _counted(cap: EscalationReason, limit: int) -> int | None:
-    """A cap's limit for its step: a blocked handoff has none (the first one takes the outcome)."""
-    return None if cap == "blocked_handoff" else limit
+    """A cap's limit for its step.
+
+    None for a blocked handoff (the first one takes the outcome) and for agent_framework's tool
+    limit (not ours).
+    """
+    return None if cap in ("blocked_handoff", "tool_limit") else limit
 
 
 def _host_note(text: str) -> Message:
@@ -661,7 +636,7 @@ def _blocked(call: HandoffCall) -> HandoffBlockedEvent:
         route.tool_name,
         call.blocked,  # pyright: ignore[reportArgumentType]
         call.call_id,
-        route.target,
+        route.target or None,  # "": a handoff that does not exist
         call.arguments,
     )
 

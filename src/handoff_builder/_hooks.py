@@ -21,7 +21,7 @@ from typing import NamedTuple, TypeVar, cast
 from agent_framework import Message
 from pydantic import BaseModel
 
-from ._decision import HandoffCall, HandoffRequest
+from ._decision import HandoffCall, HandoffRequest, refused_call
 from ._routes import HandoffRoute
 from .exceptions import HandoffHookError
 
@@ -141,9 +141,13 @@ class HandoffGate:
     ) -> HandoffCall:
         """The manager's review of the call (``reviewer``), then, if it goes, the edge's say.
 
-        A call the edge refuses keeps the arguments it was made with, for its blocked event.
+        A call the edge refuses keeps the arguments it was made with, for its blocked event. A
+        call to a handoff the agent does not have (``request.blocked``) is refused, or stops the
+        turn at a cap, whatever the reviewer says.
         """
         call = reviewer(request, earlier)
+        if request.blocked is not None and call.outcome not in ("rejected", "escalated"):
+            return refused_call(request)
         if call.outcome != "transferred":
             return call
         call = await self.admit(call, approved=approved)

@@ -473,7 +473,7 @@ class GroupChatHost(Executor):
         delegations = self._delegations(ctx) if participant.delegates else None
         try:
             with self._turn_trace().active():
-                response, calls, disabled, verdict = await self._call(
+                response, calls, disabled, verdict, tool_limit = await self._call(
                     participant, ctx, delegations, closed=closed, seconds=seconds
                 )
         except DeadlinePassedError:  # not a TimeoutError of the agent's own: that one is raised
@@ -492,9 +492,9 @@ class GroupChatHost(Executor):
             requests = self._delegation_waits(waiting, requests, name)
         reply = AgentReply(
             name, tuple(delta), calls, unfinished=bool(requests), disabled=disabled,
-            verdict=verdict,
+            verdict=verdict, tool_limit=tool_limit,
         )  # fmt: skip
-        decision = await self._manager.decide(self._history, reply)
+        decision = _unless_cut_short(reply, await self._manager.decide(self._history, reply))
         frames = waiting.frames if waiting is not None else ()
         if requests and isinstance(decision, NextAgent):
             await self._wait_for(name, requests, decision, ctx, frames)
@@ -532,6 +532,13 @@ class GroupChatHost(Executor):
         """Agent ``name``'s handoff routes, by tool name."""
         return self._participants[name].routes
 
+    def route_of(self, name: str, tool_name: str) -> HandoffRoute:
+        """The route a call of agent ``name`` to ``tool_name`` reads as.
+
+        One of its handoff routes, or, for a handoff it does not have, the route it would be.
+        """
+        return self._participants[name].route_of(tool_name)
+
     async def invoke(self, name: str, *, closed: bool = False) -> AgentRun:
         """Run agent ``name`` once on the conversation as it stands, and return its run.
 
@@ -557,7 +564,7 @@ class GroupChatHost(Executor):
         name = str(pending.agent)
         then = pending.then or Continuation(name)
         participant = self._participants[name]
-        gate = self._gate_for(participant, closed=then.last)
+        gate = self._gate_for(participant, closed=then.last and then.agent == name)
         verdicts: list[ReviewVerdict] = []
         messages, calls = await pending.resolve(
             participant, self._manager.review_handoff, gate, verdicts=verdicts
@@ -950,7 +957,7 @@ class GroupChatHost(Executor):
         name = str(self._pending.agent)
         then = self._pending.then or Continuation(name)
         participant = self._participants[name]
-        gate = self._gate_for(participant, closed=then.last)
+        gate = self._gate_for(participant, closed=then.last and then.agent == name)
         frames = self._pending.frames
         saved = self._pending.to_state()
         limit, seconds = self._time_left()
@@ -1348,6 +1355,18 @@ def undecided(then: Continuation, agent: str) -> bool:
     route or a safe agent decided with the requests stands.
     """
     return then.handoff is None and then.agent == agent
+
+
+def _unless_cut_short(reply: AgentReply, decision: Decision) -> Decision:
+    """The manager's decision, or the escalation that replaces it.
+
+    A turn does not end as completed after a reply that has no answer (its tool loop stopped at
+    agent_framework's limit), whatever the manager: it escalates (``"tool_limit"``).
+    """
+    if not reply.tool_limit or not isinstance(decision, EndTurn) or decision.status != "completed":
+        return decision
+    escalation = EscalationEvent("tool_limit", reply.agent, 0)
+    return Escalate(escalation, events=(*decision.events, escalation))
 
 
 def _status(decision: Decision) -> TurnStatus:

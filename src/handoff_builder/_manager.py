@@ -18,6 +18,7 @@ from ._decision import (
     HandoffCall,
     HandoffRequest,
     TurnStart,
+    refused_call,
 )
 from ._routes import HandoffRoute
 
@@ -120,8 +121,10 @@ class GroupChatManager(ABC):
 
     The host also enforces ``max_iterations``, whatever the manager: a :class:`NextAgent` past
     that many agent invocations in one user turn ends the turn with an escalation
-    (``reason="max_iterations"``). An agent that carries on after its requests were answered is
-    the same invocation. Subclass it to write another
+    (``reason="max_iterations"``). Likewise, a reply whose tool loop stopped at agent_framework's
+    function-invocation limit (``reply.tool_limit``) never ends the turn as ``"completed"``: an
+    :class:`EndTurn` then becomes an escalation (``reason="tool_limit"``). An agent that carries
+    on after its requests were answered is the same invocation. Subclass it to write another
     policy (round robin, a model that picks the speaker) and reuse the host, or pass a factory to
     :meth:`HandoffWorkflowBuilder.with_manager`. Everything :meth:`save_state` returns must be
     JSON-serialisable.
@@ -155,11 +158,17 @@ class GroupChatManager(ABC):
     ) -> HandoffCall:
         """Review one handoff tool call while its agent runs (default: the first valid one goes).
 
+        A call to a handoff the agent does not have in this run (``request.blocked``) is refused
+        with ``request.error`` (the host refuses it whatever this returns, unless it stops the
+        turn at a cap: ``"escalated"``).
+
         Args:
             request: The call: its route (``route.source`` is calling), id and validated payload
                 (``request.problem`` says what is wrong when its arguments are invalid).
             earlier: The calls the same agent made earlier in this run, in order.
         """
+        if request.blocked is not None:
+            return refused_call(request)
         route, argument = request.route, request.argument
         if request.problem is not None:
             text = f"Error: the arguments are not valid: {request.problem}."

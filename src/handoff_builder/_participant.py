@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -10,6 +11,7 @@ from agent_framework import (
     Agent,
     AgentResponse,
     AgentResponseUpdate,
+    Content,
     FunctionTool,
     Message,
     MiddlewareFailure,
@@ -21,6 +23,7 @@ from ._hooks import EdgePolicy, HandoffGate
 from ._instructions import render_instructions
 from ._review import ReviewToolMiddleware
 from ._routes import HandoffRoute
+from ._strays import RunHandoffs, StrayHandoffMiddleware
 from ._tools import HandoffReviewer, HandoffToolMiddleware
 from .exceptions import HandoffHookError
 
@@ -29,18 +32,28 @@ if TYPE_CHECKING:
 
 __all__ = ["AgentRun", "Participant"]
 
+TOOL_LIMIT_TEXT = "Function invocation limit reached before a final answer could be produced."
+"""What agent_framework's tool loop puts in place of the model's answer when it stopped at one of
+its limits (``function_invocation_configuration``: model calls per run, failing calls in a row,
+function calls, time) and the model's last response, with tools off, had nothing to show. It is
+agent_framework's private text, not an answer: a run that ends with it has no answer
+(``AgentRun.tool_limit``), and the text never reaches the conversation or the user (an expert
+answering a delegated task gave no answer). tests/test_caps.py drives real runs into the limits,
+so a change of agent_framework's text fails there."""
+
 
 class AgentRun(NamedTuple):
     """One agent invocation, as the host reads it.
 
-    Its response, its reviewed handoff calls, the handoffs it was not offered, and a reviewer's
-    verdict.
+    Its response, its reviewed handoff calls, the handoffs it was not offered, a reviewer's
+    verdict, and whether its tool loop stopped at agent_framework's limit without an answer.
     """
 
     response: AgentResponse
     calls: tuple[HandoffCall, ...]
     disabled: frozenset[str]
     verdict: ReviewVerdict | None = None
+    tool_limit: bool = False
 
 
 @dataclass
@@ -54,6 +67,8 @@ class Participant:
     ``delegates`` are its delegate tools by name, carried out by the run's
     :class:`~handoff_builder._delegation.Delegations` (not offered without one, or past the
     depth cap). A ``reviewer`` also has the review tools, whose first call is its run's verdict.
+    ``elsewhere`` are the workflow's handoff tools of other agents, by name: a call to one of
+    them, or to any handoff the agent does not have in a run, is refused as it runs.
     """
 
     agent: Agent
@@ -64,6 +79,7 @@ class Participant:
     policies: dict[str, EdgePolicy] = field(default_factory=dict[str, EdgePolicy])
     delegates: Mapping[str, DelegateRoute] = field(default_factory=dict[str, "DelegateRoute"])
     reviewer: bool = False
+    elsewhere: Mapping[str, HandoffRoute] = field(default_factory=dict[str, HandoffRoute])
     instructions: str = ""
     """The handoff instructions' template: a run that does not offer every tool names only those
     it offers."""
@@ -77,25 +93,29 @@ class Participant:
         self,
         messages: Sequence[Message],
         on_update: Callable[[AgentResponseUpdate], Awaitable[None]] | None,
-        review: HandoffReviewer,
+        review: HandoffReviewer | None,
         gate: HandoffGate,
         delegations: Delegations | None = None,
     ) -> AgentRun:
         """One agent invocation: its response, handoff calls and the handoffs it was not offered.
 
         Each handoff call is reviewed with ``review`` and admitted by ``gate``; a handoff whose
-        ``is_enabled`` says no is not offered in this run. Delegate calls are carried out by
-        ``delegations``. Streams each update to ``on_update`` when it is given.
+        ``is_enabled`` says no is not offered in this run. A call to a handoff the agent does not
+        have in this run is reviewed too, as a call that can only be refused. Without ``review``
+        (an expert answering a delegated task) the run has no handoffs. Delegate calls are carried
+        out by ``delegations``. Streams each update to ``on_update`` when it is given.
         """
         calls: list[HandoffCall] = []
         verdicts: list[ReviewVerdict] = []
         middleware, tools = self._own_middleware(verdicts, delegations)
         options = self.options
         disabled = frozenset[str]()
-        if self.routes:
-            middleware = [HandoffToolMiddleware(self.routes, review, gate, calls), *middleware]
-            if self.policies or gate.closed:
-                disabled = await gate.disabled(list(self.routes.values()))
+        reviewing: HandoffToolMiddleware | None = None
+        if review is not None:
+            handoffs = await self.handoffs(gate)
+            reviewing = HandoffToolMiddleware(handoffs, review, gate, calls)
+            middleware = [StrayHandoffMiddleware(handoffs), reviewing, *middleware]
+            disabled = frozenset(self.routes).difference(handoffs.offered)
             if disabled:
                 tools = [tool for tool in tools if tool.name not in disabled]
                 options = self._options_offering([tool.name for tool in tools])
@@ -110,13 +130,36 @@ class Participant:
             else:
                 stream = self.agent.run(messages, stream=True, **kwargs)
                 async for update in stream:
-                    await on_update(update)
+                    if not _is_tool_limit_text(update.contents):
+                        await on_update(update)
                 response = await stream.get_final_response()
         except MiddlewareFailure as failure:
             if isinstance(failure.__cause__, HandoffHookError):
                 raise failure.__cause__ from failure.__cause__.__cause__
             raise
-        return AgentRun(response, tuple(calls), disabled, verdicts[0] if verdicts else None)
+        if reviewing is not None:
+            await _refuse_waiting(response, reviewing)
+        tool_limit = _drop_tool_limit_text(response)
+        verdict = verdicts[0] if verdicts else None
+        return AgentRun(response, tuple(calls), disabled, verdict, tool_limit)
+
+    def route_of(self, tool_name: str) -> HandoffRoute:
+        """The route a call to ``tool_name`` reads as.
+
+        One of the agent's, or, for a handoff it does not have, the one it would be.
+        """
+        return RunHandoffs(self.name, self.routes, self.routes, self.elsewhere).route(tool_name)
+
+    async def handoffs(self, gate: HandoffGate) -> RunHandoffs:
+        """The agent's handoffs in a run that ``gate`` admits: those offered, and the others.
+
+        A handoff whose ``is_enabled`` says no is not offered; a closed gate offers none.
+        """
+        disabled = frozenset[str]()
+        if self.routes and (self.policies or gate.closed):
+            disabled = await gate.disabled(list(self.routes.values()))
+        offered = {name: r for name, r in self.routes.items() if name not in disabled}
+        return RunHandoffs(self.name, self.routes, offered, self.elsewhere)
 
     def _own_middleware(
         self, verdicts: list[ReviewVerdict], delegations: Delegations | None
@@ -143,7 +186,7 @@ class Participant:
         delegations: Delegations,
     ) -> AgentResponse:
         """One run as an expert answering a delegated task: no handoff tools, its own delegates."""
-        run = await self.run(messages, on_update, _no_handoffs, _NO_GATE, delegations)
+        run = await self.run(messages, on_update, None, _NO_GATE, delegations)
         return run.response
 
     def _options_offering(self, tool_names: Sequence[str]) -> dict[str, Any]:
@@ -158,8 +201,51 @@ class Participant:
         return options
 
 
-def _no_handoffs(request: Any, earlier: Any) -> HandoffCall:  # pragma: no cover - no routes
-    raise AssertionError("an expert answering a delegated task has no handoff tools")
-
-
 _NO_GATE = HandoffGate({}, [], None)
+
+
+async def _refuse_waiting(response: AgentResponse, reviewing: HandoffToolMiddleware) -> None:
+    """Refuse the calls to handoffs the agent does not have that wait for a person's approval.
+
+    agent_framework turns every call of a response into an approval request when one of them
+    needs approval, so such a call was not refused as the agent ran. It is refused now, so its
+    refusal counts with this reply (its approval request is answered with the refusal).
+    """
+    handoffs = reviewing.handoffs
+    for message in response.messages:
+        for content in message.contents:
+            call = content.function_call if content.type == "function_approval_request" else None
+            name = str(call.name) if call is not None else ""
+            if call is not None and handoffs.reason(name) is not None:
+                request = handoffs.refusal(name, str(call.call_id), call.arguments)
+                await reviewing.decide(request)
+
+
+def _is_tool_limit_text(contents: Sequence[Content]) -> bool:
+    """True when ``contents`` are agent_framework's text in place of an answer, and only that."""
+    return (
+        bool(contents)
+        and "".join(c.text or "" if c.type == "text" else "\0" for c in contents) == TOOL_LIMIT_TEXT
+    )
+
+
+def _drop_tool_limit_text(response: AgentResponse) -> bool:
+    """Take agent_framework's text in place of an answer out of the run's response.
+
+    Returns True when it was there: the run's tool loop stopped at a limit without an answer.
+    The response is this run's own, not yet in any conversation.
+    """
+    messages = response.messages
+    if not messages or messages[-1].role != "assistant":
+        return False
+    last = messages[-1]
+    if not _is_tool_limit_text([c for c in last.contents if c.type == "text"]):
+        return False
+    rest = [c for c in last.contents if c.type != "text"]
+    if rest:
+        kept = copy.copy(last)
+        kept.contents = rest
+        response.messages = [*messages[:-1], kept]
+    else:
+        response.messages = list(messages[:-1])
+    return True

@@ -183,7 +183,9 @@ class PendingRequests:
         """Messages that settle every request, and the answered handoff calls, reviewed.
 
         An approved handoff call is reviewed (and its ``on_handoff`` asked) like one made just
-        now; a declined one gets a result that says so, with the reviewer's reason. A delegate
+        now; a declined one gets a result that says so, with the reviewer's reason. A call to a
+        handoff the agent does not have was refused with the reply that made it: approved or
+        not, it gets that refusal as its result. A delegate
         call or a review verdict asks for approval when it shares a response with a call that
         does: approved, the delegation runs with ``delegations`` (a delegation that waits for a
         person in turn gets no result here: its result comes when it is answered), and the
@@ -193,6 +195,7 @@ class PendingRequests:
         results: list[Content] = []
         calls: list[HandoffCall] = []
         earlier = self._followed(participant)
+        handoffs = await participant.handoffs(gate)
         for request_id, request in self.requests.items():
             answer = self.answers[request_id]
             if request.type != "function_approval_request":
@@ -200,7 +203,12 @@ class PendingRequests:
                 continue
             approvals.append(answer)
             call = request.function_call or request
-            route = participant.routes.get(str(call.name))
+            name, call_id = str(call.name), str(call.call_id)
+            if handoffs.reason(name) is not None:  # refused already, counted with its reply
+                refusal = handoffs.refusal(name, call_id, call.arguments)
+                results.append(Content.from_function_result(call_id=call_id, result=refusal.error))
+                continue
+            route = handoffs.offered.get(name)
             if route is None:
                 result = await _workflow_call(participant, call, answer, delegations, verdicts)
                 if result is _WAITS:

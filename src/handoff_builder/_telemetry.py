@@ -109,8 +109,6 @@ DECIDED_BY = "handoff_builder.decided_by"
 DECIDED_BY_WHAT = "handoff_builder.decided_by.what"
 STEP_KIND = "handoff_builder.step.kind"
 
-_NO_CALL_SPAN = frozenset({"not_granted", "unknown_target", "disabled"})
-
 _tracer = trace.get_tracer("handoff_builder")
 _meter = metrics.get_meter("handoff_builder")
 _handoffs = _meter.create_counter(
@@ -211,14 +209,7 @@ class TurnTrace:
                 1, {SOURCE: event.caller, TARGET: event.expert, DELEGATION_OUTCOME: event.outcome}
             )
         elif isinstance(event, HandoffBlockedEvent):
-            _blocked.add(1, {REASON: event.reason})
-            # A reviewed call has its own span, with the event; calls to tools the agent did not
-            # have have none, so the turn's span tells of them.
-            if event.reason in _NO_CALL_SPAN and self.span.is_recording():
-                self.span.add_event(
-                    BLOCKED_EVENT,
-                    {REASON: event.reason, SOURCE: event.source, TOOL_NAME: event.tool_name},
-                )
+            _blocked.add(1, {REASON: event.reason})  # the call's own span has the event
         elif isinstance(event, EscalationEvent):
             _escalations.add(1, {REASON: event.reason})
             if self.span.is_recording():
@@ -295,21 +286,22 @@ def handoff_span(route: HandoffRoute, call_id: str) -> AbstractContextManager[Sp
 
 @contextmanager
 def _handoff_span(route: HandoffRoute, call_id: str) -> Generator[Span, None, None]:
+    attributes: dict[str, str] = {
+        OPERATION_NAME: EXECUTE_TOOL,
+        TOOL_NAME: route.tool_name,
+        TOOL_CALL_ID: call_id,
+        TOOL_TYPE: "function",
+        TOOL_DESCRIPTION: route.description,
+        AGENT_NAME: route.source,
+        TRANSFER_MODE: PASS_CONTROL,
+        TRANSFER_TARGET_TYPE: TARGET_AGENT,
+        TRANSFER_TARGET_NAME: route.target,
+        HANDOFF_KIND: route.kind,
+    }
+    if not route.target:  # a call to a handoff that does not exist: no target to name
+        del attributes[TRANSFER_TARGET_NAME]
     with _tracer.start_as_current_span(
-        f"{EXECUTE_TOOL} {route.tool_name}",
-        kind=SpanKind.INTERNAL,
-        attributes={
-            OPERATION_NAME: EXECUTE_TOOL,
-            TOOL_NAME: route.tool_name,
-            TOOL_CALL_ID: call_id,
-            TOOL_TYPE: "function",
-            TOOL_DESCRIPTION: route.description,
-            AGENT_NAME: route.source,
-            TRANSFER_MODE: PASS_CONTROL,
-            TRANSFER_TARGET_TYPE: TARGET_AGENT,
-            TRANSFER_TARGET_NAME: route.target,
-            HANDOFF_KIND: route.kind,
-        },
+        f"{EXECUTE_TOOL} {route.tool_name}", kind=SpanKind.INTERNAL, attributes=attributes
     ) as span:
         yield span
 

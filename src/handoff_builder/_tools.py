@@ -2,9 +2,10 @@
 
 Each agent gets one :class:`HandoffTool` per granted target, added to its run (the agent object is
 never changed). Its JSON schema is the edge's pydantic model. The tools are never executed:
-:class:`HandoffToolMiddleware`, made for one run of one agent, intercepts every call to them,
-validates the arguments, has the manager review the call and the edge's code admit it, records the
-reviewed call (:class:`~handoff_builder._decision.HandoffCall`) in the run's list, and
+:class:`HandoffToolMiddleware`, made for one run of one agent, intercepts every call to them (and
+to the run's refusal tools: handoffs the agent does not have, see :mod:`._strays`), validates the
+arguments, has the manager review the call and the edge's code admit it, records the reviewed
+call (:class:`~handoff_builder._decision.HandoffCall`) in the run's list, and
 
 * refuses it: a tool error goes back to the agent, which keeps the turn and may try again;
 * asks for approval: the call becomes a function-approval request and the run waits; or
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from agent_framework import (
@@ -35,6 +36,7 @@ from ._hooks import HandoffGate
 from ._payloads import is_strict_schema, validate_arguments
 from ._routes import HandoffRoute
 from ._state import handoff_record
+from ._strays import RefusalTool, RunHandoffs
 from ._telemetry import handoff_span, settle_handoff_span
 from .exceptions import HandoffHookError
 
@@ -114,17 +116,19 @@ def make_handoff_tool(route: HandoffRoute) -> HandoffTool:
 class HandoffToolMiddleware(FunctionMiddleware):
     """Reviews one agent run's handoff tool calls; other tool calls pass through untouched.
 
-    ``calls`` receives every reviewed call, in the order the calls were made.
+    ``handoffs`` are the run's: a call to a handoff tool the agent has in this run is reviewed
+    as it is; a call to a refusal tool (a handoff it does not have) as a call that can only be
+    refused. ``calls`` receives every reviewed call, in the order the calls were made.
     """
 
     def __init__(
         self,
-        routes: Mapping[str, HandoffRoute],
+        handoffs: RunHandoffs,
         review: HandoffReviewer,
         gate: HandoffGate,
         calls: list[HandoffCall],
     ) -> None:
-        self._routes = routes
+        self.handoffs = handoffs
         self._review = review
         self._gate = gate
         self.calls = calls
@@ -139,16 +143,17 @@ class HandoffToolMiddleware(FunctionMiddleware):
         call_next: Callable[[], Awaitable[None]],
     ) -> None:
         """Review a handoff call: refuse it, ask for approval, or settle it and end the loop."""
-        route = self._routes.get(context.function.name)
-        if route is None:
+        name = context.function.name
+        call_id = str(context.metadata.get("call_id") or "")
+        route = self.handoffs.offered.get(name)
+        if route is not None:
+            request = handoff_request(route, call_id, context.arguments)
+        elif isinstance(context.function, RefusalTool):
+            request = self.handoffs.refusal(name, call_id, context.arguments)
+        else:
             await call_next()
             return
-        call_id = str(context.metadata.get("call_id") or "")
-        if self._one_at_a_time is None:
-            call, request = await self._decide(route, call_id, context.arguments)
-        else:
-            async with self._one_at_a_time:
-                call, request = await self._decide(route, call_id, context.arguments)
+        call = await self.decide(request)
         if call.outcome == "rejected":
             context.result = call.result
             return
@@ -157,16 +162,19 @@ class HandoffToolMiddleware(FunctionMiddleware):
             return
         raise MiddlewareTermination(call.result, result=call_result(call))
 
-    async def _decide(
-        self, route: HandoffRoute, call_id: str, arguments: Any
-    ) -> tuple[HandoffCall, HandoffRequest]:
+    async def decide(self, request: HandoffRequest) -> HandoffCall:
         """Review the call, let the edge's gate admit it, and record it as made."""
-        with handoff_span(route, call_id) as span:
-            request = handoff_request(route, call_id, arguments)
+        if self._one_at_a_time is None:
+            return await self._decide(request)
+        async with self._one_at_a_time:
+            return await self._decide(request)
+
+    async def _decide(self, request: HandoffRequest) -> HandoffCall:
+        with handoff_span(request.route, request.call_id) as span:
             try:
                 call = await self._gate.review(request, tuple(self.calls), self._review)
             except HandoffHookError as error:  # fail the run, not a tool error to the agent
                 raise MiddlewareFailure(str(error)) from error
             settle_handoff_span(span, call)
         self.calls.append(call)
-        return call, request
+        return call

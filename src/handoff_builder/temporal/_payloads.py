@@ -114,13 +114,15 @@ class VerdictRecord(BaseModel):
 class AgentCallResult(BaseModel):
     """What the activity returns.
 
-    The agent's messages, its reviewed handoff calls, and the handoffs it was not offered.
+    The agent's messages, its reviewed handoff calls, the handoffs it was not offered, and
+    whether its tool loop stopped at agent_framework's limit without an answer.
     """
 
     messages: list[dict[str, Any]]
     calls: list[CallRecord]
     disabled: list[str]
     verdict: VerdictRecord | None = None
+    tool_limit: bool = False
 
 
 def encode_run(run: AgentRun) -> AgentCallResult:
@@ -145,15 +147,15 @@ def encode_run(run: AgentRun) -> AgentCallResult:
             for call in run.calls
         ],
         disabled=sorted(run.disabled),
+        tool_limit=run.tool_limit,
     )
 
 
 def decode_run(host: GroupChatHost, agent: str, result: AgentCallResult) -> AgentRun:
     """The activity's result as the host's :class:`AgentRun`, routes and payloads read back."""
-    routes = host.routes_of(agent)
     calls: list[HandoffCall] = []
     for record in result.calls:
-        route = routes[record.tool]
+        route = host.route_of(agent, record.tool)
         payload = None if record.payload is None else route.model.model_validate(record.payload)
         calls.append(
             HandoffCall(
@@ -175,6 +177,7 @@ def decode_run(host: GroupChatHost, agent: str, result: AgentCallResult) -> Agen
         tuple(calls),
         frozenset(result.disabled),
         None if verdict is None else ReviewVerdict(verdict.kind, verdict.text, verdict.call_id),
+        result.tool_limit,
     )
 
 
