@@ -67,15 +67,13 @@ def handoff_description(edge: Edge) -> str | None:
 
 
 def participant_problems(participants: Sequence[Any]) -> list[str]:
-    """Every participant is an Agent with a unique, non-blank name."""
+    """Every participant has a unique, non-blank name.
+
+    (Each is an ``agent_framework.Agent``: the builder refuses anything else at the call.)
+    """
     problems: list[str] = []
     for agent in participants:
-        if not isinstance(agent, Agent):
-            problems.append(
-                f"Participant {agent!r} is a {type(agent).__name__}; handoff workflows need "
-                "agent_framework.Agent instances, which accept tools and middleware per run."
-            )
-        elif not (isinstance(agent.name, str) and agent.name.strip()):
+        if not (isinstance(agent.name, str) and agent.name.strip()):
             problems.append(
                 f"Agent {label(agent)} has no name; give every participant a unique name "
                 "(it names the agent's handoff tool and the messages it writes)."

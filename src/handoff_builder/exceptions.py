@@ -4,6 +4,10 @@ Every error derives from :class:`HandoffBuilderError`; leaves also subclass the 
 so ``except ValueError`` keeps working for configuration mistakes::
 
     HandoffBuilderError(Exception)
+    ├── HandoffArgumentError(HandoffBuilderError, TypeError)         a builder method got the wrong
+    │   │                                                            kind of value (at the call)
+    │   └── HookSignatureError(HandoffArgumentError)                 a function cannot take what
+    │                                                                the workflow will pass it
     ├── HandoffConfigurationError(HandoffBuilderError, ValueError)   build() found problems
     ├── SchemaVersionError(HandoffBuilderError, ValueError)          state from a newer version
     ├── CorruptStateError(HandoffBuilderError, ValueError)           saved state is not valid
@@ -30,9 +34,11 @@ __all__ = [
     "ConversationConflictError",
     "CorruptConversationError",
     "CorruptStateError",
+    "HandoffArgumentError",
     "HandoffBuilderError",
     "HandoffConfigurationError",
     "HandoffHookError",
+    "HookSignatureError",
     "LeaseLostError",
     "PendingRequestsError",
     "SchemaVersionError",
@@ -43,6 +49,36 @@ __all__ = [
 
 class HandoffBuilderError(Exception):
     """Base class of every error raised by handoff_builder."""
+
+
+class HandoffArgumentError(HandoffBuilderError, TypeError):
+    """A builder method was given a value it cannot use; raised at the call, nothing recorded.
+
+    ``argument`` names the parameter (``"target"``, ``"agents[1]"``, ``"on_handoff"``); the
+    message says what was passed and what to pass instead.
+    """
+
+    def __init__(self, argument: str, message: str) -> None:
+        self.argument = argument
+        super().__init__(message)
+
+
+class HookSignatureError(HandoffArgumentError):
+    """A function given to the builder cannot take the arguments the workflow will call it with.
+
+    Checked with :func:`inspect.signature` when the function is given, not when it first runs.
+    ``hook`` names it (``"on_handoff"``, ``"is_enabled"``, ``"approval"``, ``"route"``,
+    ``"condition"``, ``"factory"``); ``source`` and ``target`` name the edge of an edge's hook
+    (``target`` is ``None`` where it is not known yet: a hand-back's specialists, a route).
+    """
+
+    def __init__(
+        self, hook: str, message: str, *, source: str | None = None, target: str | None = None
+    ) -> None:
+        self.hook = hook
+        self.source = source
+        self.target = target
+        super().__init__(hook, message)
 
 
 class HandoffConfigurationError(HandoffBuilderError, ValueError):
