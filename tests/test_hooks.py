@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from agent_framework import Agent
 from pydantic import BaseModel, ConfigDict
 
 from handoff_builder import (
     ConversationHost,
     HandoffContext,
     HandoffHookError,
+    HandoffPredicate,
     HandoffWorkflowBuilder,
 )
 from handoff_builder.stores import ConversationStore
@@ -322,3 +324,123 @@ def test_hook_arguments_are_checked_at_the_call(stream: bool) -> None:
         builder.with_handoff(a, b, is_enabled="yes")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"^approval must be a bool or a callable, not int\.$"):
         builder.with_handoff(a, b, approval=1)  # type: ignore[arg-type]
+
+
+# -- is_enabled predicates run together, each within the hook limit ---------------------------
+
+
+def two_targets(
+    first: HandoffPredicate, second: HandoffPredicate
+) -> tuple[HandoffWorkflowBuilder, Agent, Agent, Agent]:
+    triage = scripted_agent("triage", reply("I'll help you myself."))
+    billing, tech = scripted_agent("billing"), scripted_agent("tech")
+    builder = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, billing, is_enabled=first)
+        .with_handoff(triage, tech, is_enabled=second)
+        .with_timeouts(agent_call=60)  # a backstop: nothing here waits for it
+    )
+    return builder, triage, billing, tech
+
+
+async def test_is_enabled_predicates_run_together(stream: bool) -> None:
+    """Each waits until the other has started: asked one after another, neither would answer."""
+    started = {"billing": asyncio.Event(), "tech": asyncio.Event()}
+
+    async def after_the_other(context: HandoffContext) -> bool:
+        started[context.target].set()
+        other = "tech" if context.target == "billing" else "billing"
+        await started[other].wait()
+        return context.target == "tech"
+
+    builder, triage, _, _ = two_targets(after_the_other, after_the_other)
+
+    turn = await run_turn(builder.build(), "hi", stream=stream)
+
+    assert turn.result.status == "completed"
+    assert received(triage).tool_names == ("handoff_to_tech",)
+
+
+async def test_an_error_surfaces_while_another_predicate_hangs(stream: bool) -> None:
+    never = asyncio.Event()
+    cancelled: list[str] = []
+
+    async def hangs(context: HandoffContext) -> bool:
+        try:
+            await never.wait()
+        except asyncio.CancelledError:
+            cancelled.append(context.target)
+            raise
+        return True
+
+    def broken(context: HandoffContext) -> bool:
+        raise LookupError("no such roster")
+
+    builder, triage, _, _ = two_targets(hangs, broken)
+
+    with pytest.raises(HandoffHookError) as failure:
+        await run_turn(builder.build(), "hi", stream=stream)
+
+    error = failure.value
+    assert (error.hook, error.source, error.target) == ("is_enabled", "triage", "tech")
+    assert str(error) == (
+        "The is_enabled of the handoff from 'triage' to 'tech' (handoff_to_tech) raised "
+        "LookupError: no such roster. Nothing was routed."
+    )
+    assert cancelled == ["billing"]  # the one still waiting was stopped, not left behind
+    assert client_of(triage).calls == []
+
+
+async def test_a_predicate_that_never_answers_is_an_error_naming_its_edge(stream: bool) -> None:
+    never = asyncio.Event()
+
+    async def hangs(context: HandoffContext) -> bool:
+        await never.wait()
+        return True
+
+    builder, triage, _, _ = two_targets(lambda context: True, hangs)
+
+    with pytest.raises(HandoffHookError) as failure:
+        await run_turn(builder.with_timeouts(hook=0.05).build(), "hi", stream=stream)
+
+    error = failure.value
+    assert (error.hook, error.source, error.target, error.tool_name) == (
+        "is_enabled",
+        "triage",
+        "tech",
+        "handoff_to_tech",
+    )
+    assert str(error) == (
+        "The is_enabled of the handoff from 'triage' to 'tech' (handoff_to_tech) gave no answer "
+        "within 0.05 s (with_timeouts(hook=...)). Nothing was routed."
+    )
+    assert isinstance(error.__cause__, TimeoutError)
+    assert client_of(triage).calls == []
+
+
+async def test_an_on_handoff_that_never_answers_is_an_error_naming_its_edge(stream: bool) -> None:
+    never = asyncio.Event()
+
+    async def hangs(context: HandoffContext) -> None:
+        await never.wait()
+
+    triage = scripted_agent("triage", handoff_to("billing", goal="Refund."))
+    billing = scripted_agent("billing")
+    workflow = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, billing, on_handoff=hangs)
+        .with_timeouts(hook=0.05)
+        .build()
+    )
+
+    with pytest.raises(HandoffHookError, match=r"^The on_handoff of .* gave no answer within"):
+        await run_turn(workflow, "refund", stream=stream)
+    assert client_of(billing).calls == []
+
+
+def test_the_hook_limit_is_checked_at_the_call(stream: bool) -> None:
+    del stream
+    builder = HandoffWorkflowBuilder(scripted_agent("a"))
+    with pytest.raises(ValueError, match=r"^hook must be a positive number of seconds or None"):
+        builder.with_timeouts(hook=0)
+    builder.with_timeouts(hook=None)  # no limit of its own: the agent call's bounds it

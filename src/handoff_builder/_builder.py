@@ -29,7 +29,7 @@ from ._compile import (
 )
 from ._delegation import HISTORY_MODES, HistoryMode
 from ._handoff_manager import DEFAULT_AUTONOMOUS_PROMPT, DEFAULT_AUTONOMOUS_TURN_LIMIT
-from ._hooks import EdgePolicy, HandoffHook, HandoffPredicate
+from ._hooks import DEFAULT_HOOK_TIMEOUT, EdgePolicy, HandoffHook, HandoffPredicate
 from ._host import DEFAULT_AGENT_TIMEOUT, DEFAULT_TURN_TIMEOUT
 from ._instructions import DEFAULT_HANDOFF_INSTRUCTIONS
 from ._lint import LintFinding
@@ -523,8 +523,9 @@ class HandoffWorkflowBuilder:
         *,
         agent_call: float | None = DEFAULT_AGENT_TIMEOUT,
         turn: float | None = DEFAULT_TURN_TIMEOUT,
+        hook: float | None = DEFAULT_HOOK_TIMEOUT,
     ) -> HandoffWorkflowBuilder:
-        """Deadlines: seconds one agent call may take, and one user turn (``None``: no limit).
+        """Deadlines: seconds one agent call may take, one user turn, one hook (``None``: no limit).
 
         The defaults are :data:`~handoff_builder.DEFAULT_AGENT_TIMEOUT` (120 s: one model
         response with its own tool calls) and :data:`~handoff_builder.DEFAULT_TURN_TIMEOUT`
@@ -533,8 +534,13 @@ class HandoffWorkflowBuilder:
         :class:`~handoff_builder.TurnTimeoutEvent`; nothing of the cancelled call is kept, so the
         conversation stays valid and the next message carries on. A turn's deadline starts again
         where it resumes (after a restore, or once its requests were answered).
+
+        ``hook`` (default :data:`~handoff_builder.DEFAULT_HOOK_TIMEOUT`, 30 s) bounds each answer
+        of an edge's async ``is_enabled``, ``approval`` and ``on_handoff``: one that gives none in
+        time is cancelled and raises :class:`~handoff_builder.HandoffHookError` naming its edge,
+        as if it had failed. Hooks run inside the agent call, so its deadline bounds them too.
         """
-        for name, value in (("agent_call", agent_call), ("turn", turn)):
+        for name, value in (("agent_call", agent_call), ("turn", turn), ("hook", hook)):
             if value is not None and (
                 isinstance(value, bool)
                 or not isinstance(value, int | float)  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -544,6 +550,7 @@ class HandoffWorkflowBuilder:
                                  f"{value!r}.")  # fmt: skip
         self._config.agent_timeout = None if agent_call is None else float(agent_call)
         self._config.turn_timeout = None if turn is None else float(turn)
+        self._config.hook_timeout = None if hook is None else float(hook)
         return self
 
     def with_checkpointing(self, storage: CheckpointStorage | None) -> HandoffWorkflowBuilder:

@@ -18,7 +18,7 @@ from ._delegation import (
     make_delegate_tool,
 )
 from ._handoff_manager import AutonomousMode, HandoffManager
-from ._hooks import PLAIN, EdgePolicy
+from ._hooks import DEFAULT_HOOK_TIMEOUT, PLAIN, EdgePolicy
 from ._host import (
     DEFAULT_AGENT_TIMEOUT,
     DEFAULT_ESCALATION_MESSAGE,
@@ -134,6 +134,7 @@ class BuildConfig:
     argument_logging: ArgumentLogging = field(default_factory=ArgumentLogging)
     agent_timeout: float | None = DEFAULT_AGENT_TIMEOUT
     turn_timeout: float | None = DEFAULT_TURN_TIMEOUT
+    hook_timeout: float | None = DEFAULT_HOOK_TIMEOUT
     code_routes: list[tuple[Any, Any]] = field(default_factory=list[tuple[Any, Any]])
     cap_outcomes: dict[str, Any] = field(default_factory=dict[str, Any])
     delegates: list[DelegateEdge] = field(default_factory=list[DelegateEdge])
@@ -281,6 +282,7 @@ def compile_workflow(
         workflow_name=config.name or "handoff",
         agent_timeout=config.agent_timeout,
         turn_timeout=config.turn_timeout,
+        hook_timeout=config.hook_timeout,
         experts=experts,
         max_delegation_depth=config.max_delegation_depth,
         reviewed=frozenset(plan.reviews) if isinstance(manager, HandoffManager) else frozenset(),

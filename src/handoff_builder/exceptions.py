@@ -208,22 +208,36 @@ class PendingRequestsError(HandoffBuilderError, RuntimeError):
 
 
 class HandoffHookError(HandoffBuilderError, RuntimeError):
-    """An edge's ``on_handoff``, ``is_enabled`` or ``approval`` raised; nothing was routed.
+    """An edge's ``on_handoff``, ``is_enabled`` or ``approval`` failed; nothing was routed.
 
-    The exception it raised is the ``__cause__``. In a hosted conversation the store keeps the
-    state from before the agent that made the call ran.
+    It raised (its exception is the ``__cause__``), or gave no answer within ``timeout`` seconds
+    (``with_timeouts(hook=...)``; the ``__cause__`` is a ``TimeoutError``). In a hosted
+    conversation the store keeps the state from before the agent that made the call ran.
     """
 
     def __init__(
-        self, source: str, target: str, tool_name: str, hook: str, error: BaseException
+        self,
+        source: str,
+        target: str,
+        tool_name: str,
+        hook: str,
+        error: BaseException,
+        *,
+        timeout: float | None = None,
     ) -> None:
         self.source = source
         self.target = target
         self.tool_name = tool_name
         self.hook = hook
+        self.timeout = timeout
+        what = (
+            f"raised {type(error).__name__}: {error}"
+            if timeout is None
+            else f"gave no answer within {timeout:g} s (with_timeouts(hook=...))"
+        )
         super().__init__(
-            f"The {hook} of the handoff from {source!r} to {target!r} ({tool_name}) raised "
-            f"{type(error).__name__}: {error}. Nothing was routed."
+            f"The {hook} of the handoff from {source!r} to {target!r} ({tool_name}) {what}. "
+            "Nothing was routed."
         )
 
 
