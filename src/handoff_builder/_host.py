@@ -1265,7 +1265,8 @@ class GroupChatHost(Executor):
         for handoff in turn.handoffs:
             model = self._payload_models.get((handoff.source, handoff.tool_name))
             if isinstance(handoff.payload, dict) and model is not None:
-                payload, problem = validate_arguments(model, handoff.payload)
+                # our own record of a validated payload: read back as it was written
+                payload, problem = validate_arguments(model, handoff.payload, strict=False)
                 if problem is not None:
                     raise CorruptStateError(
                         f"The open turn saved by executor {self.id!r}",
