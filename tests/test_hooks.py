@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from agent_framework import Agent
+from agent_framework import Agent, tool
 from pydantic import BaseModel, ConfigDict
 
 from handoff_builder import (
     ConversationHost,
+    HandoffConfigurationError,
     HandoffContext,
     HandoffHookError,
     HandoffPredicate,
@@ -444,3 +445,65 @@ def test_the_hook_limit_is_checked_at_the_call(stream: bool) -> None:
     with pytest.raises(ValueError, match=r"^hook must be a positive number of seconds or None"):
         builder.with_timeouts(hook=0)
     builder.with_timeouts(hook=None)  # no limit of its own: the agent call's bounds it
+
+
+# -- a handoff that is never offered does not take its name ---------------------------------------
+
+
+async def test_a_disabled_handoff_leaves_its_tool_name_to_the_enabled_one(stream: bool) -> None:
+    """A flag picks which of two agents `transfer_to_billing` leads to."""
+    new_billing_live = True
+    triage = scripted_agent("triage", call_tool("transfer_to_billing", goal="Refund A-1."))
+    old, new = scripted_agent("old_billing"), scripted_agent("new_billing", reply("Refunded."))
+    workflow = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, old, tool_name="transfer_to_billing",
+                      is_enabled=not new_billing_live)
+        .with_handoff(triage, new, tool_name="transfer_to_billing", is_enabled=new_billing_live)
+        .build()
+    )  # fmt: skip
+
+    turn = await run_turn(workflow, "refund A-1", stream=stream)
+
+    assert received(triage).tool_names == ("transfer_to_billing",)
+    assert [(h.source, h.target) for h in turn.result.handoffs] == [("triage", "new_billing")]
+    assert client_of(old).calls == []
+
+
+async def test_a_disabled_handoff_leaves_its_tool_name_to_the_agents_own_tool(
+    stream: bool,
+) -> None:
+    @tool(name="handoff_to_billing", description="Opens a billing ticket.")
+    def open_ticket() -> str:
+        return "Ticket T-1 opened."
+
+    triage = scripted_agent(
+        "triage", call_tool("handoff_to_billing"), reply("Done."), tools=[open_ticket]
+    )
+    billing = scripted_agent("billing")
+    workflow = (
+        HandoffWorkflowBuilder(triage).with_handoff(triage, billing, is_enabled=False).build()
+    )
+
+    turn = await run_turn(workflow, "open a ticket", stream=stream)
+
+    assert received(triage, 0).tool_names == ("handoff_to_billing",)  # its own tool
+    assert turn.blocked == []
+    assert received(triage).rendered.splitlines()[-1].endswith(": Ticket T-1 opened.")
+    assert turn.result.text == "Done."
+
+
+def test_two_handoffs_with_one_name_still_collide_when_both_may_be_offered(stream: bool) -> None:
+    del stream
+    triage, old, new = scripted_agent("triage"), scripted_agent("old"), scripted_agent("new")
+    builder = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, old, tool_name="transfer_to_billing", is_enabled=lambda c: True)
+        .with_handoff(triage, new, tool_name="transfer_to_billing")
+    )
+    with pytest.raises(HandoffConfigurationError) as failure:
+        builder.build()
+    assert failure.value.problems == (
+        "Agent 'triage' would get two handoff tools named 'transfer_to_billing' (to 'old' and "
+        "'new'); pass tool_name= to with_handoff for one of them.",
+    )

@@ -111,3 +111,23 @@ def test_a_safe_agents_edges_lead_somewhere() -> None:
     assert builder.lint() == []
     builder.with_blocked_handoff_outcome(None)  # the safe agent stays a participant: now x is not
     assert [f.agents for f in builder.lint()] == [("safe",), ("x",)]
+
+
+def test_a_handoff_declared_disabled_leads_nowhere() -> None:
+    triage, old, new = (scripted_agent(n) for n in ("triage", "old", "new"))
+    flagged = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, old, tool_name="transfer_to_billing", is_enabled=False)
+        .with_handoff(triage, new, tool_name="transfer_to_billing")
+    )
+    [finding] = flagged.lint()
+    assert (finding.severity, finding.code, finding.agents) == (
+        "error",
+        "unreachable-agent",
+        ("old",),
+    )
+    alone = HandoffWorkflowBuilder(triage).with_handoff(triage, old, is_enabled=False)
+    assert [(f.code, f.agents) for f in alone.lint()] == [("unreachable-agent", ("old",))]
+    # A predicate may say yes: its target can be reached.
+    asked = HandoffWorkflowBuilder(triage).with_handoff(triage, old, is_enabled=lambda c: False)
+    assert asked.lint() == []

@@ -397,7 +397,10 @@ def _plan(config: BuildConfig) -> _Plan:
     tool_names: dict[Any, list[tuple[str, Any, str]]] = {}
     distinct = {(id(e.source), id(e.target), e.kind): e for e in reversed(edges)}
     for edge in reversed(distinct.values()):  # a duplicate edge is reported once, above
-        tool_names.setdefault(edge.source, []).append((_tool_name(edge), edge.target, "handoff"))
+        if edge.policy.is_enabled is not False:  # never offered: its name is free (see below)
+            tool_names.setdefault(edge.source, []).append(
+                (_tool_name(edge), edge.target, "handoff")
+            )
     delegated: dict[tuple[int, int], DelegateEdge] = {}
     for delegate in config.delegates:  # a duplicate is reported once, above
         delegated.setdefault((id(delegate.caller), id(delegate.expert)), delegate)
@@ -419,7 +422,7 @@ def _plan(config: BuildConfig) -> _Plan:
         raise HandoffConfigurationError(problems)
     routes: dict[str, dict[str, HandoffRoute]] = {}
     policies: dict[str, dict[str, EdgePolicy]] = {}
-    for edge in edges:
+    for edge in _compiled_edges(edges, tool_names):
         source, target = str(edge.source.name), str(edge.target.name)
         tool = _tool_name(edge)
         description = handoff_description(edge) or target
@@ -444,7 +447,15 @@ def _plan(config: BuildConfig) -> _Plan:
         for producer, reviewer, rounds in config.reviews
     }
     safe = [str(o.name) for o in config.cap_outcomes.values() if isinstance(o, Agent)]
-    findings = lint_graph(initial, agents, routes, code_routes, safe, delegates, reviews)
+    offered = {  # a handoff declared is_enabled=False leads nowhere
+        source: {
+            tool: route
+            for tool, route in by.items()
+            if policies.get(source, {}).get(tool, PLAIN).is_enabled is not False
+        }
+        for source, by in routes.items()
+    }
+    findings = lint_graph(initial, agents, offered, code_routes, safe, delegates, reviews)
     findings += [
         LintFinding(
             "warning",
@@ -472,6 +483,32 @@ def _plan(config: BuildConfig) -> _Plan:
         experts,
         reviews,
     )
+
+
+def _compiled_edges(
+    edges: Sequence[Edge], tool_names: Mapping[Any, Sequence[tuple[str, Any, str]]]
+) -> list[Edge]:
+    """The edges that become routes.
+
+    A handoff declared ``is_enabled=False`` is never offered, so it takes part in no name check:
+    it is left out when its tool name is another tool's of its source (an offered handoff, a
+    delegate or review tool, the agent's own), and kept otherwise, so that a call to it anyway
+    is blocked as ``disabled``. ``tool_names`` are the names of the tools that may be offered.
+    """
+    taken: dict[int, set[str]] = {}
+    kept: list[Edge] = []
+    for edge in edges:
+        if edge.policy.is_enabled is False:
+            names = taken.get(id(edge.source))
+            if names is None:
+                names = {name for name, _, _ in tool_names.get(edge.source, ())}
+                names |= own_tool_names(edge.source)
+                taken[id(edge.source)] = names
+            if _tool_name(edge) in names:
+                continue
+            names.add(_tool_name(edge))
+        kept.append(edge)
+    return kept
 
 
 def _with_manager_findings(
