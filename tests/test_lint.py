@@ -131,3 +131,39 @@ def test_a_handoff_declared_disabled_leads_nowhere() -> None:
     # A predicate may say yes: its target can be reached.
     asked = HandoffWorkflowBuilder(triage).with_handoff(triage, old, is_enabled=lambda c: False)
     assert asked.lint() == []
+
+
+def test_a_sanitised_tool_name_is_a_warning_that_says_what_it_became(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    triage, tech = scripted_agent("triage"), scripted_agent("tech")
+    desk = scripted_agent("Billing Desk!")
+    long_name = "refunds_" + "x" * 60
+    refunds = scripted_agent(long_name)
+    builder = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoffs([triage, tech], desk)
+        .with_handoff(triage, refunds)
+        .with_handoff(triage, tech, tool_name="transfer_to_tech")  # named: nothing to say
+        .with_handoff(tech, triage)
+        .with_delegate(triage, scripted_agent("policy expert"), "refund policy")
+    )
+
+    with caplog.at_level(logging.WARNING, logger="handoff_builder"):
+        builder.build()
+
+    lines = [r.getMessage() for r in caplog.records if r.name == "handoff_builder"]
+    assert lines == [
+        "handoff workflow lint: warning [sanitised-tool-name] The handoff tool "
+        "'handoff_to_Billing Desk!' of 'triage', 'tech' has characters outside [A-Za-z0-9_-]: it "
+        "is named 'handoff_to_Billing_Desk_'. Pass tool_name= to name it yourself, or rename the "
+        "agent.",
+        f"handoff workflow lint: warning [sanitised-tool-name] The handoff tool "
+        f"'handoff_to_{long_name}' of 'triage' is longer than 64 characters: it is named "
+        f"'handoff_to_{long_name[:53]}'. Pass tool_name= to name it yourself, or rename the "
+        "agent.",
+        "handoff workflow lint: warning [sanitised-tool-name] The delegate tool 'ask_policy "
+        "expert' of 'triage' has characters outside [A-Za-z0-9_-]: it is named "
+        "'ask_policy_expert'. Pass tool_name= to name it yourself, or rename the agent.",
+    ]
+    assert [f.agents for f in builder.lint()] == [("triage", "tech"), ("triage",), ("triage",)]

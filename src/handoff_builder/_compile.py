@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, cast
 
@@ -29,7 +29,7 @@ from ._host import (
     Participant,
 )
 from ._instructions import DEFAULT_HANDOFF_INSTRUCTIONS, render_instructions
-from ._lint import LintFinding, lint_graph
+from ._lint import LintFinding, lint_graph, renamed_tools
 from ._logging import ArgumentLogging
 from ._manager import (
     DEFAULT_MAX_HANDOFFS_PER_TURN,
@@ -422,7 +422,8 @@ def _plan(config: BuildConfig) -> _Plan:
         raise HandoffConfigurationError(problems)
     routes: dict[str, dict[str, HandoffRoute]] = {}
     policies: dict[str, dict[str, EdgePolicy]] = {}
-    for edge in _compiled_edges(edges, tool_names):
+    compiled = _compiled_edges(edges, tool_names)
+    for edge in compiled:
         source, target = str(edge.source.name), str(edge.target.name)
         tool = _tool_name(edge)
         description = handoff_description(edge) or target
@@ -456,6 +457,7 @@ def _plan(config: BuildConfig) -> _Plan:
         for source, by in routes.items()
     }
     findings = lint_graph(initial, agents, offered, code_routes, safe, delegates, reviews)
+    findings += renamed_tools(_named_by_default(compiled, delegated.values()))
     findings += [
         LintFinding(
             "warning",
@@ -483,6 +485,23 @@ def _plan(config: BuildConfig) -> _Plan:
         experts,
         reviews,
     )
+
+
+def _named_by_default(
+    edges: Sequence[Edge], delegates: Iterable[DelegateEdge]
+) -> list[tuple[str, str, str]]:
+    """The tools named by default: (source, tool noun, the name before it is sanitised)."""
+    named = [
+        (str(e.source.name), e.edge.noun, e.edge.tool_prefix + str(e.target.name))
+        for e in edges
+        if e.tool_name is None
+    ]
+    named += [
+        (str(d.caller.name), "delegate", DELEGATE_TOOL_PREFIX + str(d.expert.name))
+        for d in delegates
+        if d.tool_name is None
+    ]
+    return named
 
 
 def _compiled_edges(
