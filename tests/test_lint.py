@@ -92,10 +92,43 @@ def test_findings_read_as_sentences() -> None:
     assert str(finding) == "warning [no-way-back] Agent 'tech' keeps it."
 
 
-def test_lint_reports_what_does_not_build_as_build_does() -> None:
-    a = scripted_agent("a", reply("hi"))
-    with pytest.raises(HandoffConfigurationError, match="cannot hand off to itself"):
-        HandoffWorkflowBuilder(a).with_handoff(a, a).lint()
+def test_lint_reports_every_problem_at_once_and_never_raises() -> None:
+    """What build() refuses is an error finding among the others; build() raises it all."""
+    a, b, orphan = scripted_agent("a", reply("hi")), scripted_agent("b"), scripted_agent("orphan")
+    builder = (
+        HandoffWorkflowBuilder(a)
+        .with_handoff(a, b)
+        .with_handoff(a, a)
+        .with_delegate(a, b, "b knows")
+        .with_delegate(b, a, "a knows")
+        .add_participants(orphan)
+    )
+
+    findings = builder.lint()
+
+    assert [(f.severity, f.code, f.agents) for f in findings] == [
+        ("error", "self-handoff", ("a",)),
+        ("error", "delegate-cycle", ("a", "b")),
+        ("error", "unreachable-agent", ("orphan",)),
+        ("warning", "handoff-and-delegate", ("a", "b")),
+    ]
+    assert [str(f) for f in findings[:2]] == [
+        "error [self-handoff] Agent 'a' cannot hand off to itself; remove that handoff.",
+        "error [delegate-cycle] Delegates form a cycle ('a' -> 'b' -> 'a'): an expert would ask "
+        "its own caller, without end. Remove one of these delegates, or make it a handoff.",
+    ]
+    with pytest.raises(HandoffConfigurationError) as failure:
+        builder.build()
+    assert failure.value.problems == (findings[0].message, findings[1].message)
+
+
+def test_agents_that_cannot_be_told_apart_leave_only_the_problems() -> None:
+    a, twin1, twin2 = scripted_agent("a"), scripted_agent("twin"), scripted_agent("twin")
+    builder = HandoffWorkflowBuilder(a).with_handoffs(a, [twin1, twin2])
+    assert [(f.severity, f.code, f.agents) for f in builder.lint()] == [
+        ("error", "duplicate-name", ("twin",)),
+        ("error", "tool-name-collision", ("a", "twin", "twin")),
+    ]
 
 
 def test_a_safe_agents_edges_lead_somewhere() -> None:

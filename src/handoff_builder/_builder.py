@@ -17,16 +17,8 @@ from ._arguments import (
     check_function,
     int_argument,
 )
-from ._compile import (
-    AutonomousSettings,
-    BuildConfig,
-    DelegateEdge,
-    HandBack,
-    ManagerFactory,
-    compile_workflow,
-    lint,
-    to_mermaid,
-)
+from ._compile import compile_workflow, to_mermaid
+from ._config import AutonomousSettings, BuildConfig, DelegateEdge, HandBack, ManagerFactory
 from ._delegation import HISTORY_MODES, HistoryMode
 from ._handoff_manager import DEFAULT_AUTONOMOUS_PROMPT, DEFAULT_AUTONOMOUS_TURN_LIMIT
 from ._hooks import DEFAULT_HOOK_TIMEOUT, EdgePolicy, HandoffHook, HandoffPredicate
@@ -35,6 +27,7 @@ from ._instructions import DEFAULT_HANDOFF_INSTRUCTIONS
 from ._lint import LintFinding
 from ._logging import DEFAULT_LOGGED_ARGUMENT_LENGTH, ArgumentLogging
 from ._manager import CapOutcome, RouteFunction, TerminationCondition
+from ._plan import lint
 from ._review import DEFAULT_MAX_REVIEW_ROUNDS
 from ._validation import Edge, label
 from ._views import HandoffToolCallFiltering
@@ -741,17 +734,18 @@ class HandoffWorkflowBuilder:
     # -- build ------------------------------------------------------------------------------------
 
     def lint(self) -> list[LintFinding]:
-        """What the topology lint finds: a graph that builds but is likely a mistake.
+        """Every problem at once: what ``build()`` refuses, and a graph that is likely a mistake.
 
         Each :class:`~handoff_builder.LintFinding` has a ``severity`` (``"error"``: the graph
         contradicts itself; ``"warning"``), a ``code``, the ``agents`` and a ``message`` saying how
-        to fix it: an agent no handoff leads to (``unreachable-agent``, an error; not checked
-        with a manager of your own), a specialist that cannot give the conversation back in a
-        hand-back workflow (``no-way-back``), tools of one agent with the same description
-        (``same-tool-description``).
-
-        Raises:
-            HandoffConfigurationError: the configuration does not build at all.
+        to fix it. Each problem ``build()`` refuses is an error finding (``delegate-cycle``,
+        ``self-handoff``, ``tool-name-collision``...); the lint's own rules find an agent no
+        handoff leads to (``unreachable-agent``, an error; not checked with a manager of your
+        own), a specialist that cannot give the conversation back in a hand-back workflow
+        (``no-way-back``), tools of one agent with the same description
+        (``same-tool-description``), a tool name that had to be sanitised
+        (``sanitised-tool-name``), and more (``docs/reference.md``). Errors come first. It never
+        raises for the configuration: ``build()`` does.
         """
         return lint(self._config)
 

@@ -1,8 +1,9 @@
 """Topology lint: findings about a handoff graph that builds, but will not behave as meant.
 
-``build()`` refuses what cannot run (see :mod:`._validation`); the lint finds what runs but is
-likely a mistake: an agent nothing leads to, a specialist that cannot give the conversation back
-in a hand-back workflow, tools of one agent that the model cannot tell apart.
+``build()`` refuses what cannot run (see :mod:`._validation`; ``lint()`` reports those problems
+as error findings too); the lint's own rules find what runs but is likely a mistake: an agent
+nothing leads to, a specialist that cannot give the conversation back in a hand-back workflow,
+tools of one agent that the model cannot tell apart, a tool name that had to be sanitised.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ class LintFinding:
 
     ``code`` names the rule (``"unreachable-agent"``, ``"no-way-back"``,
     ``"same-tool-description"``, ``"handoff-and-delegate"``, ``"route-with-manager"``,
-    ``"sanitised-tool-name"``...);
+    ``"sanitised-tool-name"``..., or, for a problem ``build()`` refuses, ``"delegate-cycle"``,
+    ``"self-handoff"``, ``"tool-name-collision"``...);
     ``agents`` are the agents it is about; ``message`` says what is wrong and how to fix it.
     """
 
