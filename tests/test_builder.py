@@ -504,3 +504,14 @@ def test_functions_that_take_their_arguments_in_other_ways_are_accepted() -> Non
         .with_manager(HandoffManager)
     )
     builder.build()
+
+
+def test_other_wrong_types_are_argument_errors_too() -> None:
+    builder = HandoffWorkflowBuilder(scripted_agent("a"))
+    with pytest.raises(HandoffArgumentError, match=r"^max_iterations must be an int, not str\.$"):
+        builder.with_max_iterations("3")  # type: ignore[arg-type]
+    with pytest.raises(
+        HandoffArgumentError,
+        match=r"^a key of agent_turn_limits must be an agent or its name, not None\.$",
+    ):
+        builder.with_autonomous_mode(agent_turn_limits={None: 2})  # type: ignore[dict-item]
