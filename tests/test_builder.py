@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Sequence
 
 import pytest
 from agent_framework import Agent, FunctionTool, Message, Workflow, tool
 
 from handoff_builder import (
+    AgentReply,
     GroupChatHost,
+    HandoffArgumentError,
     HandoffBuilderError,
     HandoffConfigurationError,
+    HandoffContext,
+    HandoffManager,
     HandoffWorkflowBuilder,
+    HookSignatureError,
 )
 from handoff_builder.testing import ScriptedChatClient, handoff_to, reply, scripted_agent
 
@@ -60,13 +66,6 @@ def test_unnamed_and_duplicate_names() -> None:
     problems = problems_of(HandoffWorkflowBuilder(a).add_participants(twin1, twin2, unnamed))
     assert "2 different agents are named 'twin'; participant names must be unique." in problems
     assert any("has no name; give every participant a unique name" in p for p in problems)
-
-
-def test_non_agent_participant() -> None:
-    a = scripted_agent("a")
-    problems = problems_of(HandoffWorkflowBuilder(a).add_participants([object()]))  # type: ignore[list-item]
-    assert len(problems) == 1
-    assert "is a object; handoff workflows need agent_framework.Agent instances" in problems[0]
 
 
 def test_colliding_sanitised_tool_names() -> None:
@@ -138,20 +137,138 @@ def test_blank_escalation_message_is_rejected() -> None:
 
 Call = Callable[[HandoffWorkflowBuilder, Agent], object]
 WRONG_ARGUMENTS: list[tuple[Call, str]] = [
-    (lambda b, a: b.with_handoff(None, a), "source agents must be an agent"),  # type: ignore[arg-type]
-    (lambda b, a: b.with_handoff(a, None), "target agents must be an agent"),  # type: ignore[arg-type]
+    (lambda b, a: b.with_handoff(None, a), "source must be an agent_framework.Agent, not None."),  # type: ignore[arg-type]
+    (lambda b, a: b.with_handoff(a, None), "target must be an agent_framework.Agent, not None."),  # type: ignore[arg-type]
     (lambda b, a: b.with_handoffs(a, [None]), "One or more target agents are None."),  # type: ignore[list-item]
     (lambda b, a: b.with_handoffs([a, None], a), "One or more source agents are None."),  # type: ignore[list-item]
     (lambda b, a: b.add_participants([None]), "One or more agents are None."),  # type: ignore[list-item]
-    (lambda b, a: b.with_handoffs("x", "y"), "with_handoffs takes"),  # type: ignore[call-overload]
-]
+    (lambda b, a: b.with_handoffs([a], [a]),  # type: ignore[call-overload]
+     "with_handoffs takes (source, [targets]) or ([sources], target); got list and list."),
+    (lambda b, a: b.with_handoffs("x", a),  # type: ignore[call-overload]
+     "sources must be an agent_framework.Agent or a list of them, not a str ('x'): pass the "
+     "agent itself, not its name."),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("call", "message"), WRONG_ARGUMENTS)
 def test_none_and_wrong_arguments_fail_at_once(call: Call, message: str) -> None:
     a = scripted_agent("a")
-    with pytest.raises(TypeError, match=message):
+    with pytest.raises(HandoffArgumentError) as failure:
         call(HandoffWorkflowBuilder(a), a)
+    assert str(failure.value) == message
+    assert isinstance(failure.value, TypeError)
+
+
+def not_agents() -> dict[str, object]:
+    """What users pass where an agent goes: a workflow, the workflow as an agent, a name."""
+    a, b = scripted_agent("a"), scripted_agent("b")
+    workflow = HandoffWorkflowBuilder(a).with_handoff(a, b).build()
+    return {"workflow": workflow, "workflow agent": workflow.as_agent(), "name": "billing"}
+
+
+# Every builder method that takes agents, with a non-agent `x` in each place: the argument named.
+NOT_AN_AGENT: list[tuple[str, Callable[[HandoffWorkflowBuilder, Agent, object], object]]] = [
+    ("initial_agent", lambda b, a, x: HandoffWorkflowBuilder(x)),  # type: ignore[arg-type]
+    ("agents[1]", lambda b, a, x: b.add_participants(a, x)),  # type: ignore[arg-type]
+    ("agents[0][1]", lambda b, a, x: b.add_participants([a, x])),  # type: ignore[list-item]
+    ("source", lambda b, a, x: b.with_handoff(x, a)),  # type: ignore[arg-type]
+    ("target", lambda b, a, x: b.with_handoff(a, x)),  # type: ignore[arg-type]
+    ("targets[0]", lambda b, a, x: b.with_handoffs(a, [x])),  # type: ignore[list-item]
+    ("sources[1]", lambda b, a, x: b.with_handoffs([a, x], a)),  # type: ignore[list-item]
+    ("target", lambda b, a, x: b.with_handoffs([a], x)),  # type: ignore[call-overload]
+    ("coordinator", lambda b, a, x: b.with_hand_back(x)),  # type: ignore[arg-type]
+    ("specialists[0]", lambda b, a, x: b.with_hand_back(a, [x])),  # type: ignore[list-item]
+    ("caller", lambda b, a, x: b.with_delegate(x, a)),  # type: ignore[arg-type]
+    ("expert", lambda b, a, x: b.with_delegate(a, x)),  # type: ignore[arg-type]
+    ("producer", lambda b, a, x: b.with_review(x, a)),  # type: ignore[arg-type]
+    ("reviewer", lambda b, a, x: b.with_review(a, x)),  # type: ignore[arg-type]
+    ("source", lambda b, a, x: b.with_route(x, a)),  # type: ignore[arg-type]
+    ("agents[0]", lambda b, a, x: b.with_output_from(x)),  # type: ignore[arg-type]
+    ("agents[0]", lambda b, a, x: b.with_intermediate_output_from(x)),  # type: ignore[arg-type]
+]
+
+
+@pytest.mark.parametrize("kind", ["workflow", "workflow agent", "name"])
+@pytest.mark.parametrize(("argument", "call"), NOT_AN_AGENT)
+def test_a_non_agent_is_refused_by_the_method_it_is_given_to(
+    argument: str, call: Callable[[HandoffWorkflowBuilder, Agent, object], object], kind: str
+) -> None:
+    a = scripted_agent("a")
+    builder = HandoffWorkflowBuilder(a)
+    thing = not_agents()[kind]
+    with pytest.raises(HandoffArgumentError) as failure:
+        call(builder, a, thing)
+    error = failure.value
+    assert isinstance(error, TypeError)
+    assert error.argument == argument
+    if kind == "name":
+        assert str(error).endswith("not a str ('billing'): pass the agent itself, not its name.")
+    else:
+        name = type(thing).__name__
+        assert str(error) == (
+            f"{argument} must be an agent_framework.Agent"
+            + (" or a list of them" if argument in {"agents[0]", "agents[1]"} else "")
+            + f", not {name}: a handoff workflow runs each agent with its own handoff tools and "
+            "middleware, which only an Agent takes. Pass the Agent itself, or give an Agent a "
+            f"tool that runs the {name}."
+        )
+    assert list(builder._config.participants.values()) == [a]  # pyright: ignore[reportPrivateUsage]
+
+
+def test_a_workflow_as_a_target_names_the_argument() -> None:
+    """The issue's case: a workflow passed as an agent is not 'not iterable'."""
+    a = scripted_agent("a")
+    workflow = not_agents()["workflow"]
+    with pytest.raises(TypeError) as failure:
+        HandoffWorkflowBuilder(a).with_handoff(a, workflow)  # type: ignore[arg-type]
+    assert str(failure.value) == (
+        "target must be an agent_framework.Agent, not HandoffWorkflow: a handoff workflow runs "
+        "each agent with its own handoff tools and middleware, which only an Agent takes. Pass "
+        "the Agent itself, or give an Agent a tool that runs the HandoffWorkflow."
+    )
+
+
+OtherCall = Callable[[HandoffWorkflowBuilder, object], object]
+OTHER_ARGUMENTS: list[tuple[OtherCall, str, str]] = [
+    (
+        lambda b, x: b.with_max_iterations(5, outcome=x),  # type: ignore[arg-type]
+        "outcome",
+        "outcome must be a CapOutcome or an agent_framework.Agent (the safe agent), not "
+        "WorkflowAgent.",
+    ),
+    (
+        lambda b, x: b.with_blocked_handoff_outcome(x),  # type: ignore[arg-type]
+        "outcome",
+        "outcome must be a CapOutcome or an agent_framework.Agent (the safe agent), not "
+        "WorkflowAgent.",
+    ),
+    (
+        lambda b, x: b.with_route(b.initial_agent, x),  # type: ignore[arg-type]
+        "route",
+        "route must be an agent_framework.Agent, its name or a function, not WorkflowAgent.",
+    ),
+    (
+        lambda b, x: b.with_autonomous_mode(agents=[x]),  # type: ignore[list-item]
+        "agents[0]",
+        "agents[0] must be an agent_framework.Agent or an agent's name, not WorkflowAgent.",
+    ),
+    (
+        lambda b, x: b.with_autonomous_mode(agent_turn_limits={x: 2}),  # type: ignore[dict-item]
+        "a key of agent_turn_limits",
+        "a key of agent_turn_limits must be an agent_framework.Agent or an agent's name, not "
+        "WorkflowAgent.",
+    ),
+]
+
+
+@pytest.mark.parametrize(("call", "argument", "message"), OTHER_ARGUMENTS)
+def test_agent_or_other_arguments_name_a_non_agent(
+    call: Callable[[HandoffWorkflowBuilder, object], object], argument: str, message: str
+) -> None:
+    builder = HandoffWorkflowBuilder(scripted_agent("a"))
+    with pytest.raises(HandoffArgumentError) as failure:
+        call(builder, not_agents()["workflow agent"])
+    assert (failure.value.argument, str(failure.value)) == (argument, message)
 
 
 def test_with_handoffs_refuses_keywords_that_could_swap_the_edges() -> None:
@@ -179,7 +296,9 @@ def test_with_handoffs_refuses_keywords_that_could_swap_the_edges() -> None:
 
 
 def test_initial_agent_none() -> None:
-    with pytest.raises(TypeError, match="initial_agent must be an agent"):
+    with pytest.raises(
+        TypeError, match=r"^initial_agent must be an agent_framework\.Agent, not None\.$"
+    ):
         HandoffWorkflowBuilder(None)  # type: ignore[arg-type]
 
 
@@ -251,3 +370,148 @@ def handoff_history(workflow: Workflow) -> list[Message]:
     host = workflow.get_start_executor()
     assert isinstance(host, GroupChatHost)
     return list(host.history)
+
+
+# -- functions are checked when they are given -------------------------------------------------
+
+
+def audit(context: HandoffContext, ticket: str) -> None:
+    del context, ticket
+
+
+def test_an_on_handoff_with_the_wrong_parameters_is_refused_where_the_edge_is_declared() -> None:
+    triage, billing = scripted_agent("triage"), scripted_agent("billing")
+    builder = HandoffWorkflowBuilder(triage)
+    with pytest.raises(HookSignatureError) as failure:
+        builder.with_handoff(triage, billing, on_handoff=audit)  # type: ignore[arg-type]
+    error = failure.value
+    assert isinstance(error, TypeError)
+    assert (error.hook, error.argument, error.source, error.target) == (
+        "on_handoff",
+        "on_handoff",
+        "triage",
+        "billing",
+    )
+    assert str(error) == (
+        "The on_handoff of the handoff from 'triage' to 'billing' is called with one argument, "
+        "a HandoffContext; audit(context, ticket) cannot take it"
+        " (missing a required argument: 'ticket')."
+    )
+    assert list(builder._config.participants.values()) == [triage]  # pyright: ignore[reportPrivateUsage]
+
+
+def needs_nothing() -> bool:
+    return True
+
+
+async def keyword_only(*, context: HandoffContext) -> bool:
+    del context
+    return True
+
+
+Declare = Callable[[HandoffWorkflowBuilder, Agent, Agent], object]
+WRONG_SIGNATURES: list[tuple[Declare, str, str]] = [
+    (
+        lambda b, s, t: b.with_handoff(s, t, is_enabled=needs_nothing),  # type: ignore[arg-type]
+        "is_enabled",
+        "The is_enabled of the handoff from 'a' to 'b' is called with one argument, a "
+        "HandoffContext; needs_nothing() cannot take it (too many positional "
+        "arguments).",
+    ),
+    (
+        lambda b, s, t: b.with_handoffs(s, [t], approval=keyword_only),  # type: ignore[arg-type]
+        "approval",
+        "The approval of the handoff from 'a' to 'b' is called with one argument, a "
+        "HandoffContext; keyword_only(*, context) cannot take it "
+        "(too many positional arguments).",
+    ),
+    (
+        lambda b, s, t: b.with_handoffs([s], t, on_handoff=lambda: None),  # type: ignore[arg-type]
+        "on_handoff",
+        "The on_handoff of the handoff from 'a' to 'b' is called with one argument, a "
+        "HandoffContext; <lambda>() cannot take it (too many positional arguments).",
+    ),
+    (
+        lambda b, s, t: b.with_hand_back(s, [t], on_handoff=audit),  # type: ignore[arg-type]
+        "on_handoff",
+        "The on_handoff of the hand-back to 'a' is called with one argument, a "
+        "HandoffContext; audit(context, ticket) cannot take it"
+        " (missing a required argument: 'ticket').",
+    ),
+    (
+        lambda b, s, t: b.with_route(s, lambda conversation: "b"),  # type: ignore[arg-type]
+        "route",
+        "The route of 'a' is called with two arguments, the conversation and the AgentReply; "
+        "<lambda>(conversation) cannot take them (too many positional arguments).",
+    ),
+    (
+        lambda b, s, t: b.with_termination_condition(lambda conversation, reply: False),  # type: ignore[arg-type]
+        "condition",
+        "The termination condition is called with one argument, the conversation; "
+        "<lambda>(conversation, reply) cannot take it (missing a required argument: "
+        "'reply').",
+    ),
+    (
+        lambda b, s, t: b.with_manager(lambda: None),  # type: ignore[arg-type]
+        "factory",
+        "The manager factory is called with one argument, the ManagerSettings; <lambda>() "
+        "cannot take it (too many positional arguments).",
+    ),
+]
+
+
+@pytest.mark.parametrize(("declare", "hook", "message"), WRONG_SIGNATURES)
+def test_every_function_the_builder_takes_is_checked_when_given(
+    declare: Callable[[HandoffWorkflowBuilder, Agent, Agent], object], hook: str, message: str
+) -> None:
+    a, b = scripted_agent("a"), scripted_agent("b")
+    builder = HandoffWorkflowBuilder(a)
+    with pytest.raises(HookSignatureError) as failure:
+        declare(builder, a, b)
+    assert (failure.value.hook, str(failure.value)) == (hook, message)
+    assert list(builder._config.participants.values()) == [a]  # nothing was declared  # pyright: ignore[reportPrivateUsage]
+    assert builder._config.edges == []  # pyright: ignore[reportPrivateUsage]
+
+
+class Gate:
+    """A predicate as a bound method and as a callable object."""
+
+    def allows(self, context: HandoffContext) -> bool:
+        return bool(context)
+
+    async def __call__(self, context: HandoffContext, extra: int = 0) -> bool:
+        return extra == 0
+
+
+def test_functions_that_take_their_arguments_in_other_ways_are_accepted() -> None:
+    a, b, c = scripted_agent("a"), scripted_agent("b"), scripted_agent("c")
+
+    def anything(*args: object, **kwargs: object) -> None:
+        del args, kwargs
+
+    def flagged(flag: bool, context: HandoffContext) -> bool:
+        return flag and bool(context)
+
+    def route(conversation: Sequence[Message], reply: AgentReply, *more: object) -> None:
+        del conversation, reply, more
+
+    builder = (
+        HandoffWorkflowBuilder(a)
+        .with_handoff(a, b, on_handoff=anything, is_enabled=Gate().allows, approval=Gate())
+        .with_handoff(a, c, is_enabled=functools.partial(flagged, True))
+        .with_route(b, route)
+        .with_termination_condition(bool)  # a built-in whose signature cannot be read
+        .with_manager(HandoffManager)
+    )
+    builder.build()
+
+
+def test_other_wrong_types_are_argument_errors_too() -> None:
+    builder = HandoffWorkflowBuilder(scripted_agent("a"))
+    with pytest.raises(HandoffArgumentError, match=r"^max_iterations must be an int, not str\.$"):
+        builder.with_max_iterations("3")  # type: ignore[arg-type]
+    with pytest.raises(
+        HandoffArgumentError,
+        match=r"^a key of agent_turn_limits must be an agent or its name, not None\.$",
+    ):
+        builder.with_autonomous_mode(agent_turn_limits={None: 2})  # type: ignore[dict-item]

@@ -139,6 +139,17 @@ builder.with_hand_back(triage, [billing])
 def make():
     return builder
 
+def cycle():
+    return (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, billing)
+        .with_delegate(triage, billing, "billing knows")
+        .with_delegate(billing, triage, "triage knows")
+    )
+
+def orphaned():
+    return HandoffWorkflowBuilder(triage).with_handoff(triage, billing).add_participants(tech)
+
 def broken():
     raise RuntimeError("no builder today")
 
@@ -175,6 +186,42 @@ def test_graph_draws_your_builder_and_lints_it(
     ]
     [lint] = done.stderr.splitlines()
     assert lint.startswith("handoff-builder: lint: warning [no-way-back] Agent 'tech'")
+
+
+def test_graph_of_a_workflow_that_does_not_build_prints_every_finding_and_fails(
+    cli: CliRunner, tmp_path: Path
+) -> None:
+    done = graph_of(cli, tmp_path, "my_desk:cycle")
+    assert done.returncode == 1
+    assert done.stdout == ""  # nothing to draw
+    assert done.stderr.splitlines() == [
+        "handoff-builder: lint: error [delegate-cycle] Delegates form a cycle ('triage' -> "
+        "'billing' -> 'triage'): an expert would ask its own caller, without end. Remove one of "
+        "these delegates, or make it a handoff.",
+        "handoff-builder: lint: warning [handoff-and-delegate] Agent 'triage' can both hand the "
+        "conversation to 'billing' (handoff_to_billing) and ask it a question (ask_billing): its "
+        "model must guess which one you mean. Keep one, or say in each reason= when to use it.",
+        "handoff-builder: error: the lint found 1 error; the workflow does not build, so no "
+        "graph was drawn.",
+    ]
+
+
+def test_graph_with_a_lint_error_draws_the_graph_and_fails(cli: CliRunner, tmp_path: Path) -> None:
+    done = graph_of(cli, tmp_path, "my_desk:orphaned")
+    assert done.returncode == 1
+    assert done.stdout.splitlines() == [
+        "flowchart LR",
+        '    a0(["triage"])',
+        '    a1["billing"]',
+        '    a2["tech"]',
+        "    a0 -->|handoff_to_billing| a1",
+    ]
+    assert done.stderr.splitlines() == [
+        "handoff-builder: lint: error [unreachable-agent] Agent 'tech' cannot be reached from the "
+        "initial agent 'triage': no chain of handoffs leads to it, so it never runs. Add a "
+        "handoff to it (for example with_handoff(triage, tech)) or remove it from the workflow.",
+        "handoff-builder: error: the lint found 1 error; build(strict=True) refuses this workflow.",
+    ]
 
 
 @pytest.mark.parametrize(

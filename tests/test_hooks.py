@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from agent_framework import Agent, tool
 from pydantic import BaseModel, ConfigDict
 
 from handoff_builder import (
     ConversationHost,
+    HandoffConfigurationError,
     HandoffContext,
     HandoffHookError,
+    HandoffPredicate,
     HandoffWorkflowBuilder,
 )
 from handoff_builder.stores import ConversationStore
@@ -330,3 +333,185 @@ def test_hook_arguments_are_checked_at_the_call(stream: bool) -> None:
         builder.with_handoff(a, b, is_enabled="yes")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"^approval must be a bool or a callable, not int\.$"):
         builder.with_handoff(a, b, approval=1)  # type: ignore[arg-type]
+
+
+# -- is_enabled predicates run together, each within the hook limit ---------------------------
+
+
+def two_targets(
+    first: HandoffPredicate, second: HandoffPredicate
+) -> tuple[HandoffWorkflowBuilder, Agent, Agent, Agent]:
+    triage = scripted_agent("triage", reply("I'll help you myself."))
+    billing, tech = scripted_agent("billing"), scripted_agent("tech")
+    builder = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, billing, is_enabled=first)
+        .with_handoff(triage, tech, is_enabled=second)
+        .with_timeouts(agent_call=60)  # a backstop: nothing here waits for it
+    )
+    return builder, triage, billing, tech
+
+
+async def test_is_enabled_predicates_run_together(stream: bool) -> None:
+    """Each waits until the other has started: asked one after another, neither would answer."""
+    started = {"billing": asyncio.Event(), "tech": asyncio.Event()}
+
+    async def after_the_other(context: HandoffContext) -> bool:
+        started[context.target].set()
+        other = "tech" if context.target == "billing" else "billing"
+        await started[other].wait()
+        return context.target == "tech"
+
+    builder, triage, _, _ = two_targets(after_the_other, after_the_other)
+
+    turn = await run_turn(builder.build(), "hi", stream=stream)
+
+    assert turn.result.status == "completed"
+    assert received(triage).tool_names == ("handoff_to_tech",)
+
+
+async def test_an_error_surfaces_while_another_predicate_hangs(stream: bool) -> None:
+    never = asyncio.Event()
+    cancelled: list[str] = []
+
+    async def hangs(context: HandoffContext) -> bool:
+        try:
+            await never.wait()
+        except asyncio.CancelledError:
+            cancelled.append(context.target)
+            raise
+        return True
+
+    def broken(context: HandoffContext) -> bool:
+        raise LookupError("no such roster")
+
+    builder, triage, _, _ = two_targets(hangs, broken)
+
+    with pytest.raises(HandoffHookError) as failure:
+        await run_turn(builder.build(), "hi", stream=stream)
+
+    error = failure.value
+    assert (error.hook, error.source, error.target) == ("is_enabled", "triage", "tech")
+    assert str(error) == (
+        "The is_enabled of the handoff from 'triage' to 'tech' (handoff_to_tech) raised "
+        "LookupError: no such roster. Nothing was routed."
+    )
+    assert cancelled == ["billing"]  # the one still waiting was stopped, not left behind
+    assert client_of(triage).calls == []
+
+
+async def test_a_predicate_that_never_answers_is_an_error_naming_its_edge(stream: bool) -> None:
+    never = asyncio.Event()
+
+    async def hangs(context: HandoffContext) -> bool:
+        await never.wait()
+        return True
+
+    builder, triage, _, _ = two_targets(lambda context: True, hangs)
+
+    with pytest.raises(HandoffHookError) as failure:
+        await run_turn(builder.with_timeouts(hook=0.05).build(), "hi", stream=stream)
+
+    error = failure.value
+    assert (error.hook, error.source, error.target, error.tool_name) == (
+        "is_enabled",
+        "triage",
+        "tech",
+        "handoff_to_tech",
+    )
+    assert str(error) == (
+        "The is_enabled of the handoff from 'triage' to 'tech' (handoff_to_tech) gave no answer "
+        "within 0.05 s (with_timeouts(hook=...)). Nothing was routed."
+    )
+    assert isinstance(error.__cause__, TimeoutError)
+    assert client_of(triage).calls == []
+
+
+async def test_an_on_handoff_that_never_answers_is_an_error_naming_its_edge(stream: bool) -> None:
+    never = asyncio.Event()
+
+    async def hangs(context: HandoffContext) -> None:
+        await never.wait()
+
+    triage = scripted_agent("triage", handoff_to("billing", goal="Refund."))
+    billing = scripted_agent("billing")
+    workflow = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, billing, on_handoff=hangs)
+        .with_timeouts(hook=0.05)
+        .build()
+    )
+
+    with pytest.raises(HandoffHookError, match=r"^The on_handoff of .* gave no answer within"):
+        await run_turn(workflow, "refund", stream=stream)
+    assert client_of(billing).calls == []
+
+
+def test_the_hook_limit_is_checked_at_the_call(stream: bool) -> None:
+    del stream
+    builder = HandoffWorkflowBuilder(scripted_agent("a"))
+    with pytest.raises(ValueError, match=r"^hook must be a positive number of seconds or None"):
+        builder.with_timeouts(hook=0)
+    builder.with_timeouts(hook=None)  # no limit of its own: the agent call's bounds it
+
+
+# -- a handoff that is never offered does not take its name ---------------------------------------
+
+
+async def test_a_disabled_handoff_leaves_its_tool_name_to_the_enabled_one(stream: bool) -> None:
+    """A flag picks which of two agents `transfer_to_billing` leads to."""
+    new_billing_live = True
+    triage = scripted_agent("triage", call_tool("transfer_to_billing", goal="Refund A-1."))
+    old, new = scripted_agent("old_billing"), scripted_agent("new_billing", reply("Refunded."))
+    workflow = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, old, tool_name="transfer_to_billing",
+                      is_enabled=not new_billing_live)
+        .with_handoff(triage, new, tool_name="transfer_to_billing", is_enabled=new_billing_live)
+        .build()
+    )  # fmt: skip
+
+    turn = await run_turn(workflow, "refund A-1", stream=stream)
+
+    assert received(triage).tool_names == ("transfer_to_billing",)
+    assert [(h.source, h.target) for h in turn.result.handoffs] == [("triage", "new_billing")]
+    assert client_of(old).calls == []
+
+
+async def test_a_disabled_handoff_leaves_its_tool_name_to_the_agents_own_tool(
+    stream: bool,
+) -> None:
+    @tool(name="handoff_to_billing", description="Opens a billing ticket.")
+    def open_ticket() -> str:
+        return "Ticket T-1 opened."
+
+    triage = scripted_agent(
+        "triage", call_tool("handoff_to_billing"), reply("Done."), tools=[open_ticket]
+    )
+    billing = scripted_agent("billing")
+    workflow = (
+        HandoffWorkflowBuilder(triage).with_handoff(triage, billing, is_enabled=False).build()
+    )
+
+    turn = await run_turn(workflow, "open a ticket", stream=stream)
+
+    assert received(triage, 0).tool_names == ("handoff_to_billing",)  # its own tool
+    assert turn.blocked == []
+    assert received(triage).rendered.splitlines()[-1].endswith(": Ticket T-1 opened.")
+    assert turn.result.text == "Done."
+
+
+def test_two_handoffs_with_one_name_still_collide_when_both_may_be_offered(stream: bool) -> None:
+    del stream
+    triage, old, new = scripted_agent("triage"), scripted_agent("old"), scripted_agent("new")
+    builder = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, old, tool_name="transfer_to_billing", is_enabled=lambda c: True)
+        .with_handoff(triage, new, tool_name="transfer_to_billing")
+    )
+    with pytest.raises(HandoffConfigurationError) as failure:
+        builder.build()
+    assert failure.value.problems == (
+        "Agent 'triage' would get two handoff tools named 'transfer_to_billing' (to 'old' and "
+        "'new'); pass tool_name= to with_handoff for one of them.",
+    )

@@ -391,3 +391,81 @@ def test_without_a_payload_the_tool_takes_the_built_in_goal() -> None:
     assert spec["function"]["parameters"]["required"] == ["goal"]
     assert spec["function"]["parameters"]["additionalProperties"] is False
     assert spec["function"]["strict"] is True
+
+
+class Order(BaseModel):
+    """An order to refund (closed, every field required: declared strict)."""
+
+    model_config = ConfigDict(extra="forbid")
+    order_id: str
+    quantity: int
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["run", "stream"])
+async def test_a_strict_tool_does_not_coerce_its_arguments(stream: bool) -> None:
+    """ "strict": true is what the model is told; "25" for an integer is refused, not taken."""
+    billing = scripted_agent(
+        "billing",
+        call_tool("handoff_to_refunds", order_id="A-1", quantity="25"),
+        reply("How many items?"),
+    )
+    refunds = scripted_agent("refunds")
+    workflow = HandoffWorkflowBuilder(billing).with_handoff(billing, refunds, payload=Order).build()
+
+    turn = await run_turn(workflow, "refund 25 items of A-1", stream=stream)
+
+    [tool] = received(billing, 0).options["tools"]
+    assert tool.to_json_schema_spec()["function"]["strict"] is True
+    assert client_of(refunds).calls == []
+    [blocked] = turn.blocked
+    assert (blocked.reason, blocked.target) == ("invalid_payload", "refunds")
+    assert (
+        received(billing)
+        .rendered.splitlines()[-1]
+        .endswith(
+            "Error: the handoff was not performed because its arguments are not valid: quantity: "
+            "Input should be a valid integer. Fix them and call handoff_to_refunds again."
+        )
+    )
+    assert turn.result.text == "How many items?"
+
+
+async def test_a_tool_that_is_not_strict_takes_what_pydantic_can_convert() -> None:
+    class LooseOrder(BaseModel):
+        order_id: str
+        quantity: int
+        note: str = ""  # a default: not declared strict
+
+    billing = scripted_agent(
+        "billing", call_tool("handoff_to_refunds", order_id="A-1", quantity="25")
+    )
+    refunds = scripted_agent("refunds", reply("Refunded."))
+    workflow = (
+        HandoffWorkflowBuilder(billing).with_handoff(billing, refunds, payload=LooseOrder).build()
+    )
+
+    turn = await run_turn(workflow, "refund 25 items of A-1")
+
+    [handoff] = turn.result.handoffs
+    assert handoff.payload == LooseOrder(order_id="A-1", quantity=25)
+
+
+async def test_a_strict_delegate_tool_does_not_coerce_its_arguments() -> None:
+    triage = scripted_agent(
+        "triage", call_tool("ask_policy", order_id="A-1", quantity="25"), reply("Let me check.")
+    )
+    policy = scripted_agent("policy")
+    workflow = (
+        HandoffWorkflowBuilder(triage)
+        .with_delegate(triage, policy, "refund policy", payload=Order)
+        .build()
+    )
+
+    await run_turn(workflow, "refund 25 items of A-1")
+
+    assert client_of(policy).calls == []
+    assert (
+        received(triage)
+        .rendered.splitlines()[-1]
+        .endswith("Error: ask_policy was not called: quantity: Input should be a valid integer.")
+    )

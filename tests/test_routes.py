@@ -135,7 +135,8 @@ def test_constant_routes_are_checked_at_build() -> None:
     )
     with pytest.raises(HandoffConfigurationError, match="has two routes"):
         HandoffWorkflowBuilder(a).with_route(a, b).with_route(a, lambda c, r: None).build()
-    with pytest.raises(TypeError, match="route must be an agent, its name or a function"):
+    message = r"^route must be an agent_framework\.Agent, its name or a function, not int\.$"
+    with pytest.raises(TypeError, match=message):
         HandoffWorkflowBuilder(a).with_route(a, 42)  # pyright: ignore[reportArgumentType]
 
 

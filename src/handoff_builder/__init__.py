@@ -55,7 +55,7 @@ from ._handoff_manager import (
     AutonomousMode,
     HandoffManager,
 )
-from ._hooks import HandoffContext, HandoffHook, HandoffPredicate
+from ._hooks import DEFAULT_HOOK_TIMEOUT, HandoffContext, HandoffHook, HandoffPredicate
 from ._host import (
     DEFAULT_AGENT_TIMEOUT,
     DEFAULT_ESCALATION_MESSAGE,
@@ -95,9 +95,11 @@ from .exceptions import (
     ConversationConflictError,
     CorruptConversationError,
     CorruptStateError,
+    HandoffArgumentError,
     HandoffBuilderError,
     HandoffConfigurationError,
     HandoffHookError,
+    HookSignatureError,
     LeaseLostError,
     MessageNotStoredError,
     MessageTooLargeError,
@@ -163,6 +165,7 @@ __all__ = [
     "DEFAULT_AUTONOMOUS_TURN_LIMIT",
     "DEFAULT_ESCALATION_MESSAGE",
     "DEFAULT_HANDOFF_INSTRUCTIONS",
+    "DEFAULT_HOOK_TIMEOUT",
     "DEFAULT_IDLE_TIMEOUT",
     "DEFAULT_LOGGED_ARGUMENT_LENGTH",
     "DEFAULT_MAX_DELEGATION_DEPTH",
@@ -208,6 +211,7 @@ __all__ = [
     "GroupChatHost",
     "GroupChatManager",
     "HandBackSummary",
+    "HandoffArgumentError",
     "HandoffBlockedEvent",
     "HandoffBuilderError",
     "HandoffCall",
@@ -227,6 +231,7 @@ __all__ = [
     "HandoffWorkflow",
     "HandoffWorkflowBuilder",
     "HistoryMode",
+    "HookSignatureError",
     "HostedConversationAgent",
     "LeaseLostError",
     "LimitReachedEvent",

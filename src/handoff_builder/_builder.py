@@ -9,28 +9,30 @@ from typing import Any, TypeAlias, cast, overload
 from agent_framework import Agent, CheckpointStorage
 from pydantic import BaseModel
 
-from ._compile import (
-    AutonomousSettings,
-    BuildConfig,
-    DelegateEdge,
-    HandBack,
-    ManagerFactory,
-    compile_workflow,
-    lint,
-    to_mermaid,
+from ._arguments import (
+    agent_argument,
+    agent_or_name,
+    agents_argument,
+    check_edge_hook,
+    check_function,
+    int_argument,
 )
+from ._compile import compile_workflow, to_mermaid
+from ._config import AutonomousSettings, BuildConfig, DelegateEdge, HandBack, ManagerFactory
 from ._delegation import HISTORY_MODES, HistoryMode
 from ._handoff_manager import DEFAULT_AUTONOMOUS_PROMPT, DEFAULT_AUTONOMOUS_TURN_LIMIT
-from ._hooks import EdgePolicy, HandoffHook, HandoffPredicate
+from ._hooks import DEFAULT_HOOK_TIMEOUT, EdgePolicy, HandoffHook, HandoffPredicate
 from ._host import DEFAULT_AGENT_TIMEOUT, DEFAULT_TURN_TIMEOUT
 from ._instructions import DEFAULT_HANDOFF_INSTRUCTIONS
 from ._lint import LintFinding
 from ._logging import DEFAULT_LOGGED_ARGUMENT_LENGTH, ArgumentLogging
 from ._manager import CapOutcome, RouteFunction, TerminationCondition
+from ._plan import lint
 from ._review import DEFAULT_MAX_REVIEW_ROUNDS
-from ._validation import Edge
+from ._validation import Edge, label
 from ._views import HandoffToolCallFiltering
 from ._workflow import HandoffWorkflow
+from .exceptions import HandoffArgumentError
 
 __all__ = ["HandoffWorkflowBuilder", "Outcome"]
 
@@ -38,17 +40,6 @@ Outcome: TypeAlias = "CapOutcome | Agent[Any]"
 """A cap's outcome: a :class:`CapOutcome`, or an agent (the safe agent)."""
 
 logger = logging.getLogger("handoff_builder")
-
-
-def _agents_of(value: Agent | Iterable[Agent] | None, what: str) -> list[Agent]:
-    if value is None:
-        raise TypeError(f"{what} must be an agent or a list of agents, not None.")
-    if isinstance(value, Agent):
-        return [value]
-    agents = list(value)
-    if any(agent is None for agent in agents):  # pyright: ignore[reportUnnecessaryComparison]
-        raise TypeError(f"One or more {what} are None.")
-    return agents
 
 
 class HandoffWorkflowBuilder:
@@ -74,8 +65,7 @@ class HandoffWorkflowBuilder:
 
     def __init__(self, initial_agent: Agent) -> None:
         """Start a builder whose conversations begin at ``initial_agent``."""
-        if initial_agent is None:  # pyright: ignore[reportUnnecessaryComparison]
-            raise TypeError("initial_agent must be an agent, not None.")
+        initial_agent = agent_argument(initial_agent, "initial_agent")
         self._config = BuildConfig(initial_agent, {id(initial_agent): initial_agent})
         self._reported: set[str] = set()  # lint findings already logged by build()
 
@@ -89,11 +79,17 @@ class HandoffWorkflowBuilder:
     def add_participants(self, *agents: Agent | Iterable[Agent]) -> HandoffWorkflowBuilder:
         """Add agents without edges (the default all-to-all mesh applies when no edge is declared).
 
-        Adding the same agent object twice has no effect.
+        Adding the same agent object twice has no effect. Each must be an ``agent_framework.Agent``
+        (a workflow or another kind of agent is a :class:`~handoff_builder.HandoffArgumentError`
+        naming it, and none of them is added).
         """
-        for item in agents:
-            for agent in _agents_of(item, "agents"):
-                self._config.participants.setdefault(id(agent), agent)
+        chosen = [
+            agent
+            for index, item in enumerate(agents)
+            for agent in agents_argument(item, f"agents[{index}]", "agents")
+        ]
+        for agent in chosen:
+            self._config.participants.setdefault(id(agent), agent)
         return self
 
     def with_handoff(
@@ -129,10 +125,16 @@ class HandoffWorkflowBuilder:
                 then waits for a human's approval before anything routes (see
                 ``docs/human-in-the-loop.md``).
         """
-        (source_agent,) = _agents_of(source, "source agents")
-        (target_agent,) = _agents_of(target, "target agents")
+        source_agent = agent_argument(source, "source")
+        target_agent = agent_argument(target, "target")
+        edge_name = f"the handoff from {label(source_agent)} to {label(target_agent)}"
+        policy = _policy(
+            on_handoff,
+            is_enabled=is_enabled,
+            approval=approval,
+            edge=(source_agent, target_agent, edge_name),
+        )
         self.add_participants(source_agent, target_agent)
-        policy = _policy(on_handoff, is_enabled=is_enabled, approval=approval)
         edge = Edge(source_agent, target_agent, reason, tool_name, "handoff", payload, policy)
         self._config.edges.append(edge)
         return self
@@ -198,24 +200,40 @@ class HandoffWorkflowBuilder:
 
         if isinstance(first, Agent):
             if reason is not None:
-                raise TypeError("with_handoffs(source, targets) takes no reason; use with_handoff.")
-            if isinstance(second, Agent):
-                raise TypeError(
-                    "with_handoffs(source, targets) takes a list of targets; for one target use "
-                    "with_handoff(source, target)."
+                raise HandoffArgumentError(
+                    "reason", "with_handoffs(source, targets) takes no reason; use with_handoff."
                 )
-            for target in _agents_of(second, "target agents"):
+            if isinstance(second, Agent):
+                raise HandoffArgumentError(
+                    "targets",
+                    "with_handoffs(source, targets) takes a list of targets; for one target use "
+                    "with_handoff(source, target).",
+                )
+            targets = agents_argument(second, "targets", "target agents")
+            _check_hooks(
+                first, targets, on_handoff=on_handoff, is_enabled=is_enabled, approval=approval
+            )
+            for target in targets:
                 declare(first, target)
             return self
-        if not isinstance(second, Agent):
-            raise TypeError(
+        if _is_list(first) and _is_list(second):
+            raise HandoffArgumentError(
+                "targets",
                 "with_handoffs takes (source, [targets]) or ([sources], target); got "
-                f"{type(first).__name__} and {type(second).__name__}."
+                f"{type(first).__name__} and {type(second).__name__}.",
             )
+        sources = agents_argument(first, "sources", "source agents")
+        target = agent_argument(second, "target")
         if reason is not None and not isinstance(reason, str):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise TypeError(f"reason must be a string, not {type(reason).__name__}.")
-        for source in _agents_of(first, "source agents"):
-            declare(source, second, reason)
+            raise HandoffArgumentError(
+                "reason", f"reason must be a string, not {type(reason).__name__}."
+            )
+        for source in sources:
+            _check_hooks(
+                source, [target], on_handoff=on_handoff, is_enabled=is_enabled, approval=approval
+            )
+        for source in sources:
+            declare(source, target, reason)
         return self
 
     def with_hand_back(
@@ -239,10 +257,20 @@ class HandoffWorkflowBuilder:
         before the next user message (no ping-pong), and hand-backs count toward the per-message
         cap. ``on_handoff``, ``is_enabled`` and ``approval`` are those of :meth:`with_handoff`.
         """
-        (coordinator_agent,) = _agents_of(coordinator, "coordinator agents")
-        chosen = None if specialists is None else _agents_of(specialists, "specialist agents")
+        coordinator_agent = agent_argument(coordinator, "coordinator")
+        chosen = (
+            None
+            if specialists is None
+            else agents_argument(specialists, "specialists", "specialist agents")
+        )
+        edge_name = f"the hand-back to {label(coordinator_agent)}"
+        policy = _policy(
+            on_handoff,
+            is_enabled=is_enabled,
+            approval=approval,
+            edge=(coordinator_agent, None, edge_name),
+        )
         self.add_participants(coordinator_agent, *(chosen or []))
-        policy = _policy(on_handoff, is_enabled=is_enabled, approval=approval)
         hand_back = HandBack(coordinator_agent, chosen, reason, tool_name, payload, policy)
         self._config.hand_backs.append(hand_back)
         return self
@@ -290,14 +318,16 @@ class HandoffWorkflowBuilder:
         A delegate cycle (an expert that, directly or through its own delegates, asks its
         caller) is refused by ``build()``.
         """
-        (caller_agent,) = _agents_of(caller, "callers")
-        (expert_agent,) = _agents_of(expert, "experts")
+        caller_agent = agent_argument(caller, "caller")
+        expert_agent = agent_argument(expert, "expert")
         if history not in HISTORY_MODES:
             raise ValueError(
                 f"history must be one of {', '.join(map(repr, HISTORY_MODES))}, not {history!r}."
             )
         if not isinstance(approval, bool):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise TypeError(f"approval must be a bool, not {type(approval).__name__}.")
+            raise HandoffArgumentError(
+                "approval", f"approval must be a bool, not {type(approval).__name__}."
+            )
         if max_calls is not None:
             max_calls = _at_least_one("max_calls", max_calls)
         self._config.delegates.append(
@@ -329,8 +359,8 @@ class HandoffWorkflowBuilder:
         counts toward ``max_iterations`` (not toward the handoff cap), and is a ``"review"``
         step in the trace. A reviewer takes no part in the default all-to-all mesh.
         """
-        (producer_agent,) = _agents_of(producer, "producers")
-        (reviewer_agent,) = _agents_of(reviewer, "reviewers")
+        producer_agent = agent_argument(producer, "producer")
+        reviewer_agent = agent_argument(reviewer, "reviewer")
         self.add_participants(producer_agent, reviewer_agent)
         rounds = _at_least_one("max_rounds", max_rounds)
         self._config.reviews.append((producer_agent, reviewer_agent, rounds))
@@ -438,9 +468,10 @@ class HandoffWorkflowBuilder:
         if isinstance(outcome, Agent):
             self.add_participants(cast("Agent", outcome))
         elif not isinstance(outcome, CapOutcome):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise TypeError(
-                f"outcome must be a CapOutcome or an agent (the safe agent), not "
-                f"{type(outcome).__name__}."
+            raise HandoffArgumentError(
+                "outcome",
+                f"outcome must be a CapOutcome or an agent_framework.Agent (the safe agent), not "
+                f"{type(outcome).__name__}.",
             )
         self._config.cap_outcomes[cap] = outcome
 
@@ -460,14 +491,25 @@ class HandoffWorkflowBuilder:
         route only runs when ``source`` answered without one, after the termination condition
         and before autonomous mode. One route per source.
         """
-        (source_agent,) = _agents_of(source, "source agents")
+        source_agent = agent_argument(source, "source")
+        if not isinstance(route, (Agent, str)):
+            if not callable(route):
+                raise HandoffArgumentError(
+                    "route",
+                    "route must be an agent_framework.Agent, its name or a function, not "
+                    f"{type(route).__name__}.",
+                )
+            check_function(
+                route,
+                "route",
+                f"The route of {label(source_agent)}",
+                "two arguments, the conversation and the AgentReply",
+                2,
+                source=str(source_agent.name),
+            )
         self.add_participants(source_agent)
         if isinstance(route, Agent):
             self.add_participants(cast("Agent", route))
-        elif not isinstance(route, str) and not callable(route):
-            raise TypeError(
-                f"route must be an agent, its name or a function, not {type(route).__name__}."
-            )
         self._config.code_routes.append((source_agent, cast(Any, route)))
         return self
 
@@ -476,8 +518,9 @@ class HandoffWorkflowBuilder:
         *,
         agent_call: float | None = DEFAULT_AGENT_TIMEOUT,
         turn: float | None = DEFAULT_TURN_TIMEOUT,
+        hook: float | None = DEFAULT_HOOK_TIMEOUT,
     ) -> HandoffWorkflowBuilder:
-        """Deadlines: seconds one agent call may take, and one user turn (``None``: no limit).
+        """Deadlines: seconds one agent call may take, one user turn, one hook (``None``: no limit).
 
         The defaults are :data:`~handoff_builder.DEFAULT_AGENT_TIMEOUT` (120 s: one model
         response with its own tool calls) and :data:`~handoff_builder.DEFAULT_TURN_TIMEOUT`
@@ -486,8 +529,13 @@ class HandoffWorkflowBuilder:
         :class:`~handoff_builder.TurnTimeoutEvent`; nothing of the cancelled call is kept, so the
         conversation stays valid and the next message carries on. A turn's deadline starts again
         where it resumes (after a restore, or once its requests were answered).
+
+        ``hook`` (default :data:`~handoff_builder.DEFAULT_HOOK_TIMEOUT`, 30 s) bounds each answer
+        of an edge's async ``is_enabled``, ``approval`` and ``on_handoff``: one that gives none in
+        time is cancelled and raises :class:`~handoff_builder.HandoffHookError` naming its edge,
+        as if it had failed. Hooks run inside the agent call, so its deadline bounds them too.
         """
-        for name, value in (("agent_call", agent_call), ("turn", turn)):
+        for name, value in (("agent_call", agent_call), ("turn", turn), ("hook", hook)):
             if value is not None and (
                 isinstance(value, bool)
                 or not isinstance(value, int | float)  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -497,6 +545,7 @@ class HandoffWorkflowBuilder:
                                  f"{value!r}.")  # fmt: skip
         self._config.agent_timeout = None if agent_call is None else float(agent_call)
         self._config.turn_timeout = None if turn is None else float(turn)
+        self._config.hook_timeout = None if hook is None else float(hook)
         return self
 
     def with_checkpointing(self, storage: CheckpointStorage | None) -> HandoffWorkflowBuilder:
@@ -521,8 +570,9 @@ class HandoffWorkflowBuilder:
         their handoff tools, and the manager reviews their calls. Hosted conversations
         (``ConversationHost``) run the manager too.
         """
-        if not callable(factory):
-            raise TypeError(f"factory must be callable, not {type(factory).__name__}.")
+        check_function(
+            factory, "factory", "The manager factory", "one argument, the ManagerSettings", 1
+        )
         self._config.manager_factory = factory
         return self
 
@@ -549,8 +599,9 @@ class HandoffWorkflowBuilder:
         The shared history always keeps everything; only each agent's view is filtered.
         """
         if not isinstance(filtering, HandoffToolCallFiltering):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise TypeError(
-                f"filtering must be a HandoffToolCallFiltering, not {type(filtering).__name__}."
+            raise HandoffArgumentError(
+                "filtering",
+                f"filtering must be a HandoffToolCallFiltering, not {type(filtering).__name__}.",
             )
         self._config.filtering = filtering
         return self
@@ -572,8 +623,11 @@ class HandoffWorkflowBuilder:
         handoff always routes). It matters with autonomous mode; the last call wins, ``None``
         removes it.
         """
-        if condition is not None and not callable(condition):
-            raise TypeError(f"condition must be callable, not {type(condition).__name__}.")
+        if condition is not None:
+            check_function(
+                condition, "condition", "The termination condition",
+                "one argument, the conversation", 1,
+            )  # fmt: skip
         self._config.termination_condition = condition
         return self
 
@@ -604,7 +658,18 @@ class HandoffWorkflowBuilder:
             raise ValueError("Turn limit must be greater than zero.")
         allow = list(agents) if agents is not None else None
         if allow is not None and any(agent is None for agent in allow):  # pyright: ignore[reportUnnecessaryComparison]
-            raise TypeError("One or more autonomous agents are None.")
+            raise HandoffArgumentError("agents", "One or more autonomous agents are None.")
+        allow = (
+            None
+            if allow is None
+            else [agent_or_name(agent, f"agents[{i}]") for i, agent in enumerate(allow)]
+        )
+        for argument, mapping in (
+            ("agent_turn_limits", agent_turn_limits),
+            ("agent_continuation_prompts", agent_continuation_prompts),
+        ):
+            for key in mapping or {}:
+                agent_or_name(key, f"a key of {argument}")
         limits = list((agent_turn_limits or {}).items())
         for agent, value in limits:
             if value <= 0:
@@ -632,7 +697,11 @@ class HandoffWorkflowBuilder:
         The others still speak and appear in the turn result and the conversation; their updates
         are not streamed unless they are listed in :meth:`with_intermediate_output_from`.
         """
-        chosen = [agent for item in agents for agent in _agents_of(item, "output agents")]
+        chosen = [
+            agent
+            for index, item in enumerate(agents)
+            for agent in agents_argument(item, f"agents[{index}]", "output agents")
+        ]
         self._config.output_from = (self._config.output_from or []) + chosen
         return self
 
@@ -644,7 +713,11 @@ class HandoffWorkflowBuilder:
         Intermediate updates are not workflow outputs (``workflow.as_agent()`` does not forward
         them): use them for progress displays.
         """
-        chosen = [agent for item in agents for agent in _agents_of(item, "intermediate agents")]
+        chosen = [
+            agent
+            for index, item in enumerate(agents)
+            for agent in agents_argument(item, f"agents[{index}]", "intermediate agents")
+        ]
         self._config.intermediate_from.extend(chosen)
         return self
 
@@ -663,17 +736,18 @@ class HandoffWorkflowBuilder:
     # -- build ------------------------------------------------------------------------------------
 
     def lint(self) -> list[LintFinding]:
-        """What the topology lint finds: a graph that builds but is likely a mistake.
+        """Every problem at once: what ``build()`` refuses, and a graph that is likely a mistake.
 
         Each :class:`~handoff_builder.LintFinding` has a ``severity`` (``"error"``: the graph
         contradicts itself; ``"warning"``), a ``code``, the ``agents`` and a ``message`` saying how
-        to fix it: an agent no handoff leads to (``unreachable-agent``, an error; not checked
-        with a manager of your own), a specialist that cannot give the conversation back in a
-        hand-back workflow (``no-way-back``), tools of one agent with the same description
-        (``same-tool-description``).
-
-        Raises:
-            HandoffConfigurationError: the configuration does not build at all.
+        to fix it. Each problem ``build()`` refuses is an error finding (``delegate-cycle``,
+        ``self-handoff``, ``tool-name-collision``...); the lint's own rules find an agent no
+        handoff leads to (``unreachable-agent``, an error; not checked with a manager of your
+        own), a specialist that cannot give the conversation back in a hand-back workflow
+        (``no-way-back``), tools of one agent with the same description
+        (``same-tool-description``), a tool name that had to be sanitised
+        (``sanitised-tool-name``), and more (``docs/reference.md``). Errors come first. It never
+        raises for the configuration: ``build()`` does.
         """
         return lint(self._config)
 
@@ -713,14 +787,48 @@ def _policy(
     *,
     is_enabled: bool | HandoffPredicate,
     approval: bool | HandoffPredicate,
+    edge: tuple[Agent, Agent | None, str],
 ) -> EdgePolicy:
-    """The edge's code, its types checked at the call."""
+    """The edge's code, checked at the call: each function must take a ``HandoffContext``.
+
+    ``edge`` is the source, the target (``None``: not known yet) and the edge's name.
+    """
     if on_handoff is not None and not callable(on_handoff):
-        raise TypeError(f"on_handoff must be callable, not {type(on_handoff).__name__}.")
+        raise HandoffArgumentError(
+            "on_handoff", f"on_handoff must be callable, not {type(on_handoff).__name__}."
+        )
     for name, value in (("is_enabled", is_enabled), ("approval", approval)):
         if not isinstance(value, bool) and not callable(value):
-            raise TypeError(f"{name} must be a bool or a callable, not {type(value).__name__}.")
+            raise HandoffArgumentError(
+                name, f"{name} must be a bool or a callable, not {type(value).__name__}."
+            )
+    for name, value in (("on_handoff", on_handoff), ("is_enabled", is_enabled),
+                        ("approval", approval)):  # fmt: skip
+        if callable(value):
+            check_edge_hook(name, value, *edge)
     return EdgePolicy(on_handoff, is_enabled, approval)
+
+
+def _check_hooks(
+    source: Agent,
+    targets: Sequence[Agent],
+    *,
+    on_handoff: HandoffHook | None,
+    is_enabled: bool | HandoffPredicate,
+    approval: bool | HandoffPredicate,
+) -> None:
+    """Every edge of a ``with_handoffs`` call is checked before any is declared."""
+    for target in targets:
+        _policy(
+            on_handoff,
+            is_enabled=is_enabled,
+            approval=approval,
+            edge=(source, target, f"the handoff from {label(source)} to {label(target)}"),
+        )
+
+
+def _is_list(value: object) -> bool:
+    return isinstance(value, Iterable) and not isinstance(value, (str, Agent))
 
 
 def _name(agent: Agent | str) -> str:
@@ -728,8 +836,4 @@ def _name(agent: Agent | str) -> str:
 
 
 def _at_least_one(what: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise TypeError(f"{what} must be an int, not {type(value).__name__}.")
-    if value < 1:
-        raise ValueError(f"{what} must be at least 1, got {value}.")
-    return value
+    return int_argument(what, value)

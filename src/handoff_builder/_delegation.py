@@ -45,7 +45,7 @@ from ._payloads import DelegateTask, payload_label, validate_arguments
 from ._requests import BESIDE_WAITING_RESULT, dangling_calls, requests_in, settle, unanswered
 from ._state import DelegationFrame
 from ._telemetry import delegation_span, settle_delegation_span
-from ._tools import HandoffTool
+from ._tools import HandoffTool, schema_tool
 
 if TYPE_CHECKING:
     from ._participant import Participant
@@ -104,22 +104,10 @@ class DelegateRoute(NamedTuple):
         return self.payload or DelegateTask
 
 
-def _never_called(**_: Any) -> str:  # pragma: no cover - the middleware intercepts every call
-    raise RuntimeError(
-        "delegate tools are intercepted by DelegateToolMiddleware and never executed"
-    )
-
-
 @functools.lru_cache(maxsize=1024)
 def make_delegate_tool(route: DelegateRoute) -> HandoffTool:
     """The tool ``route.caller`` calls to ask ``route.expert`` (one per distinct route, shared)."""
-    return HandoffTool(
-        name=route.tool_name,
-        description=route.description,
-        func=_never_called,
-        input_model=route.model,
-        approval_mode="never_require",
-    )
+    return schema_tool(route.tool_name, route.description, route.model)
 
 
 class Suspension(NamedTuple):

@@ -7,12 +7,15 @@
 * ``on_handoff`` (a sync or async function) runs last, before the target runs: ``None`` lets the
   handoff go, a string vetoes it (the string is the calling agent's tool error).
 
-An exception in any of them is a :class:`~handoff_builder.HandoffHookError` that names the edge;
-nothing routes.
+An exception in any of them, or no answer within the hook limit (``with_timeouts(hook=...)``,
+default :data:`DEFAULT_HOOK_TIMEOUT`), is a :class:`~handoff_builder.HandoffHookError` that names
+the edge; nothing routes. A run's ``is_enabled`` predicates are asked together: one that waits
+holds up none of the others, and the first error stops the rest.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -23,15 +26,22 @@ from pydantic import BaseModel
 
 from ._decision import HandoffCall, HandoffRequest, refused_call
 from ._routes import HandoffRoute
+from ._timeouts import DeadlinePassedError, within
 from .exceptions import HandoffHookError
 
 __all__ = [
+    "DEFAULT_HOOK_TIMEOUT",
     "EdgePolicy",
     "HandoffContext",
     "HandoffGate",
     "HandoffHook",
     "HandoffPredicate",
 ]
+
+
+DEFAULT_HOOK_TIMEOUT = 30.0
+"""Seconds an edge's hook may take to answer (``with_timeouts(hook=...)``): shorter than an agent
+call's limit, so that a hook that hangs is reported as itself, not as a slow agent."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +91,7 @@ _T = TypeVar("_T")
 class HandoffGate:
     """Asks one run's edges what they allow; made by the host for each agent run."""
 
-    __slots__ = ("_conversation", "_conversation_id", "_policies", "closed")
+    __slots__ = ("_conversation", "_conversation_id", "_policies", "closed", "timeout")
 
     def __init__(
         self,
@@ -90,12 +100,15 @@ class HandoffGate:
         conversation_id: str | None,
         *,
         closed: bool = False,
+        timeout: float | None = DEFAULT_HOOK_TIMEOUT,
     ) -> None:
         self._policies = policies
         self._conversation = conversation
         self._conversation_id = conversation_id
         self.closed = closed
         """No handoff tool is offered in this run (a safe agent's run)."""
+        self.timeout = timeout
+        """Seconds a hook may take to answer (``None``: no limit of its own)."""
 
     @property
     def runs_code(self) -> bool:
@@ -119,16 +132,24 @@ class HandoffGate:
         )
 
     async def disabled(self, routes: Sequence[HandoffRoute]) -> frozenset[str]:
-        """The tool names of ``routes`` whose ``is_enabled`` says no for this run."""
+        """The tool names of ``routes`` whose ``is_enabled`` says no for this run.
+
+        The predicates are asked together; the first to fail stops the others and is raised.
+        """
         if self.closed:
             return frozenset(route.tool_name for route in routes)
-        off: set[str] = set()
-        for route in routes:
-            enabled = self._policy(route).is_enabled
-            if enabled is True:
-                continue
-            if enabled is False or not await self._ask(route, "is_enabled", enabled, None):
-                off.add(route.tool_name)
+        off = {route.tool_name for route in routes if self._policy(route).is_enabled is False}
+        asked = [
+            (route, enabled)
+            for route in routes
+            if callable(enabled := self._policy(route).is_enabled)
+        ]
+        answers = await _together(
+            [self._ask(route, "is_enabled", predicate, None) for route, predicate in asked]
+        )
+        off.update(
+            route.tool_name for (route, _), yes in zip(asked, answers, strict=True) if not yes
+        )
         return frozenset(off)
 
     async def review(
@@ -186,9 +207,33 @@ class HandoffGate:
         try:
             answer = function(self.context(route, call))
             if inspect.isawaitable(answer):
-                answer = await answer
+                answer = await within(self.timeout, answer)
+        except DeadlinePassedError as error:
+            raise HandoffHookError(
+                route.source, route.target, route.tool_name, hook, error, timeout=self.timeout
+            ) from error
         except Exception as error:
             raise HandoffHookError(
                 route.source, route.target, route.tool_name, hook, error
             ) from error
         return cast(_T, answer)
+
+
+async def _together(calls: Sequence[Awaitable[_T]]) -> list[_T]:
+    """The results of ``calls``, run concurrently; the first to fail cancels the rest.
+
+    Of calls that fail at the same moment, the first in order is raised.
+    """
+    if len(calls) <= 1:
+        return [await call for call in calls]
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:  # an error, or this run was cancelled: nothing is left running
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    failed = [task for task in tasks if not task.cancelled() and task.exception() is not None]
+    if failed:
+        raise cast(BaseException, failed[0].exception())
+    return [task.result() for task in tasks]

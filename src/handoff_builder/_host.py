@@ -71,7 +71,7 @@ from ._events import (
     TurnStatus,
     TurnTimeoutEvent,
 )
-from ._hooks import HandoffGate
+from ._hooks import DEFAULT_HOOK_TIMEOUT, HandoffGate
 from ._logging import ArgumentLogging, log_event
 from ._manager import GroupChatManager
 from ._participant import AgentRun, Participant
@@ -269,6 +269,7 @@ class GroupChatHost(Executor):
         workflow_name: str = "handoff",
         agent_timeout: float | None = DEFAULT_AGENT_TIMEOUT,
         turn_timeout: float | None = DEFAULT_TURN_TIMEOUT,
+        hook_timeout: float | None = DEFAULT_HOOK_TIMEOUT,
         experts: Mapping[str, Participant] | None = None,
         max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH,
         reviewed: frozenset[str] = frozenset(),
@@ -286,6 +287,8 @@ class GroupChatHost(Executor):
         self.turn_timeout = turn_timeout
         """Seconds a turn may take (``None``: no limit), from its start or from where it
         resumed (after a restore, or once its requests were answered)."""
+        self.hook_timeout = hook_timeout
+        """Seconds an edge's hook may take to answer (``None``: no limit of its own)."""
         self._deadline: float | None = None  # the open turn's, on the event loop's clock
         self.last_result: HandoffTurnResult | None = None
         """The result of the last turn that ended in this host."""
@@ -1135,7 +1138,13 @@ class GroupChatHost(Executor):
 
     def _gate_for(self, participant: Participant, *, closed: bool = False) -> HandoffGate:
         """What the participant's edges allow in this run, asked with the conversation so far."""
-        return HandoffGate(participant.policies, self._history, self.conversation_id, closed=closed)
+        return HandoffGate(
+            participant.policies,
+            self._history,
+            self.conversation_id,
+            closed=closed,
+            timeout=self.hook_timeout,
+        )
 
     def _turn_trace(self) -> TurnTrace:
         """The open turn's trace (a turn restored from a checkpoint or a store starts a new one)."""
@@ -1298,7 +1307,8 @@ class GroupChatHost(Executor):
         for handoff in turn.handoffs:
             model = self._payload_models.get((handoff.source, handoff.tool_name))
             if isinstance(handoff.payload, dict) and model is not None:
-                payload, problem = validate_arguments(model, handoff.payload)
+                # our own record of a validated payload: read back as it was written
+                payload, problem = validate_arguments(model, handoff.payload, strict=False)
                 if problem is not None:
                     raise CorruptStateError(
                         f"The open turn saved by executor {self.id!r}",

@@ -1,8 +1,9 @@
 """Topology lint: findings about a handoff graph that builds, but will not behave as meant.
 
-``build()`` refuses what cannot run (see :mod:`._validation`); the lint finds what runs but is
-likely a mistake: an agent nothing leads to, a specialist that cannot give the conversation back
-in a hand-back workflow, tools of one agent that the model cannot tell apart.
+``build()`` refuses what cannot run (see :mod:`._validation`; ``lint()`` reports those problems
+as error findings too); the lint's own rules find what runs but is likely a mistake: an agent
+nothing leads to, a specialist that cannot give the conversation back in a hand-back workflow,
+tools of one agent that the model cannot tell apart, a tool name that had to be sanitised.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from typing_extensions import override
 from ._delegation import DelegateRoute
 from ._manager import CodeRoute
 from ._review import Review
-from ._routes import HandoffRoute
+from ._routes import MAX_TOOL_NAME_LENGTH, HandoffRoute, is_valid_tool_name, sanitize_tool_name
 
-__all__ = ["LintFinding", "LintSeverity", "lint_graph"]
+__all__ = ["LintFinding", "LintSeverity", "lint_graph", "renamed_tools"]
 
 LintSeverity = Literal["error", "warning"]
 """``"error"``: the graph contradicts itself (``build(strict=True)`` refuses it);
@@ -31,7 +32,9 @@ class LintFinding:
     """One finding of :meth:`HandoffWorkflowBuilder.lint`.
 
     ``code`` names the rule (``"unreachable-agent"``, ``"no-way-back"``,
-    ``"same-tool-description"``, ``"handoff-and-delegate"``, ``"route-with-manager"``);
+    ``"same-tool-description"``, ``"handoff-and-delegate"``, ``"route-with-manager"``,
+    ``"sanitised-tool-name"``..., or, for a problem ``build()`` refuses, ``"delegate-cycle"``,
+    ``"self-handoff"``, ``"tool-name-collision"``...);
     ``agents`` are the agents it is about; ``message`` says what is wrong and how to fix it.
     """
 
@@ -190,6 +193,37 @@ def _handoff_and_delegate(
                         "to use it.",
                     )
                 )
+    return findings
+
+
+def renamed_tools(defaults: Iterable[tuple[str, str, str]]) -> list[LintFinding]:
+    """A warning per default tool name that had to be changed to be valid.
+
+    ``defaults`` are ``(source, tool noun, unsanitised name)``, one per tool named by default
+    (``handoff_to_<target>``, ``ask_<expert>``...): a name with characters outside
+    ``[A-Za-z0-9_-]``, or too long, is changed; the model sees the changed one.
+    """
+    sources: dict[tuple[str, str], list[str]] = {}
+    for source, noun, wanted in defaults:
+        if not is_valid_tool_name(wanted):
+            sources.setdefault((noun, wanted), []).append(source)
+    findings: list[LintFinding] = []
+    for (noun, wanted), agents in sources.items():
+        why: list[str] = []
+        if sanitize_tool_name(wanted) != wanted[:MAX_TOOL_NAME_LENGTH]:
+            why.append("has characters outside [A-Za-z0-9_-]")
+        if len(wanted) > MAX_TOOL_NAME_LENGTH:
+            why.append(f"is longer than {MAX_TOOL_NAME_LENGTH} characters")
+        findings.append(
+            LintFinding(
+                "warning",
+                "sanitised-tool-name",
+                tuple(agents),
+                f"The {noun} tool {wanted!r} of {_names([repr(a) for a in agents])} "
+                f"{' and '.join(why)}: it is named {sanitize_tool_name(wanted)!r}. Pass "
+                "tool_name= to name it yourself, or rename the agent.",
+            )
+        )
     return findings
 
 

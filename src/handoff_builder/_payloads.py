@@ -4,11 +4,13 @@ Without ``payload=`` a handoff tool takes :class:`HandoffGoal` (a required one-s
 and a hand-back tool :class:`HandBackSummary` (a required ``summary``). With ``payload=Model`` the
 tool's JSON schema is ``Model``'s (title, field descriptions, required fields, enums, nested
 models), and the call's arguments are validated with it: an invalid call is a tool error that names
-each bad field, and nothing routes.
+each bad field, and nothing routes. A tool declared strict (:func:`declares_strict`) takes its
+arguments exactly as typed: nothing is converted ("25" is not an integer).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from typing import Any, cast
@@ -21,6 +23,7 @@ __all__ = [
     "HandoffGoal",
     "ReviewApproval",
     "ReviewChanges",
+    "declares_strict",
     "describe_errors",
     "is_strict_schema",
     "payload_label",
@@ -91,12 +94,14 @@ class ReviewChanges(BaseModel):
 
 
 def validate_arguments(
-    model: type[BaseModel], arguments: Any
+    model: type[BaseModel], arguments: Any, *, strict: bool | None = None
 ) -> tuple[BaseModel | None, str | None]:
     """``arguments`` (a JSON string, a mapping or a model) validated by ``model``, as JSON.
 
     A model's arguments are JSON, so they are validated in pydantic's JSON mode: a strict model
-    (``strict=True``) takes an enum's value or an ISO date as the model wrote them.
+    (``strict=True``) takes an enum's value or an ISO date as the model wrote them. ``strict``
+    (``None``: as the tool of ``model`` is declared, :func:`declares_strict`) turns pydantic's
+    strict mode on: no value is converted to its field's type ("25" is not an integer).
     Returns the payload, or ``None`` and a sentence that names each bad field.
     """
     if isinstance(arguments, BaseModel):
@@ -113,7 +118,8 @@ def validate_arguments(
     except (TypeError, ValueError) as error:  # not JSON values: not something a model sent
         return None, f"the arguments are not JSON values ({error})"
     try:
-        return model.model_validate_json(text), None
+        strict = declares_strict(model) if strict is None else strict
+        return model.model_validate_json(text, strict=strict or None), None
     except ValidationError as error:
         return None, describe_errors(error)
 
@@ -131,6 +137,16 @@ def payload_label(model: type[BaseModel]) -> str:
     """How a payload of ``model`` is labelled in a note: its title, else its class name."""
     title = model.model_config.get("title")
     return title if isinstance(title, str) and title else model.__name__
+
+
+@functools.lru_cache(maxsize=256)
+def declares_strict(model: type[BaseModel]) -> bool:
+    """True when a tool that takes ``model`` is declared ``"strict": true`` (its schema allows it).
+
+    Such a tool's arguments are validated in strict mode: a provider that enforces the schema sends
+    nothing else, and one that does not must not have its mistakes converted silently.
+    """
+    return is_strict_schema(model.model_json_schema())
 
 
 def is_strict_schema(schema: Mapping[str, Any]) -> bool:

@@ -27,7 +27,7 @@ from typing_extensions import override
 
 from ._decision import ReviewVerdict
 from ._payloads import ReviewApproval, ReviewChanges, validate_arguments
-from ._tools import HandoffTool
+from ._tools import HandoffTool, schema_tool
 
 __all__ = [
     "APPROVE_TOOL",
@@ -95,10 +95,6 @@ class Review:
         )
 
 
-def _never_called(**_: object) -> str:  # pragma: no cover - the middleware intercepts every call
-    raise RuntimeError("review tools are intercepted by ReviewToolMiddleware and never executed")
-
-
 REVIEW_TOOL_KINDS: Mapping[str, VerdictKind] = {
     APPROVE_TOOL: "approve",
     REQUEST_CHANGES_TOOL: "request_changes",
@@ -112,16 +108,7 @@ _MODELS: Mapping[str, type[BaseModel]] = {
 @functools.lru_cache(maxsize=1)
 def review_tools() -> tuple[HandoffTool, ...]:
     """The reviewer's two tools (one pair, shared: they hold no state)."""
-    return tuple(
-        HandoffTool(
-            name=name,
-            description=model.__doc__ or name,
-            func=_never_called,
-            input_model=model,
-            approval_mode="never_require",
-        )
-        for name, model in _MODELS.items()
-    )
+    return tuple(schema_tool(name, model.__doc__ or name, model) for name, model in _MODELS.items())
 
 
 def judge(name: str, arguments: object, call_id: str) -> tuple[ReviewVerdict | None, str]:

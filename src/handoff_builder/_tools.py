@@ -77,7 +77,7 @@ def approval_request(call: HandoffCall, arguments: str) -> Content:
 
 
 def _never_called(**_: Any) -> str:  # pragma: no cover - the middleware intercepts every call
-    raise RuntimeError("handoff tools are intercepted by HandoffToolMiddleware and never executed")
+    raise RuntimeError("this tool is read by a middleware of the workflow and never executed")
 
 
 class HandoffTool(FunctionTool):
@@ -85,7 +85,8 @@ class HandoffTool(FunctionTool):
 
     OpenAI's strict function calling (``"strict": true``) constrains the model to the schema; it
     is declared when every object in the schema is closed and every property required (a model
-    with ``extra="forbid"`` and no defaults, as the built-in goal and summary are).
+    with ``extra="forbid"`` and no defaults, as the built-in goal and summary are), and the call's
+    arguments are then validated strictly (:func:`~handoff_builder._payloads.validate_arguments`).
     """
 
     @override
@@ -96,6 +97,22 @@ class HandoffTool(FunctionTool):
         return spec
 
 
+def schema_tool(name: str, description: str, model: type[BaseModel]) -> HandoffTool:
+    """A tool that takes ``model`` and is never executed: a middleware reads every call to it.
+
+    agent_framework gets the model's JSON schema, not the model: it then hands the middleware the
+    arguments as the model sent them, without converting them first (a model given as a class is
+    validated, leniently, before any middleware runs). Validating them is the middleware's.
+    """
+    return HandoffTool(
+        name=name,
+        description=description,
+        func=_never_called,
+        input_model=model.model_json_schema(),
+        approval_mode="never_require",
+    )
+
+
 @functools.lru_cache(maxsize=1024)
 def make_handoff_tool(route: HandoffRoute) -> HandoffTool:
     """The tool an agent calls to hand the conversation to ``route.target``.
@@ -104,13 +121,7 @@ def make_handoff_tool(route: HandoffRoute) -> HandoffTool:
     per-conversation state (it is never executed; :class:`HandoffToolMiddleware` intercepts every
     call), so a built conversation does not carry its own copy.
     """
-    return HandoffTool(
-        name=route.tool_name,
-        description=route.description,
-        func=_never_called,
-        input_model=route.model,
-        approval_mode="never_require",
-    )
+    return schema_tool(route.tool_name, route.description, route.model)
 
 
 class HandoffToolMiddleware(FunctionMiddleware):

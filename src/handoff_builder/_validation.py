@@ -1,4 +1,10 @@
-"""Pure checks of a handoff topology; each problem is a sentence that says how to fix it."""
+"""Pure checks of a handoff topology: the problems ``build()`` refuses.
+
+Each problem is an error :class:`~handoff_builder.LintFinding`: a ``code`` naming the rule, the
+agents it is about, and a sentence that says how to fix it. ``build()`` raises them all at once
+(:class:`~handoff_builder.HandoffConfigurationError`); ``lint()`` returns them with its other
+findings.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ from agent_framework import Agent
 from pydantic import BaseModel
 
 from ._hooks import PLAIN, EdgePolicy
+from ._lint import LintFinding
 from ._routes import EDGE_KINDS, MAX_TOOL_NAME_LENGTH, EdgeKind, HandoffKind, is_valid_tool_name
 
 
@@ -28,6 +35,18 @@ class Edge(NamedTuple):
     def edge(self) -> EdgeKind:
         """The row of the edge-kind table for this edge."""
         return EDGE_KINDS[self.kind]
+
+
+def problem(code: str, agents: Iterable[Any], message: str) -> LintFinding:
+    """A problem ``build()`` refuses: an error finding about ``agents`` (agents or names)."""
+    return LintFinding("error", code, tuple(_name(agent) for agent in agents), message)
+
+
+def _name(agent: Any) -> str:
+    if isinstance(agent, str):
+        return agent
+    name = getattr(agent, "name", None)
+    return name if isinstance(name, str) and name.strip() else label(agent)
 
 
 def label(agent: Any) -> str:
@@ -66,77 +85,112 @@ def handoff_description(edge: Edge) -> str | None:
     return None
 
 
-def participant_problems(participants: Sequence[Any]) -> list[str]:
-    """Every participant is an Agent with a unique, non-blank name."""
-    problems: list[str] = []
+def participant_problems(participants: Sequence[Any]) -> list[LintFinding]:
+    """Every participant has a unique, non-blank name.
+
+    (Each is an ``agent_framework.Agent``: the builder refuses anything else at the call.)
+    """
+    problems: list[LintFinding] = []
     for agent in participants:
-        if not isinstance(agent, Agent):
+        if not (isinstance(agent.name, str) and agent.name.strip()):
             problems.append(
-                f"Participant {agent!r} is a {type(agent).__name__}; handoff workflows need "
-                "agent_framework.Agent instances, which accept tools and middleware per run."
-            )
-        elif not (isinstance(agent.name, str) and agent.name.strip()):
-            problems.append(
-                f"Agent {label(agent)} has no name; give every participant a unique name "
-                "(it names the agent's handoff tool and the messages it writes)."
+                problem(
+                    "unnamed-agent",
+                    [agent],
+                    f"Agent {label(agent)} has no name; give every participant a unique name "
+                    "(it names the agent's handoff tool and the messages it writes).",
+                )
             )
     counts = Counter(getattr(agent, "name", None) for agent in participants)
     for name, count in counts.items():
         if isinstance(name, str) and name.strip() and count > 1:
             problems.append(
-                f"{count} different agents are named {name!r}; participant names must be unique."
+                problem(
+                    "duplicate-name",
+                    [name],
+                    f"{count} different agents are named {name!r}; participant names must be "
+                    "unique.",
+                )
             )
     return problems
 
 
-def edge_problems(edges: Sequence[Edge]) -> list[str]:
+def edge_problems(edges: Sequence[Edge]) -> list[LintFinding]:
     """No self-handoff, no duplicate edge, and every target can be described to the model."""
-    problems: list[str] = []
+    problems: list[LintFinding] = []
     seen: set[tuple[int, int, str]] = set()
     for edge in edges:
         source, target = label(edge.source), label(edge.target)
+        pair = (edge.source, edge.target)
         key = (id(edge.source), id(edge.target), edge.kind)
         if edge.source is edge.target:
             problems.append(
-                f"Agent {source} cannot {edge.edge.verb} to itself; remove that {edge.edge.noun}."
+                problem(
+                    f"self-{edge.kind.replace('_', '-')}",
+                    [edge.source],
+                    f"Agent {source} cannot {edge.edge.verb} to itself; remove that "
+                    f"{edge.edge.noun}.",
+                )
             )
         elif key in seen:
             problems.append(
-                f"The {edge.edge.noun} from {source} to {target} is declared twice; "
-                "keep one declaration."
+                problem(
+                    "duplicate-edge",
+                    pair,
+                    f"The {edge.edge.noun} from {source} to {target} is declared twice; "
+                    "keep one declaration.",
+                )
             )
         seen.add(key)
         if handoff_description(edge) is None:
             problems.append(
-                f"Target agent {target} has no description, name or instructions, and the "
-                f"handoff from {source} gives no reason; pass reason= or describe the agent."
+                problem(
+                    "no-description",
+                    pair,
+                    f"Target agent {target} has no description, name or instructions, and the "
+                    f"handoff from {source} gives no reason; pass reason= or describe the agent.",
+                )
             )
-        problems += _payload_problems(edge)
-        if edge.tool_name is not None and not is_valid_tool_name(edge.tool_name):
-            problems.append(
-                f"Tool name {edge.tool_name!r} for the {edge.edge.noun} from {source} to {target} "
-                f"must use only [A-Za-z0-9_-] and be 1 to {MAX_TOOL_NAME_LENGTH} characters long."
-            )
+        problems += _payload_problems(edge.edge.noun, pair, edge.payload)
+        problems += _tool_name_problems(edge.edge.noun, pair, edge.tool_name)
     return problems
 
 
-def _payload_problems(edge: Edge) -> list[str]:
-    payload = edge.payload
+def _payload_problems(noun: str, pair: tuple[Any, Any], payload: Any) -> list[LintFinding]:
     if payload is None or (isinstance(payload, type) and issubclass(payload, BaseModel)):
         return []
     return [
-        f"The payload of the {edge.edge.noun} from {label(edge.source)} to {label(edge.target)} "
-        f"is {payload!r}; pass a pydantic BaseModel subclass (the class, not an instance)."
+        problem(
+            "invalid-payload",
+            pair,
+            f"The payload of the {noun} from {label(pair[0])} to {label(pair[1])} is "
+            f"{payload!r}; pass a pydantic BaseModel subclass (the class, not an instance).",
+        )
     ]
 
 
-def tool_name_problems(tool_names: Mapping[Any, Sequence[tuple[str, Any, str]]]) -> list[str]:
+def _tool_name_problems(noun: str, pair: tuple[Any, Any], name: str | None) -> list[LintFinding]:
+    if name is None or is_valid_tool_name(name):
+        return []
+    return [
+        problem(
+            "invalid-tool-name",
+            pair,
+            f"Tool name {name!r} for the {noun} from {label(pair[0])} to {label(pair[1])} "
+            f"must use only [A-Za-z0-9_-] and be 1 to {MAX_TOOL_NAME_LENGTH} characters long.",
+        )
+    ]
+
+
+def tool_name_problems(
+    tool_names: Mapping[Any, Sequence[tuple[str, Any, str]]],
+) -> list[LintFinding]:
     """Per agent: the tools the workflow gives it have unique names, unlike its own tools.
 
     ``tool_names`` maps each agent to its ``(tool name, target, kind)`` triples; ``kind`` is
     ``"handoff"``, ``"delegate"`` or ``"review"`` (the review tools have no target).
     """
-    problems: list[str] = []
+    problems: list[LintFinding] = []
     for source, triples in tool_names.items():
         own = (
             own_tool_names(cast("Agent[Any]", source)) if isinstance(source, Agent) else set[str]()
@@ -151,8 +205,12 @@ def tool_name_problems(tool_names: Mapping[Any, Sequence[tuple[str, Any, str]]])
                 how = " or ".join(f"with_{kind}" for kind in sorted(kinds) if kind != "review")
                 noun = "handoff tools" if kinds == {"handoff"} else "tools"
                 problems.append(
-                    f"Agent {label(source)} would get two {noun} named {name!r} (to {names}); "
-                    f"pass tool_name= to {how or 'with_handoff'} for one of them."
+                    problem(
+                        "tool-name-collision",
+                        [source, *(target for target, _ in found if target is not None)],
+                        f"Agent {label(source)} would get two {noun} named {name!r} (to "
+                        f"{names}); pass tool_name= to {how or 'with_handoff'} for one of them.",
+                    )
                 )
             if name in own:
                 target, kind = found[0]
@@ -160,69 +218,83 @@ def tool_name_problems(tool_names: Mapping[Any, Sequence[tuple[str, Any, str]]])
                     "the review tool" if kind == "review" else f"its {kind} tool to {label(target)}"
                 )
                 problems.append(
-                    f"Agent {label(source)} already has a tool named {name!r}, the name of "
-                    f"{what}; rename its tool"
-                    + ("." if kind == "review" else " or pass tool_name=.")
+                    problem(
+                        "tool-name-collision",
+                        [source],
+                        f"Agent {label(source)} already has a tool named {name!r}, the name of "
+                        f"{what}; rename its tool"
+                        + ("." if kind == "review" else " or pass tool_name=."),
+                    )
                 )
     return problems
 
 
-def delegate_problems(delegates: Sequence[Any], in_graph: set[int]) -> list[str]:
+def delegate_problems(delegates: Sequence[Any], in_graph: set[int]) -> list[LintFinding]:
     """Delegate edges: a caller in the workflow, no self-delegation or duplicate, no cycle.
 
     ``delegates`` are the declared ``DelegateEdge`` records; ``in_graph`` the ids of the
     participants. A caller may also be another delegate's expert (delegates nest).
     """
-    problems: list[str] = []
+    problems: list[LintFinding] = []
     experts = {id(d.expert) for d in delegates}
     seen: set[tuple[int, int]] = set()
     asks: dict[int, tuple[Any, list[Any]]] = {}
     for delegate in delegates:
         caller, expert = label(delegate.caller), label(delegate.expert)
         key = (id(delegate.caller), id(delegate.expert))
+        pair = (delegate.caller, delegate.expert)
         if delegate.caller is delegate.expert:
-            problems.append(f"Agent {caller} cannot delegate to itself; remove that delegate.")
+            problems.append(
+                problem(
+                    "self-delegate",
+                    [delegate.caller],
+                    f"Agent {caller} cannot delegate to itself; remove that delegate.",
+                )
+            )
             continue
         if key in seen:
             problems.append(
-                f"The delegate from {caller} to {expert} is declared twice; keep one declaration."
+                problem(
+                    "duplicate-edge",
+                    pair,
+                    f"The delegate from {caller} to {expert} is declared twice; keep one "
+                    "declaration.",
+                )
             )
             continue
         seen.add(key)
         asks.setdefault(id(delegate.caller), (delegate.caller, []))[1].append(delegate.expert)
         if id(delegate.caller) not in in_graph | experts:
             problems.append(
-                f"The delegate from {caller} to {expert}: {caller} is not in this workflow; add "
-                "it with add_participants or a handoff, or make it another agent's expert."
+                problem(
+                    "not-a-participant",
+                    pair,
+                    f"The delegate from {caller} to {expert}: {caller} is not in this workflow; "
+                    "add it with add_participants or a handoff, or make it another agent's "
+                    "expert.",
+                )
             )
         if handoff_description(Edge(delegate.caller, delegate.expert, delegate.reason)) is None:
             problems.append(
-                f"Expert agent {expert} has no description, name or instructions, and the "
-                f"delegate from {caller} gives no reason; pass reason= or describe the agent."
+                problem(
+                    "no-description",
+                    pair,
+                    f"Expert agent {expert} has no description, name or instructions, and the "
+                    f"delegate from {caller} gives no reason; pass reason= or describe the agent.",
+                )
             )
-        payload = delegate.payload
-        if payload is not None and not (
-            isinstance(payload, type) and issubclass(payload, BaseModel)
-        ):
-            problems.append(
-                f"The payload of the delegate from {caller} to {expert} is {payload!r}; pass a "
-                "pydantic BaseModel subclass (the class, not an instance)."
-            )
-        if delegate.tool_name is not None and not is_valid_tool_name(delegate.tool_name):
-            problems.append(
-                f"Tool name {delegate.tool_name!r} for the delegate from {caller} to {expert} "
-                f"must use only [A-Za-z0-9_-] and be 1 to {MAX_TOOL_NAME_LENGTH} characters long."
-            )
+        problems += _payload_problems("delegate", pair, delegate.payload)
+        problems += _tool_name_problems("delegate", pair, delegate.tool_name)
     problems += _delegate_cycles(asks)
     return problems
 
 
-def _delegate_cycles(asks: Mapping[int, tuple[Any, Sequence[Any]]]) -> list[str]:
+def _delegate_cycles(asks: Mapping[int, tuple[Any, Sequence[Any]]]) -> list[LintFinding]:
     """One problem per delegate cycle: an expert that, through its delegates, asks its caller.
 
     ``asks`` maps each caller's id to the caller and the experts it asks.
     """
-    problems: list[str] = []
+    problems: list[LintFinding] = []
     done: set[int] = set()
     reported: set[frozenset[int]] = set()
 
@@ -239,8 +311,13 @@ def _delegate_cycles(asks: Mapping[int, tuple[Any, Sequence[Any]]]) -> list[str]
                     reported.add(members)
                     chain = " -> ".join(label(a) for a in cycle)
                     problems.append(
-                        f"Delegates form a cycle ({chain}): an expert would ask its own caller, "
-                        "without end. Remove one of these delegates, or make it a handoff."
+                        problem(
+                            "delegate-cycle",
+                            cycle[:-1],
+                            f"Delegates form a cycle ({chain}): an expert would ask its own "
+                            "caller, without end. Remove one of these delegates, or make it a "
+                            "handoff.",
+                        )
                     )
             else:
                 visit([*path, expert])
@@ -253,43 +330,59 @@ def _delegate_cycles(asks: Mapping[int, tuple[Any, Sequence[Any]]]) -> list[str]
 
 def review_problems(
     reviews: Sequence[tuple[Any, Any, int]], safe_agents: Mapping[str, Any] | None = None
-) -> list[str]:
+) -> list[LintFinding]:
     """Reviews (producer, reviewer, rounds): two agents, one review per producer, no chains.
 
     A reviewed producer cannot be a cap's safe agent (``safe_agents``: cap -> agent): a safe
     agent's reply ends the turn, without a review.
     """
-    problems: list[str] = []
+    problems: list[LintFinding] = []
     for cap, safe in (safe_agents or {}).items():
         for producer, reviewer, _ in reviews:
             if safe is producer:
                 problems.append(
-                    f"Agent {label(producer)} is the safe agent of {cap} and {label(reviewer)} "
-                    "reviews its replies: a safe agent's reply ends the turn without a review. "
-                    "Name another safe agent, or remove the review."
+                    problem(
+                        "reviewed-safe-agent",
+                        [producer, reviewer],
+                        f"Agent {label(producer)} is the safe agent of {cap} and "
+                        f"{label(reviewer)} reviews its replies: a safe agent's reply ends the "
+                        "turn without a review. Name another safe agent, or remove the review.",
+                    )
                 )
             elif safe is reviewer:
                 problems.append(
-                    f"Agent {label(reviewer)} is the safe agent of {cap} and reviews the replies "
-                    f"of {label(producer)}: a reviewer's run is a verdict, not an answer to the "
-                    "user. Name another safe agent."
+                    problem(
+                        "reviewer-safe-agent",
+                        [reviewer, producer],
+                        f"Agent {label(reviewer)} is the safe agent of {cap} and reviews the "
+                        f"replies of {label(producer)}: a reviewer's run is a verdict, not an "
+                        "answer to the user. Name another safe agent.",
+                    )
                 )
     producers: set[int] = set()
     reviewers = {id(reviewer) for _, reviewer, _ in reviews}
     for producer, reviewer, _ in reviews:
         if producer is reviewer:
-            problems.append(f"Agent {label(producer)} cannot review its own replies; pick another "
-                            "reviewer.")  # fmt: skip
+            problems.append(problem("self-review", [producer], f"Agent {label(producer)} cannot "
+                                    "review its own replies; pick another reviewer."))  # fmt: skip
             continue
         if id(producer) in producers:
             problems.append(
-                f"Agent {label(producer)} has two reviewers (with_review); keep one: one reviewer "
-                "decides whether a reply goes out."
+                problem(
+                    "two-reviewers",
+                    [producer],
+                    f"Agent {label(producer)} has two reviewers (with_review); keep one: one "
+                    "reviewer decides whether a reply goes out.",
+                )
             )
         producers.add(id(producer))
         if id(producer) in reviewers:
             problems.append(
-                f"Agent {label(producer)} both reviews and is reviewed; a reviewer's verdict is "
-                "not a reply to review. Give the review to another agent."
+                problem(
+                    "review-chain",
+                    [producer],
+                    f"Agent {label(producer)} both reviews and is reviewed; a reviewer's verdict "
+                    "is not a reply to review. Give the review to another agent.",
+                )
             )
     return problems

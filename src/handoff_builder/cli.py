@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from typing_extensions import override
 
-from .exceptions import HandoffBuilderError
+from .exceptions import HandoffBuilderError, HandoffConfigurationError
 from .providers import PROVIDERS
 
 if TYPE_CHECKING:
@@ -97,9 +97,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     graph = commands.add_parser(
         "graph",
-        help="print a workflow's handoff graph as Mermaid",
+        help="print a workflow's handoff graph as Mermaid, and lint it",
         description="Print the handoff graph of your builder (module:attribute) or of a built-in "
-        "workflow as a Mermaid flowchart; the topology lint's findings go to stderr.",
+        "workflow as a Mermaid flowchart; every lint finding goes to stderr. Exits with status 1 "
+        "when the lint finds an error (a workflow that does not build has no graph).",
     )
     graph.add_argument(
         "builder",
@@ -211,7 +212,8 @@ def _called(value: object, spec: str) -> HandoffWorkflowBuilder:
     return value
 
 
-def _graph(spec: str | None, workflow: str) -> None:
+def _graph(spec: str | None, workflow: str) -> int:
+    """Print the graph and every lint finding; the exit status (1: the lint found an error)."""
     if spec is not None:
         builder = _load_builder(spec)
     else:
@@ -219,9 +221,25 @@ def _graph(spec: str | None, workflow: str) -> None:
         from ._support_desk import support_desk
 
         builder = support_desk() if workflow == "support-desk" else demo_builder()
-    sys.stdout.write(builder.to_mermaid())
-    for finding in builder.lint():
+    findings = builder.lint()  # every problem, never raised
+    try:
+        sys.stdout.write(builder.to_mermaid())
+        drawn = True
+    except HandoffConfigurationError:  # the findings say why
+        drawn = False
+    for finding in findings:
         sys.stderr.write(f"handoff-builder: lint: {finding}\n")
+    errors = sum(finding.severity == "error" for finding in findings)
+    if not errors:
+        return 0
+    found = f"the lint found {errors} error{'s' if errors > 1 else ''}"
+    why = (
+        "build(strict=True) refuses this workflow"
+        if drawn
+        else "the workflow does not build, so no graph was drawn"
+    )
+    sys.stderr.write(f"handoff-builder: error: {found}; {why}.\n")
+    return 1
 
 
 async def _stdin_lines() -> AsyncIterator[str]:
@@ -305,11 +323,13 @@ async def _worker(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code.
 
-    Every error is one line on stderr and exit status 1 (``--debug`` shows the traceback);
+    Every error is one line on stderr and exit status 1 (``--debug`` shows the traceback), as is
+    a lint error found by ``graph``;
     Ctrl-C ends the command quietly with status 130: a chat turn it interrupted is finished by
     the next ``chat``.
     """
     args = _parser().parse_args(argv)
+    code = 0
     try:
         with _reported(debug=args.debug):
             if args.command == "demo":
@@ -321,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             elif args.command == "worker":
                 asyncio.run(_worker(args))
             else:
-                _graph(args.builder, args.workflow)
+                code = _graph(args.builder, args.workflow)
     except KeyboardInterrupt:
         sys.stdout.write("\n")
         if args.command == "worker":  # Temporal's SDK may abort in interpreter teardown after
@@ -334,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         sys.stderr.write(f"handoff-builder: error: {_one_line(error)}\n")
         return 1
-    return 0
+    return code
 
 
 @contextlib.contextmanager

@@ -4,6 +4,10 @@ Every error derives from :class:`HandoffBuilderError`; leaves also subclass the 
 so ``except ValueError`` keeps working for configuration mistakes::
 
     HandoffBuilderError(Exception)
+    ├── HandoffArgumentError(HandoffBuilderError, TypeError)         a builder method got the wrong
+    │   │                                                            kind of value (at the call)
+    │   └── HookSignatureError(HandoffArgumentError)                 a function cannot take what
+    │                                                                the workflow will pass it
     ├── HandoffConfigurationError(HandoffBuilderError, ValueError)   build() found problems
     ├── SchemaVersionError(HandoffBuilderError, ValueError)          state from a newer version
     ├── CorruptStateError(HandoffBuilderError, ValueError)           saved state is not valid
@@ -32,9 +36,11 @@ __all__ = [
     "ConversationConflictError",
     "CorruptConversationError",
     "CorruptStateError",
+    "HandoffArgumentError",
     "HandoffBuilderError",
     "HandoffConfigurationError",
     "HandoffHookError",
+    "HookSignatureError",
     "LeaseLostError",
     "MessageNotStoredError",
     "MessageTooLargeError",
@@ -47,6 +53,36 @@ __all__ = [
 
 class HandoffBuilderError(Exception):
     """Base class of every error raised by handoff_builder."""
+
+
+class HandoffArgumentError(HandoffBuilderError, TypeError):
+    """A builder method was given a value it cannot use; raised at the call, nothing recorded.
+
+    ``argument`` names the parameter (``"target"``, ``"agents[1]"``, ``"on_handoff"``); the
+    message says what was passed and what to pass instead.
+    """
+
+    def __init__(self, argument: str, message: str) -> None:
+        self.argument = argument
+        super().__init__(message)
+
+
+class HookSignatureError(HandoffArgumentError):
+    """A function given to the builder cannot take the arguments the workflow will call it with.
+
+    Checked with :func:`inspect.signature` when the function is given, not when it first runs.
+    ``hook`` names it (``"on_handoff"``, ``"is_enabled"``, ``"approval"``, ``"route"``,
+    ``"condition"``, ``"factory"``); ``source`` and ``target`` name the edge of an edge's hook
+    (``target`` is ``None`` where it is not known yet: a hand-back's specialists, a route).
+    """
+
+    def __init__(
+        self, hook: str, message: str, *, source: str | None = None, target: str | None = None
+    ) -> None:
+        self.hook = hook
+        self.source = source
+        self.target = target
+        super().__init__(hook, message)
 
 
 class HandoffConfigurationError(HandoffBuilderError, ValueError):
@@ -209,22 +245,36 @@ class MessageTooLargeError(HandoffBuilderError, ValueError):
 
 
 class HandoffHookError(HandoffBuilderError, RuntimeError):
-    """An edge's ``on_handoff``, ``is_enabled`` or ``approval`` raised; nothing was routed.
+    """An edge's ``on_handoff``, ``is_enabled`` or ``approval`` failed; nothing was routed.
 
-    The exception it raised is the ``__cause__``. In a hosted conversation the store keeps the
-    state from before the agent that made the call ran.
+    It raised (its exception is the ``__cause__``), or gave no answer within ``timeout`` seconds
+    (``with_timeouts(hook=...)``; the ``__cause__`` is a ``TimeoutError``). In a hosted
+    conversation the store keeps the state from before the agent that made the call ran.
     """
 
     def __init__(
-        self, source: str, target: str, tool_name: str, hook: str, error: BaseException
+        self,
+        source: str,
+        target: str,
+        tool_name: str,
+        hook: str,
+        error: BaseException,
+        *,
+        timeout: float | None = None,
     ) -> None:
         self.source = source
         self.target = target
         self.tool_name = tool_name
         self.hook = hook
+        self.timeout = timeout
+        what = (
+            f"raised {type(error).__name__}: {error}"
+            if timeout is None
+            else f"gave no answer within {timeout:g} s (with_timeouts(hook=...))"
+        )
         super().__init__(
-            f"The {hook} of the handoff from {source!r} to {target!r} ({tool_name}) raised "
-            f"{type(error).__name__}: {error}. Nothing was routed."
+            f"The {hook} of the handoff from {source!r} to {target!r} ({tool_name}) {what}. "
+            "Nothing was routed."
         )
 
 
