@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -80,8 +81,16 @@ def post(url: str, body: dict[str, Any], *, token: str | None = None) -> bytes:
         return bytes(response.read())
 
 
-def get(url: str, *, token: str) -> Any:
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})  # noqa: S310
+def post_refused(url: str, body: dict[str, Any]) -> tuple[int, Any]:
+    """The status and JSON body of a request the server refuses."""
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        post(url, body)
+    return refused.value.code, json.loads(refused.value.read())
+
+
+def get(url: str, *, token: str | None = None) -> Any:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(url, headers=headers)  # noqa: S310
     with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - loopback
         return json.loads(response.read())
 
@@ -215,8 +224,8 @@ def test_devui_serves_isolated_conversations_that_remember_their_agent(serve: Se
 # -- AG-UI ---------------------------------------------------------------------------------------
 
 
-def agui_turn(base: str, thread: str, messages: list[dict[str, Any]]) -> tuple[str, list[Any]]:
-    body: dict[str, Any] = {
+def agui_body(thread: str, messages: list[Any]) -> dict[str, Any]:
+    return {
         "threadId": thread,
         "runId": f"run-{len(messages)}",
         "messages": messages,
@@ -225,7 +234,11 @@ def agui_turn(base: str, thread: str, messages: list[dict[str, Any]]) -> tuple[s
         "state": {},
         "forwardedProps": {},
     }
-    events = sse(post(f"{base}/desk", body))
+
+
+def agui_turn(base: str, thread: str, messages: list[dict[str, Any]]) -> tuple[str, list[Any]]:
+    events = sse(post(f"{base}/desk", agui_body(thread, messages)))
+    assert events[-1]["type"] == "RUN_FINISHED", events[-1]
     text = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
     calls = [e["toolCallName"] for e in events if e["type"] == "TOOL_CALL_START"]
     [snapshot] = [e["messages"] for e in events if e["type"] == "MESSAGES_SNAPSHOT"]
@@ -234,6 +247,11 @@ def agui_turn(base: str, thread: str, messages: list[dict[str, Any]]) -> tuple[s
 
 def user(text: str, number: int) -> dict[str, Any]:
     return {"id": f"u{number}", "role": "user", "content": text}
+
+
+def model_calls(base: str) -> dict[str, list[str]]:
+    """Each agent's model calls in the server so far, as the user text each one saw."""
+    return dict(get(f"{base}/calls"))
 
 
 def test_agui_serves_isolated_threads_that_remember_their_agent_after_a_restart(
@@ -251,6 +269,59 @@ def test_agui_serves_isolated_threads_that_remember_their_agent_after_a_restart(
     again = serve("agui")  # another server process on the same store: a restart
     said, _ = agui_turn(again, "bob", [*bob, user("again", 2)])
     assert said == "billing read: hello | again"
+
+
+def test_agui_refuses_a_malformed_run_with_422_naming_what_was_wrong(serve: Serve) -> None:
+    base = serve("agui")
+    roles = "user, assistant, system, developer, tool, reasoning, activity"
+    user_content = "a user message's content is text, or a list of content parts"
+    system_content = "a system message's content is text"
+    refused: list[tuple[dict[str, Any], str]] = [
+        ({"role": "user", "content": 5}, f"content is a number (5); {user_content}"),
+        ({"role": "user", "content": None}, f"content is null; {user_content}"),
+        ({"role": "user", "content": {"a": 1}}, f"content is an object; {user_content}"),
+        ({"role": "user"}, f"content is missing; {user_content}"),
+        ({"content": "hi"}, f"role is missing; give it one of {roles}"),
+        (
+            {"role": "wizard", "content": "hi"},
+            f"role is a string ('wizard'); a message's role is one of {roles}",
+        ),
+        (
+            {"role": "user", "content": "bad \ud800 text"},
+            "content has a lone surrogate (U+D800) at character 4; send valid Unicode text",
+        ),
+        (
+            {"role": "user", "content": [{"type": "text", "text": 7}]},
+            "content part #0 is a text part whose text is not text",
+        ),
+        ({"role": "system", "content": 5}, f"content is a number (5); {system_content}"),
+        (
+            {"role": "tool", "content": "ok"},
+            "toolCallId is missing or not text; name the tool call it answers",
+        ),
+    ]
+    for fields, problem in refused:
+        status, body = post_refused(f"{base}/desk", agui_body("t", [{"id": "m1", **fields}]))
+        detail = f"Invalid AG-UI run: message #0 (id 'm1'): {problem}."
+        assert (status, body) == (422, {"detail": detail}), fields
+    status, body = post_refused(f"{base}/desk", agui_body("t", []))
+    assert (status, body["detail"]) == (
+        422,
+        "Invalid AG-UI run: messages is empty; send the conversation, the new user message last.",
+    )
+    status, body = post_refused(f"{base}/desk", agui_body("t", [5, {"id": 7, "role": "user"}]))
+    assert (status, body["detail"]) == (
+        422,
+        "Invalid AG-UI run (2 problems):\n"
+        "  - message #0 is a number (5), not a message object\n"
+        "  - message #1: id is a number (7); a message's id is a string",
+    )
+    status, body = post_refused(f"{base}/desk", agui_body("t\udc00", [user("hi", 1)]))
+    assert body["detail"] == (
+        "Invalid AG-UI run: threadId has a lone surrogate (U+DC00) at character 1; send valid "
+        "Unicode text."
+    )
+    assert model_calls(base) == {"triage": [], "billing": []}  # nothing ran
 
 
 def refund_desk(path: Path) -> tuple[ConversationHost, list[int]]:
