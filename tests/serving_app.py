@@ -4,7 +4,8 @@ KIND PORT DB``.
 KIND is ``devui`` (agent_framework's DevUI server, its OpenAI-compatible API) or ``agui`` (the
 AG-UI endpoint on a FastAPI app, at ``/desk``, behind ``check_agui_request``). The desk: triage
 hands every first message to billing; billing answers with every user message it has read, so a
-reply shows any cross-talk. The AG-UI app also answers
+reply shows any cross-talk. A message with ``HANG`` in it makes billing's first call for it hang
+until the run is cancelled (a client that disconnects mid-stream). The AG-UI app also answers
 ``GET /calls``: each agent's model calls so far, as the last user text each call saw.
 The conversations live in a SQLite file (DB), so a restarted server remembers them.
 """
@@ -22,17 +23,23 @@ from handoff_builder.testing import (
     Step,
     client_of,
     handoff_to,
+    never_answer,
     reply,
     scripted_agent,
 )
 
 TOKEN = "serving-test-token"  # noqa: S105 - a test server's bearer token
+HANG = "[the line drops]"
 
 
 def desk_agents() -> tuple[Agent, Agent]:
-    """triage and billing."""
+    """triage and billing; billing hangs once on each message with ``HANG`` in it."""
+    hung: set[str] = set()
 
     def billing_answer(call: ModelCall) -> Step:
+        if HANG in call.user_text and call.user_text not in hung:
+            hung.add(call.user_text)
+            return never_answer()
         users = [m.text for m in call.messages if m.role == "user" and m.author_name is None]
         return reply("billing read: " + " | ".join(users))
 

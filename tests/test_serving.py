@@ -7,6 +7,8 @@ of each must start at its remembered agent (billing), not at triage again.
 
 from __future__ import annotations
 
+import asyncio
+import http.client
 import json
 import os
 import socket
@@ -22,8 +24,8 @@ from typing import Any
 import pytest
 from agent_framework import AgentSession
 
-from handoff_builder import ConversationHost, HandoffTurnResult
-from tests.serving_app import TOKEN, desk
+from handoff_builder import ConversationHost, HandoffTurnResult, InvalidMessageError
+from tests.serving_app import HANG, TOKEN, desk, desk_agents
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -249,9 +251,36 @@ def user(text: str, number: int) -> dict[str, Any]:
     return {"id": f"u{number}", "role": "user", "content": text}
 
 
+def agui_hang_up(base: str, thread: str, messages: list[dict[str, Any]], at: str) -> list[str]:
+    """Start a run, read its events up to the first of type ``at``, then close the connection:
+    a client that drops mid-stream. The types of the events it read."""
+    port = int(base.rsplit(":", 1)[1])
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    connection.request("POST", "/desk", json.dumps(agui_body(thread, messages)), headers)
+    response = connection.getresponse()
+    assert response.status == 200
+    seen: list[str] = []
+    while not seen or seen[-1] != at:
+        line = response.readline()
+        assert line, f"the stream ended before a {at} event: {seen}"
+        if line.startswith(b"data: "):
+            seen.append(json.loads(line[len(b"data: ") :])["type"])
+    connection.close()
+    return seen
+
+
 def model_calls(base: str) -> dict[str, list[str]]:
     """Each agent's model calls in the server so far, as the user text each one saw."""
     return dict(get(f"{base}/calls"))
+
+
+async def stored_user_messages(path: Path) -> list[str]:
+    host = desk(str(path))
+    [conversation] = await host.conversations()
+    return [
+        m.text for m in await host.history(conversation) if m.role == "user" and not m.author_name
+    ]
 
 
 def test_agui_serves_isolated_threads_that_remember_their_agent_after_a_restart(
@@ -269,6 +298,34 @@ def test_agui_serves_isolated_threads_that_remember_their_agent_after_a_restart(
     again = serve("agui")  # another server process on the same store: a restart
     said, _ = agui_turn(again, "bob", [*bob, user("again", 2)])
     assert said == "billing read: hello | again"
+
+
+def test_agui_a_client_that_drops_and_resends_gets_each_message_stored_and_answered_once(
+    serve: Serve, tmp_path: Path
+) -> None:
+    """The client drops mid-stream and sends its transcript again: the interrupted turn is
+    finished, not run again; a finished turn sent again is read back, with no model call."""
+    base = serve("agui")
+    first = user(f"refund me {HANG}", 1)
+    # triage hands off; billing's model hangs; the client drops the connection.
+    cut = agui_hang_up(base, "t", [first], at="TOOL_CALL_RESULT")
+    assert cut[0] == "RUN_STARTED"
+    said, transcript = agui_turn(base, "t", [first])  # the client sends its transcript again
+    assert said == f"billing read: refund me {HANG} [handoff_to_billing]"
+    calls = {"triage": [first["content"]], "billing": [first["content"]] * 2}  # hung, finished
+    assert model_calls(base) == calls
+    assert asyncio.run(stored_user_messages(tmp_path / "c.db")) == [first["content"]]
+
+    second = [*transcript, user("second", 2)]
+    said, _ = agui_turn(base, "t", second)
+    assert said == f"billing read: refund me {HANG} | second"
+    calls["billing"].append("second")
+    # The client lost the end of that run, and sends the same transcript again.
+    again, snapshot = agui_turn(base, "t", second)
+    assert again == said
+    assert [m["content"] for m in snapshot if m["role"] == "user"] == [first["content"], "second"]
+    assert model_calls(base) == calls  # read back: no model was called
+    assert asyncio.run(stored_user_messages(tmp_path / "c.db")) == [first["content"], "second"]
 
 
 def test_agui_refuses_a_malformed_run_with_422_naming_what_was_wrong(serve: Serve) -> None:
@@ -474,3 +531,120 @@ async def test_an_answered_turn_after_a_handoff_and_text_returns_only_what_is_ne
     done = await agent.run(answer, session=session)
     assert [m.text for m in done.messages] == ["Refund done."]
     assert not [c for m in done.messages for c in m.contents if c.type != "text"]
+
+
+async def test_a_transcript_without_ids_sent_again_is_read_back_not_run_again(
+    tmp_path: Path,
+) -> None:
+    """Without message ids, a transcript's user messages are matched by position and text."""
+    from handoff_builder.testing import client_of
+
+    triage, billing = desk_agents()
+    host = desk(str(tmp_path / "c.db"), (triage, billing))
+    agent = host.as_agent()
+    session = agent.create_session(session_id="c")
+    first = await agent.run(["hello"], session=session)
+    again = await agent.run(["hello"], session=session)  # the same transcript
+    assert again.text == first.text == "billing read: hello"
+    assert len(client_of(billing).calls) == 1
+    # The transcript as stored, and a new message: only that one runs.
+    more = await agent.run([*first.conversation, "more"], session=session)
+    assert more.text == "billing read: hello | more"
+    # Text is always a new message, even the same words again.
+    assert (await agent.run("more", session=session)).text == "billing read: hello | more | more"
+    history = await host.history("c")
+    assert [m.text for m in history if m.role == "user" and not m.author_name] == [
+        "hello",
+        "more",
+        "more",
+    ]
+
+
+async def test_two_copies_of_a_run_at_once_run_once(tmp_path: Path) -> None:
+    """A client that sends its run again while the first copy still runs: one turn, one reply."""
+    from agent_framework import Message
+
+    from handoff_builder.testing import client_of
+
+    triage, billing = desk_agents()
+    host = desk(str(tmp_path / "c.db"), (triage, billing))
+    agent = host.as_agent()
+    session = agent.create_session(session_id="c")
+    hello = Message(role="user", contents=["hello"], message_id="m1")
+
+    async def ran() -> str:
+        response = await agent.run([hello], session=session)
+        return response.text
+
+    async def streamed() -> str:
+        stream = agent.run([hello], session=session, stream=True)
+        texts = [update.text async for update in stream if update.text]
+        assert (await stream.get_final_response()).text == texts[-1]
+        return texts[-1]
+
+    assert await asyncio.gather(ran(), streamed()) == ["billing read: hello"] * 2
+    assert (len(client_of(triage).calls), len(client_of(billing).calls)) == (1, 1)
+    history = await host.history("c")
+    assert [m.text for m in history if m.role == "user" and not m.author_name] == ["hello"]
+
+
+async def test_a_run_given_no_valid_message_is_refused_with_what_was_wrong(
+    tmp_path: Path,
+) -> None:
+    from agent_framework import Message
+
+    host = desk(str(tmp_path / "c.db"))
+    agent = host.as_agent()
+    session = agent.create_session(session_id="c")
+    takes = "A run takes text, a Message or a Content, or a list of them"
+    roles = "'user', 'assistant', 'system' or 'tool'"
+    no_new = (
+        "A run needs a new user message after the conversation's last reply (or answers to the "
+        "requests the conversation waits for); send the user's message last."
+    )
+    refused: list[tuple[Any, str]] = [
+        (5, f"{takes}; got int 5."),
+        (["hi", 5.5], f"{takes}; item #1 is float 5.5."),
+        ({"role": "user"}, f"{takes}; got dict {{'role': 'user'}}."),
+        (
+            Message(role="wizard", contents=["hi"]),
+            f"The message has the role 'wizard'; a run takes messages with the roles {roles}.",
+        ),
+        ([], no_new),
+        (["hi", Message(role="assistant", contents=["hello"])], no_new),
+    ]
+    for value, problem in refused:
+        with pytest.raises(InvalidMessageError) as error:
+            await agent.run(value, session=session)
+        assert str(error.value) == problem
+    assert await host.history("c") == []
+
+
+async def test_a_resent_transcript_finishes_the_open_turn_it_started_before_keys(
+    tmp_path: Path,
+) -> None:
+    """A turn sent without an idempotency key (by host.send, or by this agent before it kept
+    them) is finished, not run again, when its transcript comes again."""
+    from agent_framework import Message
+
+    from handoff_builder import HandoffWorkflowBuilder
+    from handoff_builder.stores import SqliteConversationStore
+    from handoff_builder.testing import ModelCall, Step, client_of, reply, scripted_agent
+
+    down = [True]
+
+    def answer(call: ModelCall) -> Step:
+        if down.pop() if down else False:
+            raise RuntimeError("the model is down")
+        return reply(f"answered: {call.user_text}")
+
+    billing = scripted_agent("billing", respond_with=answer)
+    store = SqliteConversationStore(tmp_path / "c.db")
+    host = ConversationHost(HandoffWorkflowBuilder(billing), store)
+    hello = Message(role="user", contents=["hello"], message_id="m1")
+    with pytest.raises(RuntimeError, match="the model is down"):
+        await host.send("c", hello)
+    done = await host.as_agent().run([hello], session=AgentSession(session_id="c"))
+    assert done.text == "answered: hello"
+    assert len(client_of(billing).calls) == 2
+    assert [m.text for m in await host.history("c") if m.role == "user"] == ["hello"]

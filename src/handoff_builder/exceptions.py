@@ -13,6 +13,7 @@ so ``except ValueError`` keeps working for configuration mistakes::
     ├── LeaseLostError(HandoffBuilderError, RuntimeError)            another worker took the turn
     ├── StoreUnavailableError(HandoffBuilderError, ConnectionError)  the store cannot be reached
     ├── PendingRequestsError(HandoffBuilderError, RuntimeError)     a hosted turn waits for answers
+    ├── InvalidMessageError(HandoffBuilderError, ValueError)       a served run's input is not valid
     ├── HandoffHookError(HandoffBuilderError, RuntimeError)         an edge's own code failed
     └── ScriptExhaustedError(HandoffBuilderError, RuntimeError)      a scripted model ran out
 
@@ -33,6 +34,7 @@ __all__ = [
     "HandoffBuilderError",
     "HandoffConfigurationError",
     "HandoffHookError",
+    "InvalidMessageError",
     "LeaseLostError",
     "PendingRequestsError",
     "SchemaVersionError",
@@ -169,6 +171,17 @@ class PendingRequestsError(HandoffBuilderError, RuntimeError):
             f"Conversation {conversation_id!r} waits for answers to {len(self.requests)} "
             f"request(s) ({ids}); answer them with ConversationHost.respond()."
         )
+
+
+class InvalidMessageError(HandoffBuilderError, ValueError):
+    """What a run of ``ConversationHost.as_agent()`` was given is not a valid message.
+
+    ``problem`` says what was wrong and how to fix it. Nothing was stored and no model was called.
+    """
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+        super().__init__(problem)
 
 
 class HandoffHookError(HandoffBuilderError, RuntimeError):
