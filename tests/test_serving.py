@@ -223,6 +223,18 @@ def test_devui_serves_isolated_conversations_that_remember_their_agent(serve: Se
     assert turn(base, e, bob, "again", stream=False) == "billing read: hello | again"
 
 
+def test_devui_serves_a_message_with_a_lone_surrogate_and_the_runs_after_it(serve: Serve) -> None:
+    """The message is stored with U+FFFD for the surrogate; the replies that echo it encode."""
+    base = serve("devui")
+    [entity] = get(f"{base}/v1/entities", token=TOKEN)["entities"]
+    body = {"metadata": {"agent_id": entity["id"]}}
+    alice = json.loads(post(f"{base}/v1/conversations", body, token=TOKEN))["id"]
+    said = devui_turn(base, entity["id"], alice, "bad \ud800 text", stream=False)
+    assert said == "billing read: bad \ufffd text [handoff_to_billing]"
+    said = devui_turn(base, entity["id"], alice, "next", stream=True)
+    assert said == "billing read: bad \ufffd text | next"
+
+
 # -- AG-UI ---------------------------------------------------------------------------------------
 
 
@@ -381,6 +393,24 @@ def test_agui_refuses_a_malformed_run_with_422_naming_what_was_wrong(serve: Serv
     assert model_calls(base) == {"triage": [], "billing": []}  # nothing ran
 
 
+def test_agui_a_thread_that_holds_a_lone_surrogate_serves_its_later_runs(
+    serve: Serve, tmp_path: Path
+) -> None:
+    base = serve("agui")
+    _, transcript = agui_turn(base, "t", [user("hello", 1)])
+
+    async def store_as_received() -> None:  # as this agent stored an AG-UI message before
+        host = desk(str(tmp_path / "c.db"))
+        [conversation] = await host.conversations()
+        await host.send(conversation, "bad \ud800 text")
+
+    asyncio.run(store_as_received())
+    said, _ = agui_turn(base, "t", [*transcript, user("next", 3)])
+    assert said == "billing read: hello | bad \ufffd text | next"
+    said, _ = agui_turn(base, "t", [*transcript, user("next", 3), user("again", 4)])
+    assert said == "billing read: hello | bad \ufffd text | next | again"
+
+
 def refund_desk(path: Path) -> tuple[ConversationHost, list[int]]:
     """billing alone, with a refund tool that needs approval and an external lookup."""
     from agent_framework import FunctionTool, tool
@@ -531,6 +561,33 @@ async def test_an_answered_turn_after_a_handoff_and_text_returns_only_what_is_ne
     done = await agent.run(answer, session=session)
     assert [m.text for m in done.messages] == ["Refund done."]
     assert not [c for m in done.messages for c in m.contents if c.type != "text"]
+
+
+async def test_text_is_made_valid_unicode_on_the_way_in_and_on_the_way_out(tmp_path: Path) -> None:
+    from handoff_builder.testing import client_of
+
+    triage, billing = desk_agents()
+    host = desk(str(tmp_path / "c.db"), (triage, billing))
+    agent = host.as_agent()
+    session = agent.create_session(session_id="c")
+    first = await agent.run("bad \ud800 text", session=session)
+    assert first.text == "billing read: bad \ufffd text"
+    assert client_of(billing).calls[-1].user_text == "bad \ufffd text"  # what the model got
+    # A message stored as it was received (by host.send, or by this agent before): what the
+    # agent hands on is valid all the same, streamed or not.
+    await host.send("c", "raw \udc00")
+    stream = agent.run("next", session=session, stream=True)
+    updates = [update async for update in stream]
+    final = await stream.get_final_response()
+    said = "billing read: bad \ufffd text | raw \ufffd | next"
+    assert [u.text for u in updates if u.text] == [said]
+    assert final.text == said
+    history = await host.history("c")
+    assert [m.text for m in history if m.role == "user" and not m.author_name] == [
+        "bad \ufffd text",
+        "raw \udc00",
+        "next",
+    ]
 
 
 async def test_a_transcript_without_ids_sent_again_is_read_back_not_run_again(

@@ -14,12 +14,15 @@ serves hosted handoff conversations, each isolated, each remembering its active 
   answers with its requests as contents of the response (``user_input_requests``), as
   agent_framework's own agents do; the next run's ``function_approval_response`` or
   ``function_result`` contents answer them (``ConversationHost.respond``).
+* Text is made valid Unicode at this boundary, both ways (``_unicode``): what the run is given
+  before it is stored or sent to a model, and every message and update it hands on.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from agent_framework import (
     AgentResponse,
@@ -34,6 +37,7 @@ from typing_extensions import override
 
 from ._events import HANDOFF_TURN_EVENT, HandoffTurnResult
 from ._transcript import NewTurn, ResentTurn, messages_of, new_input, read_transcript, same_message
+from ._unicode import valid_unicode
 from .exceptions import InvalidMessageError, PendingRequestsError
 
 if TYPE_CHECKING:
@@ -42,6 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["HostedConversationAgent"]
 
 _ANSWERS = frozenset({"function_approval_response", "function_result"})
+_Serialized = TypeVar("_Serialized", Message, AgentResponseUpdate)
 
 
 class HostedConversationAgent(BaseAgent):
@@ -101,17 +106,26 @@ class HostedConversationAgent(BaseAgent):
         """
         del kwargs
         conversation_id = (session or self.create_session()).session_id
-        given = messages_of(messages)
+        given = [_valid(message) for message in messages_of(messages)]
         transcript = not isinstance(messages, str)
         final: list[AgentResponse[Any]] = []
         if not stream:
-            return self._send(conversation_id, given, transcript=transcript)
+            return self._run(conversation_id, given, transcript=transcript)
 
         def finish(seen: Sequence[AgentResponseUpdate]) -> AgentResponse[Any]:
-            return final[-1] if final else AgentResponse.from_updates(list(seen))
+            return _valid_response(final[-1]) if final else AgentResponse.from_updates(list(seen))
 
         updates = self._updates(conversation_id, given, final, transcript=transcript)
-        return ResponseStream(updates, finalizer=finish)
+        return ResponseStream(_valid_updates(updates), finalizer=finish)
+
+    async def _run(
+        self,
+        conversation_id: str,
+        given: list[Message],
+        *,
+        transcript: bool,
+    ) -> AgentResponse[Any]:
+        return _valid_response(await self._send(conversation_id, given, transcript=transcript))
 
     async def _send(
         self,
@@ -335,3 +349,31 @@ def _update(message: Message) -> AgentResponseUpdate:
     return AgentResponseUpdate(
         role=message.role, contents=list(message.contents), author_name=message.author_name
     )
+
+
+def _valid(value: _Serialized) -> _Serialized:
+    """``value`` with valid Unicode text everywhere (itself when it had nothing to replace)."""
+    raw = value.to_dict()
+    cleaned = valid_unicode(raw)
+    return value if cleaned is raw else type(value).from_dict(cleaned)
+
+
+async def _valid_updates(
+    updates: AsyncIterator[AgentResponseUpdate],
+) -> AsyncIterator[AgentResponseUpdate]:
+    async for update in updates:
+        yield _valid(update)
+
+
+def _valid_response(response: AgentResponse[Any]) -> AgentResponse[Any]:
+    """``response`` with valid Unicode text in its messages (the reply a client is shown).
+
+    A turn result's ``conversation`` is the stored history as it is: reading all of it again
+    for every turn would cost what the history costs.
+    """
+    messages = [_valid(message) for message in response.messages]
+    if all(a is b for a, b in zip(messages, response.messages, strict=True)):
+        return response
+    valid = copy.copy(response)
+    valid.messages = messages
+    return valid
