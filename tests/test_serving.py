@@ -705,3 +705,25 @@ async def test_a_resent_transcript_finishes_the_open_turn_it_started_before_keys
     assert done.text == "answered: hello"
     assert len(client_of(billing).calls) == 2
     assert [m.text for m in await host.history("c") if m.role == "user"] == ["hello"]
+
+
+async def test_a_reader_that_stops_frees_the_conversation_when_it_closes_the_stream() -> None:
+    """Closing the stream mid-turn closes the host's stream under it and gives the lease back
+    there and then: the next message (that does not wait) finishes the turn and runs."""
+    from handoff_builder import HandoffWorkflowBuilder
+    from handoff_builder.stores import InMemoryConversationStore
+    from handoff_builder.testing import handoff_to, never_answer, reply, scripted_agent
+
+    triage = scripted_agent("triage", handoff_to("billing", goal="Refund."))
+    billing = scripted_agent("billing", never_answer(), reply("Refunded."), reply("Anything else?"))
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+    host = ConversationHost(builder, InMemoryConversationStore())
+    agent = host.as_agent()
+    stream = agent.run("refund me", session=agent.create_session(session_id="c"), stream=True)
+    async for update in stream:  # triage's handoff; billing's model then hangs
+        assert update.contents[0].type == "function_call"
+        break
+    await stream.close()
+    after = await host.send("c", "thanks")
+    assert after.recovered is not None
+    assert (after.recovered.text, after.text) == ("Refunded.", "Anything else?")

@@ -21,8 +21,9 @@ serves hosted handoff conversations, each isolated, each remembering its active 
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from collections.abc import AsyncGenerator, Awaitable, Mapping, Sequence
+from contextlib import aclosing
+from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
 from agent_framework import (
     AgentResponse,
@@ -32,6 +33,7 @@ from agent_framework import (
     Content,
     Message,
     ResponseStream,
+    WorkflowEvent,
 )
 from typing_extensions import override
 
@@ -209,7 +211,7 @@ class HostedConversationAgent(BaseAgent):
         final: list[AgentResponse[Any]],
         *,
         transcript: bool,
-    ) -> AsyncIterator[AgentResponseUpdate]:
+    ) -> AsyncGenerator[AgentResponseUpdate, None]:
         """The agents' updates as they come.
 
         Answers, and a turn read back or that waits, come as an update per message at the end.
@@ -218,8 +220,9 @@ class HostedConversationAgent(BaseAgent):
         if answered is None:
             turn = await self._turn(conversation_id, given, transcript=transcript)
             if isinstance(turn, NewTurn):
-                async for update in self._stream(conversation_id, turn, final):
-                    yield update
+                async with aclosing(self._stream(conversation_id, turn, final)) as updates:
+                    async for update in updates:
+                        yield update
                 return
             answered = await self._resent(conversation_id, turn)
         final.append(answered)
@@ -228,22 +231,25 @@ class HostedConversationAgent(BaseAgent):
 
     async def _stream(
         self, conversation_id: str, turn: NewTurn, final: list[AgentResponse[Any]]
-    ) -> AsyncIterator[AgentResponseUpdate]:
+    ) -> AsyncGenerator[AgentResponseUpdate, None]:
         """A new turn's updates as the agents write them."""
         requests: list[Content] = []
         streamed = False
         try:
-            events = self.host.stream(
+            stream = self.host.stream(
                 conversation_id, turn.messages, wait=True, idempotency_key=turn.key
-            )
-            async for event in events:
-                if event.type == "output" and isinstance(event.data, AgentResponseUpdate):
-                    streamed = True
-                    yield event.data  # a request the turn waits for comes in an update too
-                elif event.type == "request_info" and isinstance(event.data, Content):
-                    requests.append(event.data)
-                elif event.type == HANDOFF_TURN_EVENT and isinstance(event.data, HandoffTurnResult):
-                    final.append(event.data)
+            )  # an async generator: closed with this one
+            async with aclosing(cast(AsyncGenerator[WorkflowEvent[Any], None], stream)) as events:
+                async for event in events:
+                    if event.type == "output" and isinstance(event.data, AgentResponseUpdate):
+                        streamed = True
+                        yield event.data  # a request the turn waits for comes in an update too
+                    elif event.type == "request_info" and isinstance(event.data, Content):
+                        requests.append(event.data)
+                    elif event.type == HANDOFF_TURN_EVENT and isinstance(
+                        event.data, HandoffTurnResult
+                    ):
+                        final.append(event.data)
         except PendingRequestsError as waiting:  # a new message while the turn waits
             final.append(_waiting(waiting.requests))
             yield _update(final[-1].messages[0])
@@ -359,10 +365,11 @@ def _valid(value: _Serialized) -> _Serialized:
 
 
 async def _valid_updates(
-    updates: AsyncIterator[AgentResponseUpdate],
-) -> AsyncIterator[AgentResponseUpdate]:
-    async for update in updates:
-        yield _valid(update)
+    updates: AsyncGenerator[AgentResponseUpdate, None],
+) -> AsyncGenerator[AgentResponseUpdate, None]:
+    async with aclosing(updates):  # a client that stops reading ends the turn's stream at once
+        async for update in updates:
+            yield _valid(update)
 
 
 def _valid_response(response: AgentResponse[Any]) -> AgentResponse[Any]:
