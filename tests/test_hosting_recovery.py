@@ -351,6 +351,37 @@ async def test_repeated_respond_and_stream(store: ConversationStore) -> None:
     assert len(client_of(triage).calls) == 3
 
 
+async def test_replay_reads_a_turn_back_or_finishes_it_and_never_runs_a_new_one(
+    store: ConversationStore,
+) -> None:
+    builder, triage, billing = desk(
+        [handoff_to("billing", goal="Refund.")], [never_answer(), reply("Refunded.")]
+    )
+    host = ConversationHost(builder, store)
+    assert await host.replay("c", "k") is None  # no call with that key: nothing runs
+    assert await host.history("c") == []
+    dropped = asyncio.ensure_future(host.send("c", "refund me", idempotency_key="k"))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30  # a backstop: billing's model is called after the handoff
+    while not client_of(billing).calls:
+        assert loop.time() < deadline, "billing's model was never called"
+        await asyncio.sleep(0.01)
+    dropped.cancel()  # the connection drops while billing's model runs
+    with pytest.raises(asyncio.CancelledError):
+        await dropped
+    finished = await ConversationHost(builder, store).replay("c", "k")
+    assert finished is not None
+    assert (finished.text, finished.active_agent) == ("Refunded.", "billing")
+    again = await ConversationHost(builder, store).replay("c", "k")
+    assert again is not None
+    assert (again.text, [h.target for h in again.handoffs]) == ("Refunded.", ["billing"])
+    assert await host.replay("c", "another key") is None
+    assert (len(client_of(triage).calls), len(client_of(billing).calls)) == (1, 2)
+    record = await store.load("c")
+    assert record is not None
+    assert [role for role, _ in stored_texts(record)].count("user") == 1
+
+
 async def test_bad_keys_are_refused_before_any_io() -> None:
     builder, _, _ = desk([], [])
     host = ConversationHost(builder, InMemoryConversationStore())

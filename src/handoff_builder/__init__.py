@@ -100,6 +100,7 @@ from .exceptions import (
     HandoffConfigurationError,
     HandoffHookError,
     HookSignatureError,
+    InvalidMessageError,
     LeaseLostError,
     MessageNotStoredError,
     MessageTooLargeError,
@@ -111,6 +112,7 @@ from .exceptions import (
 
 if _typing.TYPE_CHECKING:
     from . import stores as stores
+    from ._agui import check_agui_request
     from ._hosted_agent import HostedConversationAgent
     from ._hosting import (
         ABANDONED_TURN_PROPERTY,
@@ -131,6 +133,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "DEFAULT_MAX_TURN_RETRIES": ("._hosting", "DEFAULT_MAX_TURN_RETRIES"),
     "MAX_IDEMPOTENCY_KEY_LENGTH": ("._hosting", "MAX_IDEMPOTENCY_KEY_LENGTH"),
     "stores": (".stores", None),
+    "check_agui_request": ("._agui", "check_agui_request"),  # needs FastAPI (the serve extra)
 }
 
 
@@ -233,6 +236,7 @@ __all__ = [
     "HistoryMode",
     "HookSignatureError",
     "HostedConversationAgent",
+    "InvalidMessageError",
     "LeaseLostError",
     "LimitReachedEvent",
     "LintFinding",
@@ -264,6 +268,7 @@ __all__ = [
     "TurnStatus",
     "TurnTimeoutEvent",
     "UserTurn",
+    "check_agui_request",
     "decline",
     "hand_back_tool_name",
     "handoff_tool_name",

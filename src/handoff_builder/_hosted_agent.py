@@ -6,20 +6,25 @@ agent_framework hosting that keeps one session per conversation (DevUI, the AG-U
 serves hosted handoff conversations, each isolated, each remembering its active agent.
 
 * A run without a session is a new conversation (a fresh id each time).
-* Only the new input is sent on: a client that resends the conversation (AG-UI does) gives its
-  whole transcript, and the store has everything but the messages after the last reply. The
-  trailing user messages are the turn.
+* Text is a new message. Messages are a transcript (AG-UI clients send the whole conversation,
+  and send it again after a dropped connection): only its user messages the store does not have
+  are a new turn, and a transcript the store has whole gets the turn it asked for again, not a
+  new one (``_transcript``).
 * A turn that waits for a person (a tool approval, a delegation's approval, an external call)
   answers with its requests as contents of the response (``user_input_requests``), as
   agent_framework's own agents do; the next run's ``function_approval_response`` or
   ``function_result`` contents answer them (``ConversationHost.respond``).
+* Text is made valid Unicode at this boundary, both ways (``_unicode``): what the run is given
+  before it is stored or sent to a model, and every message and update it hands on.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+import copy
+from collections.abc import AsyncGenerator, Awaitable, Mapping, Sequence
+from contextlib import aclosing
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, cast, overload
+from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
 from agent_framework import (
     AgentResponse,
@@ -29,12 +34,15 @@ from agent_framework import (
     Content,
     Message,
     ResponseStream,
+    WorkflowEvent,
 )
 from typing_extensions import override
 
 from ._events import HANDOFF_TURN_EVENT, HandoffTurnResult
 from ._state import TurnRecord
-from .exceptions import PendingRequestsError
+from ._transcript import NewTurn, ResentTurn, messages_of, new_input, read_transcript, same_message
+from ._unicode import valid_unicode
+from .exceptions import InvalidMessageError, PendingRequestsError
 
 if TYPE_CHECKING:
     from ._hosting import ConversationHost
@@ -42,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = ["HostedConversationAgent"]
 
 _ANSWERS = frozenset({"function_approval_response", "function_result"})
+_Serialized = TypeVar("_Serialized", Message, AgentResponseUpdate)
 
 
 class HostedConversationAgent(BaseAgent):
@@ -87,71 +96,171 @@ class HostedConversationAgent(BaseAgent):
     ) -> Awaitable[AgentResponse[Any]] | ResponseStream[AgentResponseUpdate, AgentResponse[Any]]:
         """One turn of the session's conversation (a new conversation without a session).
 
+        ``messages`` is text (a new user message) or messages, a transcript: only its user
+        messages the conversation has not stored run, and a transcript it has stored whole gets
+        that turn again (finished first if it was interrupted), not a new one.
+
         Keyword arguments agent_framework's hosting passes (``function_invocation_kwargs``,
         ``client_kwargs``) are accepted and not used: the workflow's agents have their own.
+
+        Raises:
+            InvalidMessageError: ``messages`` is not text, a Message or a Content, or a list of
+                them; a message's role is not user, assistant, system or tool; or no user message
+                follows the last reply. Nothing is stored then.
         """
         del kwargs
         conversation_id = (session or self.create_session()).session_id
-        given = _messages_of(messages)
+        given = [_valid(message) for message in messages_of(messages)]
+        transcript = not isinstance(messages, str)
         final: list[AgentResponse[Any]] = []
         if not stream:
-            return self._send(conversation_id, given)
+            return self._run(conversation_id, given, transcript=transcript)
 
         def finish(seen: Sequence[AgentResponseUpdate]) -> AgentResponse[Any]:
-            return final[-1] if final else AgentResponse.from_updates(list(seen))
+            return _valid_response(final[-1]) if final else AgentResponse.from_updates(list(seen))
 
-        return ResponseStream(self._updates(conversation_id, given, final), finalizer=finish)
+        updates = self._updates(conversation_id, given, final, transcript=transcript)
+        return ResponseStream(_valid_updates(updates), finalizer=finish)
 
-    async def _send(self, conversation_id: str, given: list[Message]) -> AgentResponse[Any]:
+    async def _run(
+        self,
+        conversation_id: str,
+        given: list[Message],
+        *,
+        transcript: bool,
+    ) -> AgentResponse[Any]:
+        return _valid_response(await self._send(conversation_id, given, transcript=transcript))
+
+    async def _send(
+        self,
+        conversation_id: str,
+        given: list[Message],
+        *,
+        transcript: bool,
+    ) -> AgentResponse[Any]:
         answered = await self._answer(conversation_id, given)
         if answered is not None:
             return answered
-        inputs = await self._new_input(conversation_id, given)
+        turn = await self._turn(conversation_id, given, transcript=transcript)
+        if isinstance(turn, ResentTurn):
+            return await self._resent(conversation_id, turn)
         try:
-            return await self.host.send(conversation_id, inputs, wait=True)
+            return await self.host.send(
+                conversation_id, turn.messages, wait=True, idempotency_key=turn.key
+            )
         except PendingRequestsError as waiting:
-            return await self._waiting_turn(conversation_id, inputs, waiting.requests)
+            return await self._waiting_turn(conversation_id, turn.messages, waiting.requests)
+
+    async def _turn(
+        self,
+        conversation_id: str,
+        given: list[Message],
+        *,
+        transcript: bool,
+    ) -> NewTurn | ResentTurn:
+        """The turn the run asks for: text is new; a transcript is read against the store."""
+        if not transcript:
+            return NewTurn(new_input(given), None)
+        return read_transcript(given, await self.host.history(conversation_id))
+
+    async def _resent(self, conversation_id: str, turn: ResentTurn) -> AgentResponse[Any]:
+        """The turn a resent transcript asked for: read back, or finished if it was interrupted.
+
+        Nothing is stored or answered again; a turn that waits gives what it wrote so far, its
+        requests last. A turn sent without a key (before this agent kept them) is finished when
+        it is the open one.
+        """
+        from ._hosting import open_turn_so_far
+
+        try:
+            result = await self.host.replay(conversation_id, turn.key, wait=True)
+            if result is None:
+                open_turn = await open_turn_so_far(self.host, conversation_id)
+                if open_turn is not None and any(
+                    same_message(m, turn.last) for m in open_turn.input
+                ):
+                    result = await self.host.resume(conversation_id, wait=True)
+        except PendingRequestsError as waiting:
+            return await self._waiting_turn(conversation_id, None, waiting.requests)
+        if result is None:
+            raise InvalidMessageError(
+                "Every user message of the run is stored already, and the turn they started is "
+                "no longer known; send a new message."
+            )
+        return result
 
     async def _waiting_turn(
-        self, conversation_id: str, inputs: list[Message], requests: Sequence[Content]
+        self, conversation_id: str, inputs: list[Message] | None, requests: Sequence[Content]
     ) -> AgentResponse[Any]:
         """The response of a turn that waits: what it wrote so far, its requests last.
 
         A message sent while the turn already waited ran nothing: it gets the requests only.
+        ``inputs`` is ``None`` when the run asked for the turn that waits (a resent one).
         """
         from ._hosting import open_turn_so_far
 
         turn = await open_turn_so_far(self.host, conversation_id)
-        if turn is None or [m.text for m in turn.input] != [m.text for m in inputs]:
+        if turn is None or (
+            inputs is not None and [m.text for m in turn.input] != [m.text for m in inputs]
+        ):
             return _waiting(requests)
         return AgentResponse(messages=turn.messages)
 
     async def _updates(
-        self, conversation_id: str, given: list[Message], final: list[AgentResponse[Any]]
-    ) -> AsyncIterator[AgentResponseUpdate]:
-        """The agents' updates as they come; answers and a waiting turn come as one update."""
+        self,
+        conversation_id: str,
+        given: list[Message],
+        final: list[AgentResponse[Any]],
+        *,
+        transcript: bool,
+    ) -> AsyncGenerator[AgentResponseUpdate, None]:
+        """The agents' updates as they come.
+
+        Answers, and a turn read back or that waits, come as an update per message at the end.
+        """
         answered = await self._answer(conversation_id, given)
-        if answered is not None:
-            final.append(answered)
-            for message in answered.messages:
-                yield _update(message)
-            return
-        inputs = await self._new_input(conversation_id, given)
+        if answered is None:
+            turn = await self._turn(conversation_id, given, transcript=transcript)
+            if isinstance(turn, NewTurn):
+                async with aclosing(self._stream(conversation_id, turn, final)) as updates:
+                    async for update in updates:
+                        yield update
+                return
+            answered = await self._resent(conversation_id, turn)
+        final.append(answered)
+        for message in answered.messages:
+            yield _update(message)
+
+    async def _stream(
+        self, conversation_id: str, turn: NewTurn, final: list[AgentResponse[Any]]
+    ) -> AsyncGenerator[AgentResponseUpdate, None]:
+        """A new turn's updates as the agents write them."""
         requests: list[Content] = []
+        streamed = False
         try:
-            async for event in self.host.stream(conversation_id, inputs, wait=True):
-                if event.type == "output" and isinstance(event.data, AgentResponseUpdate):
-                    yield event.data  # a request the turn waits for comes in an update too
-                elif event.type == "request_info" and isinstance(event.data, Content):
-                    requests.append(event.data)
-                elif event.type == HANDOFF_TURN_EVENT and isinstance(event.data, HandoffTurnResult):
-                    final.append(event.data)
+            stream = self.host.stream(
+                conversation_id, turn.messages, wait=True, idempotency_key=turn.key
+            )  # an async generator: closed with this one
+            async with aclosing(cast(AsyncGenerator[WorkflowEvent[Any], None], stream)) as events:
+                async for event in events:
+                    if event.type == "output" and isinstance(event.data, AgentResponseUpdate):
+                        streamed = True
+                        yield event.data  # a request the turn waits for comes in an update too
+                    elif event.type == "request_info" and isinstance(event.data, Content):
+                        requests.append(event.data)
+                    elif event.type == HANDOFF_TURN_EVENT and isinstance(
+                        event.data, HandoffTurnResult
+                    ):
+                        final.append(event.data)
         except PendingRequestsError as waiting:  # a new message while the turn waits
             final.append(_waiting(waiting.requests))
             yield _update(final[-1].messages[0])
             return
         if requests and not final:
             final.append(_waiting(requests))
+        elif final and not streamed:  # the same turn, sent at the same time, ran it: read back
+            for message in final[-1].messages:
+                yield _update(message)
 
     async def _answer(
         self, conversation_id: str, given: list[Message]
@@ -172,53 +281,10 @@ class HostedConversationAgent(BaseAgent):
         result = await self.host.respond(conversation_id, answers, wait=True)
         return after_answers(result, answers)
 
-    async def _new_input(self, conversation_id: str, given: list[Message]) -> list[Message]:
-        """The new user input: what follows the last reply in what the client sent.
-
-        Less what the store has already: a client resends its transcript after a failed turn.
-        """
-        new = _after_last_reply(given)
-        if not new:
-            raise ValueError(
-                "A run needs a new user message (or answers to the requests it waits for)."
-            )
-        if len(new) > 1:  # only a turn that failed leaves user messages unanswered in the store
-            stored = _after_last_reply(await self.host.history(conversation_id))
-            while stored and new and _same_text(stored[0], new[0]):
-                stored, new = stored[1:], new[1:]
-            if not new:
-                raise ValueError("Every message of the run is stored already; send a new one.")
-        return new
-
     @override
     def create_session(self, *, session_id: str | None = None) -> AgentSession:
         """A session: its id is the conversation's (a new one when not given)."""
         return AgentSession(session_id=session_id)
-
-
-def _messages_of(messages: Any) -> list[Message]:
-    if messages is None:
-        return []
-    if isinstance(messages, str):
-        return [Message(role="user", contents=[messages])]
-    if isinstance(messages, Message):
-        return [messages]
-    if isinstance(messages, Content):
-        return [Message(role="user", contents=[messages])]
-    found: list[Message] = []
-    for item in cast(Sequence[Any], messages):
-        found.extend(_messages_of(item))
-    return found
-
-
-def _after_last_reply(messages: Sequence[Message]) -> list[Message]:
-    """The messages after the last assistant or tool message."""
-    last = max((i for i, m in enumerate(messages) if m.role in ("assistant", "tool")), default=-1)
-    return list(messages[last + 1 :])
-
-
-def _same_text(a: Message, b: Message) -> bool:
-    return a.role == b.role and a.text == b.text
 
 
 def _answers_to(pending: Sequence[Content], given: Sequence[Message]) -> dict[str, Content]:
@@ -283,3 +349,32 @@ def _update(message: Message) -> AgentResponseUpdate:
     return AgentResponseUpdate(
         role=message.role, contents=list(message.contents), author_name=message.author_name
     )
+
+
+def _valid(value: _Serialized) -> _Serialized:
+    """``value`` with valid Unicode text everywhere (itself when it had nothing to replace)."""
+    raw = value.to_dict()
+    cleaned = valid_unicode(raw)
+    return value if cleaned is raw else type(value).from_dict(cleaned)
+
+
+async def _valid_updates(
+    updates: AsyncGenerator[AgentResponseUpdate, None],
+) -> AsyncGenerator[AgentResponseUpdate, None]:
+    async with aclosing(updates):  # a client that stops reading ends the turn's stream at once
+        async for update in updates:
+            yield _valid(update)
+
+
+def _valid_response(response: AgentResponse[Any]) -> AgentResponse[Any]:
+    """``response`` with valid Unicode text in its messages (the reply a client is shown).
+
+    A turn result's ``conversation`` is the stored history as it is: reading all of it again
+    for every turn would cost what the history costs.
+    """
+    messages = [_valid(message) for message in response.messages]
+    if all(a is b for a, b in zip(messages, response.messages, strict=True)):
+        return response
+    valid = copy.copy(response)
+    valid.messages = messages
+    return valid

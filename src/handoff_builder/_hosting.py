@@ -596,6 +596,24 @@ class ConversationHost:
                 self._keep(conversation_id, workflow, host)
             return result
 
+    async def replay(
+        self, conversation_id: str, idempotency_key: str, *, wait: bool = False
+    ) -> HandoffTurnResult | None:
+        """The turn an earlier call with ``idempotency_key`` ran; nothing new is ever run.
+
+        A finished turn is read back from the store (no model is called); a turn a crash or a
+        dropped connection interrupted is finished first, as :meth:`send` would with that key.
+        ``None`` when no call with that key is remembered (the keys of the last turns are).
+
+        Raises:
+            PendingRequestsError: that turn waits for answers (:meth:`respond`).
+        """
+        check_conversation_id(conversation_id)
+        _check_key(idempotency_key)
+        async with self._hold(conversation_id, wait) as held:
+            workflow, host = await self._open(conversation_id, held)
+            return await self._repeated(conversation_id, workflow, host, idempotency_key)
+
     async def abandon(
         self, conversation_id: str, *, wait: bool = False
     ) -> HandoffTurnResult | None:

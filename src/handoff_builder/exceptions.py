@@ -19,6 +19,7 @@ so ``except ValueError`` keeps working for configuration mistakes::
     ├── PendingRequestsError(HandoffBuilderError, RuntimeError)     a hosted turn waits for answers
     ├── MessageNotStoredError(HandoffBuilderError, RuntimeError)    a message was refused, unstored
     ├── MessageTooLargeError(HandoffBuilderError, ValueError)       an input over the size limit
+    ├── InvalidMessageError(HandoffBuilderError, ValueError)       a served run's input is not valid
     ├── HandoffHookError(HandoffBuilderError, RuntimeError)         an edge's own code failed
     └── ScriptExhaustedError(HandoffBuilderError, RuntimeError)      a scripted model ran out
 
@@ -41,6 +42,7 @@ __all__ = [
     "HandoffConfigurationError",
     "HandoffHookError",
     "HookSignatureError",
+    "InvalidMessageError",
     "LeaseLostError",
     "MessageNotStoredError",
     "MessageTooLargeError",
@@ -242,6 +244,17 @@ class MessageTooLargeError(HandoffBuilderError, ValueError):
             f"Conversation {conversation_id!r}: the {what} is {size:,} bytes as JSON; the limit "
             f"is {limit:,} bytes (max_input_bytes). Nothing was stored."
         )
+
+
+class InvalidMessageError(HandoffBuilderError, ValueError):
+    """What a run of ``ConversationHost.as_agent()`` was given is not a valid message.
+
+    ``problem`` says what was wrong and how to fix it. Nothing was stored and no model was called.
+    """
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+        super().__init__(problem)
 
 
 class HandoffHookError(HandoffBuilderError, RuntimeError):
