@@ -104,6 +104,31 @@ async def test_a_network_partition_mid_turn_is_a_typed_error_not_a_hang(
     assert caught.value.__cause__ is not None
 
 
+async def test_cutting_a_silent_connection_leaves_the_other_connections_alone(
+    proxied: tuple[FreezableProxy, PostgresConversationStore],
+) -> None:
+    """The client-side limit ends a statement the network swallowed without closing its socket
+    under the event loop, which still watches it for that statement: a socket the process
+    opened meanwhile could get its number, and be mistaken for it (``connection socket
+    closed``, or a wait that never ends). Connections opened all along keep working."""
+    proxy, store = proxied
+    assert await store.acquire("c", owner="a", ttl=30) is not None
+    proxy.frozen.set()
+    stuck = asyncio.create_task(store.version("c"))
+    opened = 0
+    while not stuck.done():  # new connections, one after the other, until the cut
+        async with await psycopg.AsyncConnection.connect(postgres_dsn()) as other:
+            assert await (await other.execute("SELECT 1")).fetchone() == (1,)
+        opened += 1
+    with pytest.raises(StoreUnavailableError) as caught:
+        await stuck
+    assert str(caught.value) == (
+        "The PostgreSQL conversation store is unavailable: no answer from the server within 2 s "
+        "(the connection was closed)"
+    )
+    assert opened > 0
+
+
 async def test_connections_terminated_mid_turn_are_a_typed_error_and_nothing_runs_twice() -> None:
     """The server cuts every connection of the store while billing runs.
 

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from typing_extensions import override
 
-from handoff_builder._timeouts import DeadlinePassedError, within
+from handoff_builder._timeouts import DeadlinePassedError
 from handoff_builder.exceptions import (
     ConversationBusyError,
     ConversationConflictError,
@@ -39,6 +39,8 @@ except ImportError as missing:  # pragma: no cover - exercised only without the 
         "PostgresConversationStore needs psycopg 3 and psycopg-pool: "
         "pip install 'handoff-builder[postgres]'"
     ) from missing
+
+from ._postgres_connections import bounded
 
 T = TypeVar("T")
 
@@ -159,19 +161,14 @@ class PostgresConversationStore(ClosingStore):
     async def _run(self, work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
         """``work`` on a connection borrowed for it alone, bounded in time; failures typed.
 
-        The server's limits apply first. A network that went silent is cut by this one: at the
-        limit the connection is closed (the pool replaces it), which ends the statement at once,
-        instead of psycopg's polite cancel, which cannot reach the server either (10 s more).
+        The server's limits apply first; one second later the client cuts the connection
+        (:func:`bounded`), which the pool then replaces.
         """
         pool = await self._open()
         limit = self._statement_timeout + 1.0
         try:
             async with pool.connection() as db:
-                cut = asyncio.get_running_loop().call_later(limit, db.pgconn.finish)
-                try:
-                    return await within(limit + 0.5, work(db))
-                finally:
-                    cut.cancel()
+                return await bounded(work(db), db, limit)
         except DeadlinePassedError as error:
             raise StoreUnavailableError(
                 "PostgreSQL", f"no answer from the server within {limit:g} s (the connection "
