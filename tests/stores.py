@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from handoff_builder.stores import (
@@ -40,6 +43,48 @@ def postgres_dsn() -> str:
 
 def unique_prefix() -> str:
     return f"t{uuid.uuid4().hex[:12]}_"
+
+
+def with_application_name(dsn: str, name: str) -> str:
+    """``dsn`` whose connections carry ``name`` (to find them, and only them, on the server)."""
+    separator = "&" if "?" in dsn else "?"
+    return f"{dsn}{separator}application_name={name}"
+
+
+def terminate_connections(application_name: str) -> int:
+    """End the server's connections named ``application_name`` (as a restart or a failover
+    would), waiting until their processes are gone; how many there were.
+
+    Only those: other tests on the same server keep theirs.
+    """
+    with psycopg.connect(postgres_dsn(), autocommit=True) as admin:
+        ended = admin.execute(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 30000)) FROM "
+            "pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND application_name = %s",
+            (application_name,),
+        ).fetchone()
+    assert ended is not None
+    return int(ended[0])
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    """Wait until ``condition()`` holds (the server's state, polled); 30 s is only a backstop."""
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, f"still not {what} after 30 s"
+        await asyncio.sleep(0.01)
+
+
+def connections_named(application_name: str) -> int:
+    """How many connections named ``application_name`` the server has."""
+    with psycopg.connect(postgres_dsn(), autocommit=True) as admin:
+        found = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+            (application_name,),
+        ).fetchone()
+    assert found is not None
+    return int(found[0])
 
 
 async def make_store(kind: str, tmp_path: Path) -> AsyncIterator[ConversationStore]:

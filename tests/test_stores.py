@@ -474,6 +474,27 @@ def test_a_good_log_decodes_in_order() -> None:
 
 
 @pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("query", "shown"), [("", "handoff_builder"), ("application_name=my_service", "my_service")]
+)
+async def test_postgres_connections_are_named_for_the_server(query: str, shown: str) -> None:
+    """``pg_stat_activity`` shows whose connections these are: ours, unless the DSN says."""
+    dsn = postgres_dsn()
+    if query:
+        dsn += f"{'&' if '?' in dsn else '?'}{query}"
+    store = PostgresConversationStore(dsn, table_prefix=unique_prefix())
+
+    async def name(db: Any) -> tuple[Any, ...] | None:
+        return await (await db.execute("SELECT current_setting('application_name')")).fetchone()
+
+    try:
+        assert await store._run(name) == (shown,)  # pyright: ignore[reportPrivateUsage]
+    finally:
+        await store.drop_tables()
+        await store.close()
+
+
+@pytest.mark.postgres
 async def test_postgres_connection_settings_keep_the_dsns_own_options() -> None:
     dsn = postgres_dsn()
     separator = "&" if "?" in dsn else "?"

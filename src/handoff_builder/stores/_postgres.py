@@ -32,7 +32,6 @@ from ._base import (
 try:
     import psycopg
     from psycopg import sql
-    from psycopg.conninfo import conninfo_to_dict
     from psycopg_pool import AsyncConnectionPool, PoolTimeout
 except ImportError as missing:  # pragma: no cover - exercised only without the extra
     raise ImportError(
@@ -40,7 +39,14 @@ except ImportError as missing:  # pragma: no cover - exercised only without the 
         "pip install 'handoff-builder[postgres]'"
     ) from missing
 
-from ._postgres_connections import bounded
+from ._postgres_connections import (
+    Connection,
+    Pool,
+    bounded,
+    connection_settings,
+    new_pool,
+    spoke_while_idle,
+)
 
 T = TypeVar("T")
 
@@ -61,6 +67,10 @@ class PostgresConversationStore(ClosingStore):
     on the server (``statement_timeout``, ``lock_timeout``) and in the client, and dead
     connections are noticed by TCP keepalives: a store that stops answering raises
     :class:`~handoff_builder.StoreUnavailableError` instead of hanging.
+
+    A pooled connection the server ended while it was idle (a restart, a failover, a proxy's
+    idle timeout) is replaced before a statement is sent on it; a connection lost while a
+    statement runs is an error, never a retry (the statement may have run).
     """
 
     def __init__(
@@ -101,11 +111,17 @@ class PostgresConversationStore(ClosingStore):
         self._statement_timeout = statement_timeout
         self.synchronous_commit = synchronous_commit
         self._sizes = (min_size, max_size)
+        self._settings = connection_settings(
+            dsn,
+            connect_timeout=connect_timeout,
+            statement_timeout=statement_timeout,
+            synchronous_commit=synchronous_commit,
+        )
         self._pool = self._new_pool()
         self._ready = False
         self._opening = asyncio.Lock()
 
-    async def _open(self) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
+    async def _open(self) -> Pool:
         if self._ready:
             return self._pool
         async with self._opening:  # concurrent first calls open the pool once
@@ -113,34 +129,13 @@ class PostgresConversationStore(ClosingStore):
                 await self._create()
         return self._pool
 
-    def _new_pool(self) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
-        min_size, max_size = self._sizes
-        limit_ms = int(self._statement_timeout * 1000)
-        options = (
-            f"-c statement_timeout={limit_ms} -c lock_timeout={limit_ms} "
-            f"-c idle_in_transaction_session_timeout={limit_ms * 3}"
-        )
-        if not self.synchronous_commit:
-            options += " -c synchronous_commit=off"
-        given = conninfo_to_dict(self.dsn).get("options")  # the DSN's own options are kept
-        if given:
-            options = f"{given} {options}"
-        return AsyncConnectionPool(
+    def _new_pool(self) -> Pool:
+        return new_pool(
             self.dsn,
-            min_size=min_size,
-            max_size=max_size,
-            open=False,
+            self._settings,
+            sizes=self._sizes,
             timeout=self._statement_timeout,
-            kwargs={
-                "autocommit": True,
-                "connect_timeout": max(1, round(self._timeout)),
-                "options": options,
-                "keepalives": 1,
-                "keepalives_idle": 5,
-                "keepalives_interval": 2,
-                "keepalives_count": 3,
-                "tcp_user_timeout": limit_ms,
-            },
+            check=self._check,
         )
 
     async def _create(self) -> None:
@@ -158,7 +153,34 @@ class PostgresConversationStore(ClosingStore):
             raise
         self._ready = True
 
-    async def _run(self, work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
+    async def _check(self, db: Connection) -> None:
+        """The pool's check of each connection it is about to lend, before any statement.
+
+        A connection the server ended while it sat in the pool (a restart, a failover, a
+        proxy's idle timeout, ``pg_terminate_backend``) must not be lent: the statement would
+        fail, although the server is up again. Only a connection that died *before* the call
+        began may be replaced: a statement that was sent may have run (a fenced append), so a
+        failure after that is never retried, it is the caller's error.
+
+        Finding out costs no round trip: a pooled connection the server has nothing to say to
+        stays silent, one it closed has its goodbye (or the end of the stream) waiting to be
+        read (:func:`spoke_while_idle`, one ``poll(2)``). Only then is there a round trip (an
+        empty query, psycopg_pool's own check) to tell a dead connection from a stray notice.
+        A dead one fails the check: the pool discards it and lends another. And since its
+        neighbours most likely died with it, the pool is drained at once (every idle connection
+        closed and replaced, those in use replaced when they come back): psycopg_pool pauses
+        about a second after each failed check, so a full pool checked one by one would
+        outlast the wait for a connection.
+        """
+        if not spoke_while_idle(db):
+            return
+        try:
+            await AsyncConnectionPool.check_connection(db)
+        except psycopg.Error:
+            await self._pool.drain()
+            raise
+
+    async def _run(self, work: Callable[[Connection], Awaitable[T]]) -> T:
         """``work`` on a connection borrowed for it alone, bounded in time; failures typed.
 
         The server's limits apply first; one second later the client cuts the connection

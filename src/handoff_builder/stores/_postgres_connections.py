@@ -1,4 +1,4 @@
-"""How the PostgreSQL store reaches its server: connections, and how a statement on one is bounded.
+"""How the PostgreSQL store reaches its server: connection settings, the pool, bounded statements.
 
 Imported by ``_postgres`` once psycopg is known to be installed.
 """
@@ -7,16 +7,79 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 import socket
-from collections.abc import Awaitable
+import sys
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import AsyncConnectionPool
 
 from handoff_builder._timeouts import DeadlinePassedError, within
 
 T = TypeVar("T")
 Connection = psycopg.AsyncConnection[Any]
+Pool = AsyncConnectionPool[Connection]
+
+APPLICATION_NAME = "handoff_builder"
+"""What the server shows for the store's connections (``pg_stat_activity.application_name``)
+unless the DSN (or ``PGAPPNAME``) names them."""
+
+
+def connection_settings(
+    dsn: str, *, connect_timeout: float, statement_timeout: float, synchronous_commit: bool
+) -> dict[str, Any]:
+    """The keyword arguments of every connection the store makes (pooled or not).
+
+    Server-side limits on each statement, lock and idle transaction; TCP keepalives and a TCP
+    user timeout, so a silent network is noticed; the DSN's own ``options`` kept.
+    """
+    limit_ms = int(statement_timeout * 1000)
+    options = (
+        f"-c statement_timeout={limit_ms} -c lock_timeout={limit_ms} "
+        f"-c idle_in_transaction_session_timeout={limit_ms * 3}"
+    )
+    if not synchronous_commit:
+        options += " -c synchronous_commit=off"
+    given = str(conninfo_to_dict(dsn).get("options") or "")
+    if given:
+        options = f"{given} {options}"
+    settings: dict[str, Any] = {
+        "autocommit": True,
+        "connect_timeout": max(1, round(connect_timeout)),
+        "options": options,
+        "keepalives": 1,
+        "keepalives_idle": 5,
+        "keepalives_interval": 2,
+        "keepalives_count": 3,
+        "tcp_user_timeout": limit_ms,
+    }
+    if "application_name" not in given:  # a name set in the options would lose to this one
+        settings["fallback_application_name"] = APPLICATION_NAME
+    return settings
+
+
+def new_pool(
+    dsn: str,
+    settings: dict[str, Any],
+    *,
+    sizes: tuple[int, int],
+    timeout: float,
+    check: Callable[[Connection], Awaitable[None]],
+) -> Pool:
+    """A closed pool, which checks each connection it lends with ``check``."""
+    min_size, max_size = sizes
+    return AsyncConnectionPool(
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        open=False,
+        timeout=timeout,
+        kwargs=settings,
+        check=check,
+    )
 
 
 async def bounded(call: Awaitable[T], db: Connection, limit: float) -> T:
@@ -52,3 +115,20 @@ def shut_down(db: Connection) -> None:
             sock.shutdown(socket.SHUT_RDWR)
         finally:
             sock.detach()  # the socket stays psycopg's: only shut down, never closed here
+
+
+def spoke_while_idle(db: Connection) -> bool:
+    """Whether the server sent anything to an idle connection, or closed it (no round trip).
+
+    Nothing is due on a pooled connection between statements: what arrives is nearly always
+    the server saying goodbye (``terminating connection due to administrator command``, a
+    shutdown) and closing it, or the kernel reporting the connection gone (a reset, or the TCP
+    keepalives giving up). One ``poll(2)`` that does not wait: a microsecond or two.
+    """
+    fd = db.pgconn.socket
+    if sys.platform == "win32":  # pragma: no cover - no poll() on Windows
+        readable, _, _ = select.select([fd], [], [], 0)
+        return bool(readable)
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
