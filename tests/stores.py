@@ -8,6 +8,8 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -49,6 +51,34 @@ def with_application_name(dsn: str, name: str) -> str:
     """``dsn`` whose connections carry ``name`` (to find them, and only them, on the server)."""
     separator = "&" if "?" in dsn else "?"
     return f"{dsn}{separator}application_name={name}"
+
+
+def elsewhere(dsn: str, *, database: str | None = None, user: str | None = None,
+              port: int | None = None) -> str:  # fmt: skip
+    """``dsn`` with another database, user or port (the same host)."""
+    parts = urlsplit(dsn)
+    login = user or parts.username
+    netloc = f"{login}@" if login else ""
+    netloc += f"{parts.hostname}:{port or parts.port or 5432}"
+    path = f"/{database}" if database is not None else parts.path
+    return urlunsplit(parts._replace(netloc=netloc, path=path))
+
+
+def connection_failures() -> list[Any]:
+    """(what is wrong, how to get it from the test server's DSN, the server's or OS's words)."""
+    missing, nobody = f"no_such_db_{uuid.uuid4().hex[:8]}", f"nobody_{uuid.uuid4().hex[:8]}"
+    return [
+        pytest.param(
+            {"database": missing}, f'FATAL: database "{missing}" does not exist', id="database"
+        ),
+        pytest.param({"user": nobody}, f'FATAL: role "{nobody}" does not exist', id="user"),
+        pytest.param(
+            {"port": 1},
+            "Connection refused Is the server running on that host and accepting TCP/IP "
+            "connections?",
+            id="port",
+        ),
+    ]
 
 
 def terminate_connections(application_name: str) -> int:

@@ -8,6 +8,7 @@ import contextlib
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -21,6 +22,7 @@ from handoff_builder.stores import PostgresConversationStore
 from handoff_builder.testing import ModelCall, Step, client_of, handoff_to, reply, scripted_agent
 from tests.stores import (
     connections_named,
+    elsewhere,
     postgres_dsn,
     terminate_connections,
     unique_prefix,
@@ -240,6 +242,38 @@ async def test_a_connection_cut_during_a_statement_is_a_typed_error_and_nothing_
             await store.drop_tables()
         finally:
             await store.close()
+
+
+async def test_a_database_dropped_under_the_store_is_named_when_no_connection_comes() -> None:
+    """The store ran, then its database went away (its connections ended with it).
+
+    The pool cannot replace them; the wait for a connection ends with the server's reason, not
+    only psycopg_pool's "couldn't get a connection after 1.00 sec".
+    """
+    database = f"hb_gone_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres_dsn(), autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    dsn = elsewhere(postgres_dsn(), database=database)
+    store = PostgresConversationStore(dsn, table_prefix="t_", statement_timeout=1.0)
+    try:
+        assert await store.acquire("c", owner="a", ttl=30) is not None
+        with psycopg.connect(postgres_dsn(), autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(database)))
+        with pytest.raises(StoreUnavailableError) as caught:
+            await store.version("c")
+    finally:
+        await store.close()
+        with psycopg.connect(postgres_dsn(), autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(database)
+            ))  # fmt: skip
+    parts = urlsplit(dsn)
+    assert str(caught.value) == (
+        "The PostgreSQL conversation store is unavailable: no connection within 1 s: connection "
+        f'failed: connection to server at "{parts.hostname}", port {parts.port} failed: FATAL: '
+        f'database "{database}" does not exist'
+    )
+    assert isinstance(caught.value.__cause__, psycopg.OperationalError)
 
 
 def waiting_for_a_lock(application_name: str) -> bool:

@@ -8,11 +8,11 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from typing_extensions import override
 
-from handoff_builder._timeouts import DeadlinePassedError
+from handoff_builder._timeouts import DeadlinePassedError, within
 from handoff_builder.exceptions import (
     ConversationBusyError,
     ConversationConflictError,
@@ -40,12 +40,14 @@ except ImportError as missing:  # pragma: no cover - exercised only without the 
     ) from missing
 
 from ._postgres_connections import (
+    UNAVAILABLE,
     Connection,
     Pool,
     bounded,
     connection_settings,
     new_pool,
     spoke_while_idle,
+    unavailable,
 )
 
 T = TypeVar("T")
@@ -53,8 +55,6 @@ T = TypeVar("T")
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,40}$")
 # Namespace of the advisory lock that serialises creating the tables (first use only).
 _LOCK_NAMESPACE = 0x48424C  # "HBL"
-# What a failed statement can raise that means "the server or the network let us down".
-_UNAVAILABLE = (psycopg.OperationalError, PoolTimeout, TimeoutError)
 
 
 class PostgresConversationStore(ClosingStore):
@@ -70,7 +70,9 @@ class PostgresConversationStore(ClosingStore):
 
     A pooled connection the server ended while it was idle (a restart, a failover, a proxy's
     idle timeout) is replaced before a statement is sent on it; a connection lost while a
-    statement runs is an error, never a retry (the statement may have run).
+    statement runs is an error, never a retry (the statement may have run). A connection that
+    cannot be made is reported in the server's (or the system's) own words: the first one at
+    once, without waiting for the pool.
     """
 
     def __init__(
@@ -107,7 +109,6 @@ class PostgresConversationStore(ClosingStore):
         self.tables = (f"{table_prefix}conversations", f"{table_prefix}messages")
         """The store's two tables: conversations (the state rows) and messages (the log)."""
         self._q = _queries(*(sql.Identifier(name) for name in self.tables))
-        self._timeout = connect_timeout
         self._statement_timeout = statement_timeout
         self.synchronous_commit = synchronous_commit
         self._sizes = (min_size, max_size)
@@ -138,18 +139,33 @@ class PostgresConversationStore(ClosingStore):
             check=self._check,
         )
 
+    async def _connect(self) -> Connection:
+        """A connection of the store's own, outside the pool (closed by the caller)."""
+        return await psycopg.AsyncConnection.connect(self.dsn, **self._settings)
+
     async def _create(self) -> None:
+        """Create the tables on a first connection of our own, then open the pool.
+
+        The pool would retry a connection that fails in the background and only say, when its
+        wait ran out, that it is not ready ("pool initialization incomplete after 5.0 sec"); a
+        connection of our own fails at once, in the server's words (a database or a user that
+        does not exist, a refused port).
+        """
         try:
-            await self._pool.open(wait=True, timeout=self._timeout)
-            async with self._pool.connection() as db, db.transaction():
+            db = await self._connect()
+            async with db, db.transaction():
                 await db.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_LOCK_NAMESPACE,))
                 for name in ("create_conversations", "create_messages", "add_lease_columns"):
                     await db.execute(self._q[name])
+            try:  # the pool's min_size connections, which will most likely work now too
+                await self._pool.open(wait=True, timeout=self._statement_timeout)
+            except PoolTimeout as error:
+                await self._no_connection(error)
         except BaseException as error:  # unreachable, or cancelled midway: start afresh later
             pool, self._pool = self._pool, self._new_pool()
             await asyncio.shield(pool.close())  # stops its reconnect attempts
-            if isinstance(error, (*_UNAVAILABLE, psycopg.Error)):
-                raise _unavailable(error) from error
+            if isinstance(error, (*UNAVAILABLE, psycopg.Error)):
+                raise unavailable(error) from error
             raise
         self._ready = True
 
@@ -196,10 +212,35 @@ class PostgresConversationStore(ClosingStore):
                 "PostgreSQL", f"no answer from the server within {limit:g} s (the connection "
                 "was closed)"
             ) from error  # fmt: skip
+        except PoolTimeout as error:
+            await self._no_connection(error)
         except psycopg.errors.UniqueViolation:  # a write's own business (the log moved on)
             raise
-        except (*_UNAVAILABLE, psycopg.Error) as error:  # a read-only standby, dropped tables...
-            raise _unavailable(error) from error
+        except (*UNAVAILABLE, psycopg.Error) as error:  # a read-only standby, dropped tables...
+            raise unavailable(error) from error
+
+    async def _no_connection(self, error: PoolTimeout) -> NoReturn:
+        """The pool had no connection in time: say why, from one connection of our own.
+
+        psycopg_pool only logs why its connections fail; a new one, tried now, fails for the
+        same reason (the server is down, the database is gone) and says so. If it works, the
+        pool's connections were all in use (or the server just came back).
+        """
+        waited = f"no connection within {self._statement_timeout:g} s: "
+        try:
+            db = await within(self._statement_timeout, self._connect())
+        except DeadlinePassedError:
+            raise StoreUnavailableError(
+                "PostgreSQL", f"{waited}a new connection got no answer within "
+                f"{self._statement_timeout:g} s either"
+            ) from error  # fmt: skip
+        except psycopg.Error as failed:
+            raise unavailable(failed, waited) from failed
+        await db.close()
+        raise StoreUnavailableError(
+            "PostgreSQL", f"{waited}the {self._sizes[1]} pooled connections were all in use or "
+            "being replaced (a new one can be made now: raise max_size if this lasts)"
+        ) from error  # fmt: skip
 
     async def _one(self, name: str, params: Any) -> tuple[Any, ...] | None:
         async def one(db: psycopg.AsyncConnection[Any]) -> tuple[Any, ...] | None:
@@ -357,11 +398,6 @@ class PostgresConversationStore(ClosingStore):
     async def close(self) -> None:
         """Close the pool."""
         await self._pool.close()
-
-
-def _unavailable(error: BaseException) -> StoreUnavailableError:
-    detail = str(error).strip() or f"no answer within the time limit ({type(error).__name__})"
-    return StoreUnavailableError("PostgreSQL", detail)
 
 
 # The fence of every write: with a lease, only while it is the current one; without, only while

@@ -1,4 +1,4 @@
-"""How the PostgreSQL store reaches its server: connection settings, the pool, bounded statements.
+"""How the PostgreSQL store reaches its server: the pool, bounded statements, failures in words.
 
 Imported by ``_postgres`` once psycopg is known to be installed.
 """
@@ -15,9 +15,10 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from handoff_builder._timeouts import DeadlinePassedError, within
+from handoff_builder.exceptions import StoreUnavailableError
 
 T = TypeVar("T")
 Connection = psycopg.AsyncConnection[Any]
@@ -26,6 +27,9 @@ Pool = AsyncConnectionPool[Connection]
 APPLICATION_NAME = "handoff_builder"
 """What the server shows for the store's connections (``pg_stat_activity.application_name``)
 unless the DSN (or ``PGAPPNAME``) names them."""
+
+UNAVAILABLE = (psycopg.OperationalError, PoolTimeout, TimeoutError)
+"""What a failed statement can raise that means "the server or the network let us down"."""
 
 
 def connection_settings(
@@ -69,7 +73,10 @@ def new_pool(
     timeout: float,
     check: Callable[[Connection], Awaitable[None]],
 ) -> Pool:
-    """A closed pool, which checks each connection it lends with ``check``."""
+    """A closed pool that checks each connection it lends with ``check``.
+
+    The store opens it once a first connection of its own worked.
+    """
     min_size, max_size = sizes
     return AsyncConnectionPool(
         dsn,
@@ -132,3 +139,15 @@ def spoke_while_idle(db: Connection) -> bool:
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     return bool(poller.poll(0))
+
+
+def unavailable(error: BaseException, context: str = "") -> StoreUnavailableError:
+    """The typed error for a driver's failure, in its own words on one line.
+
+    ``context`` comes first (``"no connection within 10 s: "``). A failed connection's words are
+    libpq's: the server's reason (``FATAL: database "x" does not exist``) or the system's
+    (``Connection refused``).
+    """
+    words = " ".join(str(error).split())
+    detail = words or f"no answer within the time limit ({type(error).__name__})"
+    return StoreUnavailableError("PostgreSQL", f"{context}{detail}")
