@@ -12,10 +12,13 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
 from handoff_builder.cli import main
+from tests.stores import connection_failures, elsewhere, postgres_dsn
 
 
 @dataclass
@@ -487,25 +490,22 @@ def test_library_warnings_are_one_line_each(cli: CliRunner, tmp_path: Path) -> N
     assert lint[0].startswith("handoff-builder: warning from handoff_builder: ")
 
 
-def test_an_unreachable_postgres_store_is_one_line(
-    cli: CliRunner, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.postgres
+@pytest.mark.parametrize(("wrong", "reason"), connection_failures())
+def test_a_postgres_store_that_cannot_connect_is_one_line_with_the_reason(
+    cli: CliRunner, wrong: dict[str, Any], reason: str
 ) -> None:
-    """No driver retry messages: the one error says what failed."""
-    import functools
-
-    import handoff_builder.stores as stores
-
-    quick = functools.partial(stores.PostgresConversationStore, connect_timeout=0.5)
-    monkeypatch.setattr(stores, "PostgresConversationStore", quick)
-    done = cli("chat", "--store", "postgresql://postgres@127.0.0.1:1/test", stdin="hello\n")
+    """A wrong database, user or port: one line with the server's (or the OS's) own words, and
+    no driver retry messages."""
+    dsn = elsewhere(postgres_dsn(), **wrong)
+    parts = urlsplit(dsn)
+    done = cli("chat", "--store", dsn, stdin="hello\n")
     assert done.returncode == 1
-    errors = [line for line in done.stderr.splitlines() if "error" in line]
-    assert errors == [
-        line for line in done.stderr.splitlines() if line.startswith("handoff-builder: error: ")
+    assert done.stderr.splitlines() == [
+        "handoff-builder: error: The PostgreSQL conversation store is unavailable: connection "
+        f'failed: connection to server at "{parts.hostname}", port {parts.port} failed: {reason}'
     ]
-    assert len(errors) == 1
-    assert "PostgreSQL conversation store is unavailable" in errors[0]
-    assert all(line.startswith("handoff-builder: ") for line in done.stderr.splitlines())
+    assert done.stdout == ""
 
 
 TALKATIVE_DESK = """

@@ -8,17 +8,27 @@ import contextlib
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from handoff_builder import ConversationHost, HandoffWorkflowBuilder, StoreUnavailableError
 from handoff_builder.stores import PostgresConversationStore
 from handoff_builder.testing import ModelCall, Step, client_of, handoff_to, reply, scripted_agent
-from tests.stores import postgres_dsn, unique_prefix
+from tests.stores import (
+    connections_named,
+    elsewhere,
+    postgres_dsn,
+    terminate_connections,
+    unique_prefix,
+    until,
+    with_application_name,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -104,40 +114,113 @@ async def test_a_network_partition_mid_turn_is_a_typed_error_not_a_hang(
     assert caught.value.__cause__ is not None
 
 
-async def test_connections_terminated_mid_turn_are_a_typed_error_and_nothing_runs_twice() -> None:
-    """The server cuts every connection of the store while billing runs.
+async def test_cutting_a_silent_connection_leaves_the_other_connections_alone(
+    proxied: tuple[FreezableProxy, PostgresConversationStore],
+) -> None:
+    """The client-side limit ends a statement the network swallowed without closing its socket
+    under the event loop, which still watches it for that statement: a socket the process
+    opened meanwhile could get its number, and be mistaken for it (``connection socket
+    closed``, or a wait that never ends). Connections opened all along keep working."""
+    proxy, store = proxied
+    assert await store.acquire("c", owner="a", ttl=30) is not None
+    proxy.frozen.set()
+    stuck = asyncio.create_task(store.version("c"))
+    opened = 0
+    while not stuck.done():  # new connections, one after the other, until the cut
+        async with await psycopg.AsyncConnection.connect(postgres_dsn()) as other:
+            assert await (await other.execute("SELECT 1")).fetchone() == (1,)
+        opened += 1
+    with pytest.raises(StoreUnavailableError) as caught:
+        await stuck
+    assert str(caught.value) == (
+        "The PostgreSQL conversation store is unavailable: no answer from the server within 2 s "
+        "(the connection was closed)"
+    )
+    assert opened > 0
 
-    The turn's next write fails with StoreUnavailableError and the turn stops there: billing's
-    reply is not stored. The lease lives in the row, not on a connection, so nobody else got in
-    meanwhile; the next send finishes the turn (billing again, triage never).
+
+async def test_connections_dropped_while_idle_are_replaced_before_the_next_send() -> None:
+    """A restart, a failover or a proxy's idle kill ends the pooled connections between sends.
+
+    Six of them, all dead at once (the pool's pause after each failed check would add up to
+    more than the wait for a connection, 10 s), then the store's connections again while billing
+    runs (idle, between two statements of one turn). Every send works: a connection found dead
+    before a statement is replaced, and nothing ran twice.
     """
-    dsn = postgres_dsn()
     name = f"hb{unique_prefix()}"
-    separator = "&" if "?" in dsn else "?"
     store = PostgresConversationStore(
-        f"{dsn}{separator}application_name={name}", table_prefix=unique_prefix(), max_size=2
+        with_application_name(postgres_dsn(), name), table_prefix=unique_prefix(), min_size=6
     )
 
     def cut(call: ModelCall) -> Step:
         del call
-        with psycopg.connect(dsn, autocommit=True) as admin:
-            killed = admin.execute(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE application_name = %s",
-                (name,),
-            ).fetchone()
-        assert killed is not None
-        assert killed[0] >= 1
+        assert terminate_connections(name) >= 1
+        return reply("Refunded.")
+
+    triage = scripted_agent("triage", handoff_to("billing", goal="Refund."), reply("Hello."))
+    billing = scripted_agent("billing", reply("Back to triage?"), cut)
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+    host = ConversationHost(builder, store)
+    try:
+        assert (await host.send("c", "refund me")).text == "Back to triage?"
+        # the pool opens them in the background
+        await until(lambda: connections_named(name) >= 6, "six connections")
+        assert terminate_connections(name) >= 6
+
+        turn = await host.send("c", "the refund, please")  # billing, who cuts them again
+        assert (turn.text, turn.active_agent) == ("Refunded.", "billing")
+        assert (len(client_of(triage).calls), len(client_of(billing).calls)) == (1, 2)
+        record = await store.load("c")
+        assert record is not None
+        texts = [m["contents"][0].get("text") for m in record.messages]
+        assert texts.count("Refunded.") == 1
+        assert texts[-2:] == ["the refund, please", "Refunded."]
+    finally:
+        try:
+            await store.drop_tables()
+        finally:
+            await store.close()
+
+
+async def test_a_connection_cut_during_a_statement_is_a_typed_error_and_nothing_runs_twice() -> (
+    None
+):
+    """The server ends the store's connection while the write after billing's reply runs.
+
+    That write may or may not have happened, so it is never retried: the send fails with
+    StoreUnavailableError and the turn stops there (billing's reply is not stored). The lease
+    lives in the row, not on a connection, so nobody else got in meanwhile; the next send
+    finishes the turn (billing again, triage never).
+    """
+    dsn = postgres_dsn()
+    name = f"hb{unique_prefix()}"
+    store = PostgresConversationStore(
+        with_application_name(dsn, name), table_prefix=unique_prefix(), max_size=2
+    )
+    locker = psycopg.connect(dsn)  # a transaction of its own, left open while the write waits
+
+    def lock_the_row(call: ModelCall) -> Step:
+        del call  # the write after this reply waits for the row, until its connection is cut
+        locker.execute(
+            sql.SQL("SELECT 1 FROM {} WHERE conversation_id = 'c' FOR UPDATE").format(
+                sql.Identifier(store.tables[0])
+            )
+        )
         return reply("Refunded, but never stored.")
 
     triage = scripted_agent("triage", handoff_to("billing", goal="Refund."))
     billing = scripted_agent(
-        "billing", cut, reply("Refunded on the retry."), reply("Anything else?")
+        "billing", lock_the_row, reply("Refunded on the retry."), reply("Anything else?")
     )
     builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
     try:
+        send = asyncio.create_task(ConversationHost(builder, store, lease_ttl=1).send("c", "hi"))
+        await until(lambda: send.done() or waiting_for_a_lock(name), "waiting for the row")
+        assert not send.done(), send
+        assert terminate_connections(name) >= 1  # the one in the middle of the write, too
+        locker.rollback()
         with pytest.raises(StoreUnavailableError) as caught:
-            await ConversationHost(builder, store, lease_ttl=1).send("c", "refund me")
+            await send
         assert isinstance(caught.value.__cause__, psycopg.OperationalError)
         record = await store.load("c")
         assert record is not None
@@ -154,8 +237,53 @@ async def test_connections_terminated_mid_turn_are_a_typed_error_and_nothing_run
         texts = [m["contents"][0].get("text") for m in record.messages]
         assert texts.count("Refunded on the retry.") == 1
     finally:
-        await store.drop_tables()
+        locker.close()
+        try:
+            await store.drop_tables()
+        finally:
+            await store.close()
+
+
+async def test_a_database_dropped_under_the_store_is_named_when_no_connection_comes() -> None:
+    """The store ran, then its database went away (its connections ended with it).
+
+    The pool cannot replace them; the wait for a connection ends with the server's reason, not
+    only psycopg_pool's "couldn't get a connection after 1.00 sec".
+    """
+    database = f"hb_gone_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres_dsn(), autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    dsn = elsewhere(postgres_dsn(), database=database)
+    store = PostgresConversationStore(dsn, table_prefix="t_", statement_timeout=1.0)
+    try:
+        assert await store.acquire("c", owner="a", ttl=30) is not None
+        with psycopg.connect(postgres_dsn(), autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(database)))
+        with pytest.raises(StoreUnavailableError) as caught:
+            await store.version("c")
+    finally:
         await store.close()
+        with psycopg.connect(postgres_dsn(), autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(database)
+            ))  # fmt: skip
+    parts = urlsplit(dsn)
+    assert str(caught.value) == (
+        "The PostgreSQL conversation store is unavailable: no connection within 1 s: connection "
+        f'failed: connection to server at "{parts.hostname}", port {parts.port} failed: FATAL: '
+        f'database "{database}" does not exist'
+    )
+    assert isinstance(caught.value.__cause__, psycopg.OperationalError)
+
+
+def waiting_for_a_lock(application_name: str) -> bool:
+    with psycopg.connect(postgres_dsn(), autocommit=True) as admin:
+        found = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+            "AND wait_event_type = 'Lock'",
+            (application_name,),
+        ).fetchone()
+    return found is not None and found[0] > 0
 
 
 def test_hosting_works_without_fcntl(tmp_path: Path) -> None:

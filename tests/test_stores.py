@@ -7,7 +7,9 @@ import json
 import sqlite3
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import psycopg
 import pytest
 from typing_extensions import override
 
@@ -28,7 +30,7 @@ from handoff_builder.stores import (
     hold,
 )
 from handoff_builder.stores._base import record_from_rows
-from tests.stores import postgres_dsn, unique_prefix
+from tests.stores import connection_failures, elsewhere, postgres_dsn, unique_prefix
 
 
 def msg(text: str, role: str = "user") -> dict[str, object]:
@@ -261,15 +263,26 @@ async def test_sqlite_unreachable_path(tmp_path: Path) -> None:
 
 
 @pytest.mark.postgres
-async def test_postgres_unreachable_server() -> None:
-    store = PostgresConversationStore(
-        "postgresql://nobody@127.0.0.1:1/none", connect_timeout=0.5, table_prefix="unused_"
-    )
-    with pytest.raises(
-        StoreUnavailableError, match="The PostgreSQL conversation store is unavailable"
-    ):
+@pytest.mark.parametrize(("wrong", "reason"), connection_failures())
+async def test_postgres_connection_failures_name_the_reason_at_once(
+    wrong: dict[str, Any], reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A wrong database, user or port: the server's (or the OS's) own words, from the first
+    connection, not the pool's "initialization incomplete" after its wait."""
+    dsn = elsewhere(postgres_dsn(), **wrong)
+    parts = urlsplit(dsn)
+    store = PostgresConversationStore(dsn, table_prefix="unused_")
+    with pytest.raises(StoreUnavailableError) as caught:
         await store.load("c1")
     await store.close()
+    assert str(caught.value) == (
+        "The PostgreSQL conversation store is unavailable: connection failed: connection to "
+        f'server at "{parts.hostname}", port {parts.port} failed: {reason}'
+    )
+    assert caught.value.detail in str(caught.value)
+    assert isinstance(caught.value.__cause__, psycopg.OperationalError)
+    # the pool never tried (and retried) to connect: the first connection said why at once
+    assert not [record for record in caplog.records if record.name.startswith("psycopg")]
 
 
 def test_postgres_table_prefix_is_checked() -> None:
@@ -471,6 +484,27 @@ def test_a_good_log_decodes_in_order() -> None:
     record = record_from_rows("c1", 1, 3, '{"k":1}', rows)
     assert [m["n"] for m in record.messages] == list(range(50))
     assert record.state == {"k": 1}
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("query", "shown"), [("", "handoff_builder"), ("application_name=my_service", "my_service")]
+)
+async def test_postgres_connections_are_named_for_the_server(query: str, shown: str) -> None:
+    """``pg_stat_activity`` shows whose connections these are: ours, unless the DSN says."""
+    dsn = postgres_dsn()
+    if query:
+        dsn += f"{'&' if '?' in dsn else '?'}{query}"
+    store = PostgresConversationStore(dsn, table_prefix=unique_prefix())
+
+    async def name(db: Any) -> tuple[Any, ...] | None:
+        return await (await db.execute("SELECT current_setting('application_name')")).fetchone()
+
+    try:
+        assert await store._run(name) == (shown,)  # pyright: ignore[reportPrivateUsage]
+    finally:
+        await store.drop_tables()
+        await store.close()
 
 
 @pytest.mark.postgres

@@ -189,10 +189,16 @@ class LeaseLostError(HandoffBuilderError, RuntimeError):
 
 
 class StoreUnavailableError(HandoffBuilderError, ConnectionError):
-    """The conversation store cannot be reached; raised before any model is called."""
+    """The conversation store cannot be reached; raised before any model is called.
+
+    ``store`` names the backend (``"PostgreSQL"``), ``detail`` says why, in the words of the
+    server or the system where they are known (``FATAL: database "x" does not exist``,
+    ``Connection refused``); the driver's exception is the ``__cause__``.
+    """
 
     def __init__(self, store: str, detail: str) -> None:
         self.store = store
+        self.detail = detail
         super().__init__(f"The {store} conversation store is unavailable: {detail}")
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from typing_extensions import override
 
@@ -32,7 +32,6 @@ from ._base import (
 try:
     import psycopg
     from psycopg import sql
-    from psycopg.conninfo import conninfo_to_dict
     from psycopg_pool import AsyncConnectionPool, PoolTimeout
 except ImportError as missing:  # pragma: no cover - exercised only without the extra
     raise ImportError(
@@ -40,13 +39,22 @@ except ImportError as missing:  # pragma: no cover - exercised only without the 
         "pip install 'handoff-builder[postgres]'"
     ) from missing
 
+from ._postgres_connections import (
+    UNAVAILABLE,
+    Connection,
+    Pool,
+    bounded,
+    connection_settings,
+    new_pool,
+    spoke_while_idle,
+    unavailable,
+)
+
 T = TypeVar("T")
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,40}$")
 # Namespace of the advisory lock that serialises creating the tables (first use only).
 _LOCK_NAMESPACE = 0x48424C  # "HBL"
-# What a failed statement can raise that means "the server or the network let us down".
-_UNAVAILABLE = (psycopg.OperationalError, PoolTimeout, TimeoutError)
 
 
 class PostgresConversationStore(ClosingStore):
@@ -59,6 +67,12 @@ class PostgresConversationStore(ClosingStore):
     on the server (``statement_timeout``, ``lock_timeout``) and in the client, and dead
     connections are noticed by TCP keepalives: a store that stops answering raises
     :class:`~handoff_builder.StoreUnavailableError` instead of hanging.
+
+    A pooled connection the server ended while it was idle (a restart, a failover, a proxy's
+    idle timeout) is replaced before a statement is sent on it; a connection lost while a
+    statement runs is an error, never a retry (the statement may have run). A connection that
+    cannot be made is reported in the server's (or the system's) own words: the first one at
+    once, without waiting for the pool.
     """
 
     def __init__(
@@ -95,15 +109,20 @@ class PostgresConversationStore(ClosingStore):
         self.tables = (f"{table_prefix}conversations", f"{table_prefix}messages")
         """The store's two tables: conversations (the state rows) and messages (the log)."""
         self._q = _queries(*(sql.Identifier(name) for name in self.tables))
-        self._timeout = connect_timeout
         self._statement_timeout = statement_timeout
         self.synchronous_commit = synchronous_commit
         self._sizes = (min_size, max_size)
+        self._settings = connection_settings(
+            dsn,
+            connect_timeout=connect_timeout,
+            statement_timeout=statement_timeout,
+            synchronous_commit=synchronous_commit,
+        )
         self._pool = self._new_pool()
         self._ready = False
         self._opening = asyncio.Lock()
 
-    async def _open(self) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
+    async def _open(self) -> Pool:
         if self._ready:
             return self._pool
         async with self._opening:  # concurrent first calls open the pool once
@@ -111,76 +130,117 @@ class PostgresConversationStore(ClosingStore):
                 await self._create()
         return self._pool
 
-    def _new_pool(self) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
-        min_size, max_size = self._sizes
-        limit_ms = int(self._statement_timeout * 1000)
-        options = (
-            f"-c statement_timeout={limit_ms} -c lock_timeout={limit_ms} "
-            f"-c idle_in_transaction_session_timeout={limit_ms * 3}"
-        )
-        if not self.synchronous_commit:
-            options += " -c synchronous_commit=off"
-        given = conninfo_to_dict(self.dsn).get("options")  # the DSN's own options are kept
-        if given:
-            options = f"{given} {options}"
-        return AsyncConnectionPool(
+    def _new_pool(self) -> Pool:
+        return new_pool(
             self.dsn,
-            min_size=min_size,
-            max_size=max_size,
-            open=False,
+            self._settings,
+            sizes=self._sizes,
             timeout=self._statement_timeout,
-            kwargs={
-                "autocommit": True,
-                "connect_timeout": max(1, round(self._timeout)),
-                "options": options,
-                "keepalives": 1,
-                "keepalives_idle": 5,
-                "keepalives_interval": 2,
-                "keepalives_count": 3,
-                "tcp_user_timeout": limit_ms,
-            },
+            check=self._check,
         )
 
+    async def _connect(self) -> Connection:
+        """A connection of the store's own, outside the pool (closed by the caller)."""
+        return await psycopg.AsyncConnection.connect(self.dsn, **self._settings)
+
     async def _create(self) -> None:
+        """Create the tables on a first connection of our own, then open the pool.
+
+        The pool would retry a connection that fails in the background and only say, when its
+        wait ran out, that it is not ready ("pool initialization incomplete after 5.0 sec"); a
+        connection of our own fails at once, in the server's words (a database or a user that
+        does not exist, a refused port).
+        """
         try:
-            await self._pool.open(wait=True, timeout=self._timeout)
-            async with self._pool.connection() as db, db.transaction():
+            db = await self._connect()
+            async with db, db.transaction():
                 await db.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_LOCK_NAMESPACE,))
                 for name in ("create_conversations", "create_messages", "add_lease_columns"):
                     await db.execute(self._q[name])
+            try:  # the pool's min_size connections, which will most likely work now too
+                await self._pool.open(wait=True, timeout=self._statement_timeout)
+            except PoolTimeout as error:
+                await self._no_connection(error)
         except BaseException as error:  # unreachable, or cancelled midway: start afresh later
             pool, self._pool = self._pool, self._new_pool()
             await asyncio.shield(pool.close())  # stops its reconnect attempts
-            if isinstance(error, (*_UNAVAILABLE, psycopg.Error)):
-                raise _unavailable(error) from error
+            if isinstance(error, (*UNAVAILABLE, psycopg.Error)):
+                raise unavailable(error) from error
             raise
         self._ready = True
 
-    async def _run(self, work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
+    async def _check(self, db: Connection) -> None:
+        """The pool's check of each connection it is about to lend, before any statement.
+
+        A connection the server ended while it sat in the pool (a restart, a failover, a
+        proxy's idle timeout, ``pg_terminate_backend``) must not be lent: the statement would
+        fail, although the server is up again. Only a connection that died *before* the call
+        began may be replaced: a statement that was sent may have run (a fenced append), so a
+        failure after that is never retried, it is the caller's error.
+
+        Finding out costs no round trip: a pooled connection the server has nothing to say to
+        stays silent, one it closed has its goodbye (or the end of the stream) waiting to be
+        read (:func:`spoke_while_idle`, one ``poll(2)``). Only then is there a round trip (an
+        empty query, psycopg_pool's own check) to tell a dead connection from a stray notice.
+        A dead one fails the check: the pool discards it and lends another. And since its
+        neighbours most likely died with it, the pool is drained at once (every idle connection
+        closed and replaced, those in use replaced when they come back): psycopg_pool pauses
+        about a second after each failed check, so a full pool checked one by one would
+        outlast the wait for a connection.
+        """
+        if not spoke_while_idle(db):
+            return
+        try:
+            await AsyncConnectionPool.check_connection(db)
+        except psycopg.Error:
+            await self._pool.drain()
+            raise
+
+    async def _run(self, work: Callable[[Connection], Awaitable[T]]) -> T:
         """``work`` on a connection borrowed for it alone, bounded in time; failures typed.
 
-        The server's limits apply first. A network that went silent is cut by this one: at the
-        limit the connection is closed (the pool replaces it), which ends the statement at once,
-        instead of psycopg's polite cancel, which cannot reach the server either (10 s more).
+        The server's limits apply first; one second later the client cuts the connection
+        (:func:`bounded`), which the pool then replaces.
         """
         pool = await self._open()
         limit = self._statement_timeout + 1.0
         try:
             async with pool.connection() as db:
-                cut = asyncio.get_running_loop().call_later(limit, db.pgconn.finish)
-                try:
-                    return await within(limit + 0.5, work(db))
-                finally:
-                    cut.cancel()
+                return await bounded(work(db), db, limit)
         except DeadlinePassedError as error:
             raise StoreUnavailableError(
                 "PostgreSQL", f"no answer from the server within {limit:g} s (the connection "
                 "was closed)"
             ) from error  # fmt: skip
+        except PoolTimeout as error:
+            await self._no_connection(error)
         except psycopg.errors.UniqueViolation:  # a write's own business (the log moved on)
             raise
-        except (*_UNAVAILABLE, psycopg.Error) as error:  # a read-only standby, dropped tables...
-            raise _unavailable(error) from error
+        except (*UNAVAILABLE, psycopg.Error) as error:  # a read-only standby, dropped tables...
+            raise unavailable(error) from error
+
+    async def _no_connection(self, error: PoolTimeout) -> NoReturn:
+        """The pool had no connection in time: say why, from one connection of our own.
+
+        psycopg_pool only logs why its connections fail; a new one, tried now, fails for the
+        same reason (the server is down, the database is gone) and says so. If it works, the
+        pool's connections were all in use (or the server just came back).
+        """
+        waited = f"no connection within {self._statement_timeout:g} s: "
+        try:
+            db = await within(self._statement_timeout, self._connect())
+        except DeadlinePassedError:
+            raise StoreUnavailableError(
+                "PostgreSQL", f"{waited}a new connection got no answer within "
+                f"{self._statement_timeout:g} s either"
+            ) from error  # fmt: skip
+        except psycopg.Error as failed:
+            raise unavailable(failed, waited) from failed
+        await db.close()
+        raise StoreUnavailableError(
+            "PostgreSQL", f"{waited}the {self._sizes[1]} pooled connections were all in use or "
+            "being replaced (a new one can be made now: raise max_size if this lasts)"
+        ) from error  # fmt: skip
 
     async def _one(self, name: str, params: Any) -> tuple[Any, ...] | None:
         async def one(db: psycopg.AsyncConnection[Any]) -> tuple[Any, ...] | None:
@@ -338,11 +398,6 @@ class PostgresConversationStore(ClosingStore):
     async def close(self) -> None:
         """Close the pool."""
         await self._pool.close()
-
-
-def _unavailable(error: BaseException) -> StoreUnavailableError:
-    detail = str(error).strip() or f"no answer within the time limit ({type(error).__name__})"
-    return StoreUnavailableError("PostgreSQL", detail)
 
 
 # The fence of every write: with a lease, only while it is the current one; without, only while
