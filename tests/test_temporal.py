@@ -1031,3 +1031,35 @@ async def test_refusals_and_the_tool_limit_on_temporal(client: Client, queue: st
     assert received(triage, 1).sees("you cannot hand the conversation to refunds")
     assert cut_short.status == "tool_limit"
     assert "Function invocation limit" not in cut_short.text
+
+
+async def test_an_input_filter_runs_in_the_worker(client: Client, queue: str) -> None:
+    """The target's view is built in the agent-call activity, with its edge's input filter."""
+    from agent_framework import Message
+
+    from handoff_builder import HandoffInput
+
+    filtered: list[str] = []
+
+    def note_only(data: HandoffInput) -> list[Message]:
+        filtered.append(data.handoff.goal)
+        return [data.note]
+
+    triage = scripted_agent(
+        "triage", reply("Hello."), handoff_to("billing", goal="Refund the double charge.")
+    )
+    billing = scripted_agent("billing", reply("Refunded."), reply("You're welcome."))
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing, input_filter=note_only)
+    conversation = cid()
+    async with serving(client, builder, queue) as host:
+        await host.send(conversation, "hi")
+        await host.send(conversation, "I was charged twice")
+        thanks = await host.send(conversation, "thanks")
+        await replays(client, conversation)
+    assert thanks.active_agent == "billing"
+    assert [m.text for m in received(billing).messages] == [
+        "Handoff from triage to you (billing). Goal: Refund the double charge.",
+        "Refunded.",
+        "thanks",
+    ]
+    assert set(filtered) == {"Refund the double charge."}

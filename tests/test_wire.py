@@ -636,3 +636,39 @@ async def test_the_end_to_end_sample_over_the_wire(
     assert after_restart["max_completion_tokens"] == 1024
     for body in server.bodies():
         assert_provider_accepts(body)
+
+
+async def test_an_input_filter_decides_what_the_target_receives_over_the_wire(
+    fake_openai: Callable[[list[dict[str, Any]]], FakeOpenAI],
+) -> None:
+    from agent_framework import Message
+
+    from handoff_builder import HandoffInput
+
+    def note_only(data: HandoffInput) -> list[Message]:
+        return [data.note]
+
+    server = fake_openai(
+        [
+            text("Hello, how can I help?"),
+            tool_call("call_a", "handoff_to_billing", {"goal": "Refund the double charge."}),
+            text("Refund issued."),
+        ]
+    )
+    triage = server.agent("triage", "Route the user.")
+    billing = server.agent("billing", "Fix charges.")
+    workflow = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, billing, input_filter=note_only)
+        .with_tool_call_filtering(HandoffToolCallFiltering.NONE)
+        .build()
+    )
+    await workflow.run("hi")
+    await workflow.run("I was charged twice; my card number is 4111 1111 1111 1111.")
+
+    billing_request = server.bodies()[-1]
+    assert [m["role"] for m in billing_request["messages"]] == ["system", "user"]
+    assert contents(billing_request) == [
+        "Handoff from triage to you (billing). Goal: Refund the double charge."
+    ]
+    assert "4111" not in json.dumps(billing_request)

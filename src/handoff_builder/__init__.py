@@ -68,6 +68,7 @@ from ._host import (
     TurnJournal,
     UserTurn,
 )
+from ._input_filters import HandoffInput, InputFilter
 from ._instructions import DEFAULT_HANDOFF_INSTRUCTIONS, HANDOFF_TOOLS_PLACEHOLDER
 from ._lint import LintFinding, LintSeverity
 from ._logging import DEFAULT_LOGGED_ARGUMENT_LENGTH
@@ -224,6 +225,7 @@ __all__ = [
     "HandoffGoal",
     "HandoffHook",
     "HandoffHookError",
+    "HandoffInput",
     "HandoffManager",
     "HandoffPredicate",
     "HandoffRequest",
@@ -236,6 +238,7 @@ __all__ = [
     "HistoryMode",
     "HookSignatureError",
     "HostedConversationAgent",
+    "InputFilter",
     "InvalidMessageError",
     "LeaseLostError",
     "LimitReachedEvent",

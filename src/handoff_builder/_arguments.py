@@ -22,6 +22,7 @@ __all__ = [
     "agents_argument",
     "check_edge_hook",
     "check_function",
+    "check_input_filter",
     "int_argument",
 ]
 
@@ -134,6 +135,19 @@ def _shown(function: Callable[..., Any], signature: inspect.Signature) -> str:
     name = getattr(function, "__name__", None) or type(function).__name__
     bare = [p.replace(annotation=inspect.Parameter.empty) for p in signature.parameters.values()]
     return name + str(signature.replace(parameters=bare, return_annotation=inspect.Signature.empty))
+
+
+def check_input_filter(function: object, source: Agent, target: Agent | None, edge: str) -> None:
+    """An edge's ``input_filter`` takes the :class:`HandoffInput` its target is about to read."""
+    check_function(
+        function,
+        "input_filter",
+        f"The input_filter of {edge}",
+        "one argument, a HandoffInput",
+        1,
+        source=str(source.name),
+        target=None if target is None else str(target.name),
+    )
 
 
 def check_edge_hook(

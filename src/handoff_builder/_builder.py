@@ -15,6 +15,7 @@ from ._arguments import (
     agents_argument,
     check_edge_hook,
     check_function,
+    check_input_filter,
     int_argument,
 )
 from ._compile import compile_workflow, to_mermaid
@@ -23,6 +24,7 @@ from ._delegation import HISTORY_MODES, HistoryMode
 from ._handoff_manager import DEFAULT_AUTONOMOUS_PROMPT, DEFAULT_AUTONOMOUS_TURN_LIMIT
 from ._hooks import DEFAULT_HOOK_TIMEOUT, EdgePolicy, HandoffHook, HandoffPredicate
 from ._host import DEFAULT_AGENT_TIMEOUT, DEFAULT_TURN_TIMEOUT
+from ._input_filters import InputFilter
 from ._instructions import DEFAULT_HANDOFF_INSTRUCTIONS
 from ._lint import LintFinding
 from ._logging import DEFAULT_LOGGED_ARGUMENT_LENGTH, ArgumentLogging
@@ -103,6 +105,7 @@ class HandoffWorkflowBuilder:
         on_handoff: HandoffHook | None = None,
         is_enabled: bool | HandoffPredicate = True,
         approval: bool | HandoffPredicate = False,
+        input_filter: InputFilter | None = None,
     ) -> HandoffWorkflowBuilder:
         """Let ``source`` hand the conversation to ``target``.
 
@@ -124,6 +127,10 @@ class HandoffWorkflowBuilder:
             approval: ``True``, or a predicate on the call's :class:`HandoffContext`: the call
                 then waits for a human's approval before anything routes (see
                 ``docs/human-in-the-loop.md``).
+            input_filter: Called (sync or async) with a :class:`HandoffInput` when ``target``
+                is about to read this handoff: what it returns (a list of messages) is what
+                ``target`` reads in place of its view so far; see
+                ``docs/what-each-agent-sees.md``.
         """
         source_agent = agent_argument(source, "source")
         target_agent = agent_argument(target, "target")
@@ -132,6 +139,7 @@ class HandoffWorkflowBuilder:
             on_handoff,
             is_enabled=is_enabled,
             approval=approval,
+            input_filter=input_filter,
             edge=(source_agent, target_agent, edge_name),
         )
         self.add_participants(source_agent, target_agent)
@@ -150,6 +158,7 @@ class HandoffWorkflowBuilder:
         on_handoff: HandoffHook | None = None,
         is_enabled: bool | HandoffPredicate = True,
         approval: bool | HandoffPredicate = False,
+        input_filter: InputFilter | None = None,
     ) -> HandoffWorkflowBuilder: ...
 
     @overload
@@ -164,6 +173,7 @@ class HandoffWorkflowBuilder:
         on_handoff: HandoffHook | None = None,
         is_enabled: bool | HandoffPredicate = True,
         approval: bool | HandoffPredicate = False,
+        input_filter: InputFilter | None = None,
     ) -> HandoffWorkflowBuilder: ...
 
     def with_handoffs(
@@ -177,6 +187,7 @@ class HandoffWorkflowBuilder:
         on_handoff: HandoffHook | None = None,
         is_enabled: bool | HandoffPredicate = True,
         approval: bool | HandoffPredicate = False,
+        input_filter: InputFilter | None = None,
     ) -> HandoffWorkflowBuilder:
         """Declare several handoffs: one source to many targets, or many sources to one target.
 
@@ -184,7 +195,8 @@ class HandoffWorkflowBuilder:
         ``with_handoffs([billing, tech], triage, reason=...)`` gives each source a tool to
         triage. The agents are positional (``source=``/``targets=`` keywords are refused, so the
         direction of the edges can never be swapped by accident). ``payload``, ``on_handoff``,
-        ``is_enabled`` and ``approval`` apply to every edge, as in :meth:`with_handoff`.
+        ``is_enabled``, ``approval`` and ``input_filter`` apply to every edge, as in
+        :meth:`with_handoff`.
         """
 
         def declare(source: Agent, target: Agent, reason: str | None = None) -> None:
@@ -196,6 +208,7 @@ class HandoffWorkflowBuilder:
                 on_handoff=on_handoff,
                 is_enabled=is_enabled,
                 approval=approval,
+                input_filter=input_filter,
             )
 
         if isinstance(first, Agent):
@@ -211,8 +224,9 @@ class HandoffWorkflowBuilder:
                 )
             targets = agents_argument(second, "targets", "target agents")
             _check_hooks(
-                first, targets, on_handoff=on_handoff, is_enabled=is_enabled, approval=approval
-            )
+                first, targets, on_handoff=on_handoff, is_enabled=is_enabled, approval=approval,
+                input_filter=input_filter,
+            )  # fmt: skip
             for target in targets:
                 declare(first, target)
             return self
@@ -230,8 +244,9 @@ class HandoffWorkflowBuilder:
             )
         for source in sources:
             _check_hooks(
-                source, [target], on_handoff=on_handoff, is_enabled=is_enabled, approval=approval
-            )
+                source, [target], on_handoff=on_handoff, is_enabled=is_enabled, approval=approval,
+                input_filter=input_filter,
+            )  # fmt: skip
         for source in sources:
             declare(source, target, reason)
         return self
@@ -247,6 +262,7 @@ class HandoffWorkflowBuilder:
         on_handoff: HandoffHook | None = None,
         is_enabled: bool | HandoffPredicate = True,
         approval: bool | HandoffPredicate = False,
+        input_filter: InputFilter | None = None,
     ) -> HandoffWorkflowBuilder:
         """Give specialists a tool to hand the conversation back to ``coordinator``.
 
@@ -255,7 +271,8 @@ class HandoffWorkflowBuilder:
         model, instead). ``specialists=None`` means every agent the coordinator can hand off to.
         The coordinator may not hand straight back to the agent that just handed back to it
         before the next user message (no ping-pong), and hand-backs count toward the per-message
-        cap. ``on_handoff``, ``is_enabled`` and ``approval`` are those of :meth:`with_handoff`.
+        cap. ``on_handoff``, ``is_enabled``, ``approval`` and ``input_filter`` (the coordinator
+        reads what it returns) are those of :meth:`with_handoff`.
         """
         coordinator_agent = agent_argument(coordinator, "coordinator")
         chosen = (
@@ -268,6 +285,7 @@ class HandoffWorkflowBuilder:
             on_handoff,
             is_enabled=is_enabled,
             approval=approval,
+            input_filter=input_filter,
             edge=(coordinator_agent, None, edge_name),
         )
         self.add_participants(coordinator_agent, *(chosen or []))
@@ -787,6 +805,7 @@ def _policy(
     *,
     is_enabled: bool | HandoffPredicate,
     approval: bool | HandoffPredicate,
+    input_filter: InputFilter | None = None,
     edge: tuple[Agent, Agent | None, str],
 ) -> EdgePolicy:
     """The edge's code, checked at the call: each function must take a ``HandoffContext``.
@@ -806,7 +825,14 @@ def _policy(
                         ("approval", approval)):  # fmt: skip
         if callable(value):
             check_edge_hook(name, value, *edge)
-    return EdgePolicy(on_handoff, is_enabled, approval)
+    if input_filter is not None:
+        if not callable(input_filter):
+            raise HandoffArgumentError(
+                "input_filter",
+                f"input_filter must be callable, not {type(input_filter).__name__}.",
+            )
+        check_input_filter(input_filter, *edge)
+    return EdgePolicy(on_handoff, is_enabled, approval, input_filter)
 
 
 def _check_hooks(
@@ -816,6 +842,7 @@ def _check_hooks(
     on_handoff: HandoffHook | None,
     is_enabled: bool | HandoffPredicate,
     approval: bool | HandoffPredicate,
+    input_filter: InputFilter | None,
 ) -> None:
     """Every edge of a ``with_handoffs`` call is checked before any is declared."""
     for target in targets:
@@ -823,6 +850,7 @@ def _check_hooks(
             on_handoff,
             is_enabled=is_enabled,
             approval=approval,
+            input_filter=input_filter,
             edge=(source, target, f"the handoff from {label(source)} to {label(target)}"),
         )
 

@@ -25,6 +25,7 @@ from agent_framework import Message
 from pydantic import BaseModel
 
 from ._decision import HandoffCall, HandoffRequest, refused_call
+from ._input_filters import InputFilter
 from ._routes import HandoffRoute
 from ._timeouts import DeadlinePassedError, within
 from .exceptions import HandoffHookError
@@ -71,16 +72,22 @@ HandoffPredicate = Callable[[HandoffContext], "bool | Awaitable[bool]"]
 
 
 class EdgePolicy(NamedTuple):
-    """The code one edge runs around its handoffs."""
+    """The code one edge runs around its handoffs (``input_filter``: see ``_input_filters``)."""
 
     on_handoff: HandoffHook | None = None
     is_enabled: bool | HandoffPredicate = True
     approval: bool | HandoffPredicate = False
+    input_filter: InputFilter | None = None
 
     @property
     def is_plain(self) -> bool:
         """True when the edge runs no code of its own (the common case: nothing to ask)."""
-        return self.on_handoff is None and self.is_enabled is True and self.approval is False
+        return (
+            self.on_handoff is None
+            and self.is_enabled is True
+            and self.approval is False
+            and self.input_filter is None
+        )
 
 
 PLAIN = EdgePolicy()

@@ -6,6 +6,7 @@ No ``from __future__ import annotations`` here: agent_framework reads handler an
 import asyncio
 import contextlib
 import copy
+import json
 import logging
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from contextlib import contextmanager
@@ -72,6 +73,7 @@ from ._events import (
     TurnTimeoutEvent,
 )
 from ._hooks import DEFAULT_HOOK_TIMEOUT, HandoffGate
+from ._input_filters import HandoffInput, filtered_input
 from ._logging import ArgumentLogging, log_event
 from ._manager import GroupChatManager
 from ._participant import AgentRun, Participant
@@ -281,7 +283,7 @@ class GroupChatHost(Executor):
         """Agents as they answer delegated tasks (no handoff tools), by name."""
         self.max_delegation_depth = max_delegation_depth
         self._reviewed = reviewed  # producers whose replies a reviewer must approve
-        self._full_views: dict[str, AgentView] = {}  # experts' unfiltered views (history="full")
+        self._expert_views: dict[tuple[str, HandoffToolCallFiltering], AgentView] = {}
         self.agent_timeout = agent_timeout
         """Seconds one agent call may take (``None``: no limit); past it the turn ends."""
         self.turn_timeout = turn_timeout
@@ -322,6 +324,12 @@ class GroupChatHost(Executor):
             for name, route in participant.routes.items()
             if route.payload is not None
         }  # by source and tool: two sources may name their tools to one target alike
+        self._input_filters = {
+            (participant.name, name): (participant.routes[name].target, policy.input_filter)
+            for participant in participants.values()
+            for name, policy in participant.policies.items()
+            if policy.input_filter is not None
+        }  # by source and tool: the target and the filter of each edge that has one
         self.invoker: AgentInvoker | None = None
         """Runs the agents somewhere else (``None``: here). A durable engine sets it to run each
         agent call, and each tool call a person approved, as an activity (:meth:`invoke` and
@@ -338,12 +346,42 @@ class GroupChatHost(Executor):
     def _view(self, name: str) -> AgentView:
         view = self._views.get(name)
         if view is None:
-            view = self._views[name] = self._new_view(name, self._filtering)
+            view = self._views[name] = self._new_view(name, self._filtering, filtered=True)
         return view
 
-    def _new_view(self, name: str, mode: HandoffToolCallFiltering) -> AgentView:
-        """A view of the history for ``name``, without the abandoned turns."""
-        return AgentView(name, mode, self._handoff_tools, self.id, left_out=self._left_out)
+    def _new_view(
+        self, name: str, mode: HandoffToolCallFiltering, *, filtered: bool = False
+    ) -> AgentView:
+        """A view of the history for ``name``, without the abandoned turns.
+
+        ``filtered``: it stops at the handoffs into ``name`` whose edge has an input filter
+        (an agent's own view; :meth:`_agent_view` runs the filters).
+        """
+        stops = (
+            frozenset(edge for edge, (target, _) in self._input_filters.items() if target == name)
+            if filtered
+            else frozenset[tuple[str, str]]()
+        )
+        return AgentView(
+            name, mode, self._handoff_tools, self.id, left_out=self._left_out, stops=stops
+        )
+
+    async def _agent_view(self, name: str) -> list[Message]:
+        """What agent ``name`` reads when it runs now: its view, with its edges' input filters."""
+        view = self._view(name)
+        messages = view.update(self._history)
+        while view.due is not None:
+            due = view.due
+            handoff = due.handoff.handoff
+            _, function = self._input_filters[(handoff.source, handoff.tool_name)]
+            model = self._payload_models.get((handoff.source, handoff.tool_name))
+            if model is not None:
+                payload, _ = validate_arguments(model, json.loads(handoff.goal or "{}"))
+                handoff = replace(handoff, payload=payload)
+            data = HandoffInput(due.messages, handoff, due.call, due.result, due.note)
+            view.apply(await filtered_input(function, data))
+            messages = view.update(self._history)
+        return messages
 
     @property
     def history(self) -> Sequence[Message]:
@@ -356,8 +394,11 @@ class GroupChatHost(Executor):
         return self._manager
 
     def view_of(self, agent: str) -> list[Message]:
-        """What ``agent`` would receive if it ran now: its view of the conversation."""
-        return list(self._view(agent).update(self._history))
+        """What ``agent`` would receive if it ran now: its view of the conversation.
+
+        Without its edges' input filters, which run (they may wait) when the agent runs.
+        """
+        return list(self._new_view(agent, self._filtering).update(self._history))
 
     # -- handlers ---------------------------------------------------------------------------------
 
@@ -523,7 +564,7 @@ class GroupChatHost(Executor):
         if self.invoker is not None:
             return await self.invoker.invoke(name, closed, seconds)
         run = participant.run(
-            self._view(name).update(self._history),
+            await self._agent_view(name),
             self._update_sink(name, ctx),
             self._manager.review_handoff,
             self._gate_for(participant, closed=closed),
@@ -552,7 +593,7 @@ class GroupChatHost(Executor):
         participant = self._participants.get(name)
         if participant is None:
             raise ValueError(f"No agent named {name!r} in this workflow.")
-        view = self._view(name).update(self._history)
+        view = await self._agent_view(name)
         gate = self._gate_for(participant, closed=closed)
         return await participant.run(view, None, self._manager.review_handoff, gate, None)
 
@@ -639,11 +680,10 @@ class GroupChatHost(Executor):
         if end < len(self._history):  # a delegation carried on later: read that prefix afresh
             mode = self._filtering if history == "filtered" else HandoffToolCallFiltering.NONE
             return self._new_view(expert, mode).update(self._history[:end])
-        if history == "filtered":
-            return list(self._view(expert).update(self._history))
-        view = self._full_views.get(expert)
+        mode = self._filtering if history == "filtered" else HandoffToolCallFiltering.NONE
+        view = self._expert_views.get((expert, mode))
         if view is None:
-            view = self._full_views[expert] = self._new_view(expert, HandoffToolCallFiltering.NONE)
+            view = self._expert_views[expert, mode] = self._new_view(expert, mode)
         return list(view.update(self._history))
 
     async def _add_delegations(
@@ -864,7 +904,7 @@ class GroupChatHost(Executor):
         self._pending = PendingRequests()
         self._left_out = (*self._left_out, (turn.input_from(self._history), len(self._history)))
         self._views.clear()  # rebuilt without the turn on each agent's next run
-        self._full_views.clear()
+        self._expert_views.clear()
         log_event(f"turn abandoned ({event.reason}, {event.attempts} failed attempt(s)): "
                   f"{event.error or 'no error'}", self._logging)  # fmt: skip
         return self._close_turn(turn, "abandoned", abandoned=event)
@@ -1289,7 +1329,7 @@ class GroupChatHost(Executor):
         self._left_out = state.left_out
         self._saved = []
         self._views.clear()  # rebuilt from the restored history on each agent's next run
-        self._full_views.clear()
+        self._expert_views.clear()
         self._speaker = state.speaker
         self._next, self._next_closed = state.next, state.next_closed
         self._pending = PendingRequests.from_state(state.pending)

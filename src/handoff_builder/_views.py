@@ -22,7 +22,7 @@ incrementally (only messages added since its last run are looked at), in which
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from agent_framework import Content, Message
@@ -30,7 +30,7 @@ from agent_framework import Content, Message
 from ._routes import EDGE_KINDS
 from ._state import RecordedHandoff, transferred_handoff
 
-__all__ = ["AgentView", "HandoffToolCallFiltering", "handoff_note"]
+__all__ = ["AgentView", "FilterDue", "HandoffToolCallFiltering", "handoff_note"]
 
 _APPROVAL_TYPES = frozenset({"function_approval_request", "function_approval_response"})
 _USER_SAFE_TYPES = frozenset({"text", "data", "uri", "usage"})
@@ -66,6 +66,22 @@ def handoff_note(recorded: RecordedHandoff, viewer: str) -> str:
     return f"{note_label} from {handoff.source} to {to}. {recorded.label}: {handoff.goal}"
 
 
+@dataclass(frozen=True)
+class FilterDue:
+    """A handoff into the view's agent whose edge has an input filter: run it, then :meth:`apply`.
+
+    ``messages`` is the view at that point, ending with the handoff's note; ``call`` and
+    ``result`` are the handoff's function call (``None`` if the history does not hold it) and
+    result, as the shared history holds them.
+    """
+
+    handoff: RecordedHandoff
+    call: Content | None
+    result: Content
+    note: Message
+    messages: tuple[Message, ...]
+
+
 @dataclass(slots=True)
 class _Call:
     """A function call the view has seen and whose result has not come yet."""
@@ -87,14 +103,17 @@ class AgentView:
     """
 
     __slots__ = (
+        "_answered",
         "_calls",
         "_handoff_tools",
         "_held_notes",
         "_left_out",
         "_mode",
         "_note_author",
+        "_stops",
         "agent",
         "cursor",
+        "due",
         "messages",
     )
 
@@ -106,6 +125,7 @@ class AgentView:
         note_author: str,
         *,
         left_out: Sequence[tuple[int, int]] = (),
+        stops: frozenset[tuple[str, str]] = frozenset(),
     ) -> None:
         self.agent = agent
         self._mode = mode
@@ -114,31 +134,63 @@ class AgentView:
         self.messages: list[Message] = []
         self.cursor = 0
         self._calls: list[_Call] = []  # calls waiting for their result, in order
-        self._held_notes: list[Message] = []  # notes that wait until the open calls are answered
+        # notes that wait until the open calls are answered, each with its filter if it has one
+        self._held_notes: list[tuple[Message, FilterDue | None]] = []
         self._left_out = tuple(left_out)  # history ranges the view skips: abandoned turns
+        self._stops = stops  # (source, tool) of the handoffs into the agent that are filtered
+        self._answered: dict[str, Content] = {}  # calls the message being read answers
+        self.due: FilterDue | None = None
+        """A handoff whose input filter must run before the view goes on (see :meth:`apply`)."""
 
     def update(self, history: Sequence[Message]) -> list[Message]:
         """Bring the view up to date with ``history`` (append-only) and return it.
 
         Calls still waiting for their result at the end of the history are not in the list
         returned (nor the notes that wait for them); they join the view with their results.
+        The view stops after a handoff whose edge has an input filter (:attr:`due`): run the
+        filter, :meth:`apply` what it returns, and update again.
         """
-        if self.cursor < len(history):
+        if self.due is None and self.cursor < len(history):
+            end = len(history)
             for index, message in enumerate(history[self.cursor :], self.cursor):
                 if self._left_out and any(low <= index < high for low, high in self._left_out):
                     continue
+                self._answered.clear()
                 seen = self._see(message)
                 if seen is not None:
                     self.messages.append(seen)
                 if message.role == "tool" and message.author_name != self.agent:
                     self._add_notes(message)
                 if self._held_notes and not self._open():
-                    self.messages.extend(self._held_notes)
-                    self._held_notes.clear()
-            self.cursor = len(history)
+                    self._release_notes()
+                if self.due is not None:
+                    end = index + 1
+                    break
+            self.cursor = end
         if self._open():
             return self._without_open_calls()
         return self.messages
+
+    def apply(self, messages: Sequence[Message]) -> None:
+        """What the input filter of :attr:`due` returned becomes the view so far.
+
+        Its messages are checked like the history's own: a result with no call before it, or a
+        call left without a result, is left out.
+        """
+        due = self.due
+        after = self.messages[len(due.messages) :] if due is not None else []  # read since
+        self.due = None
+        self.messages = []
+        self._calls = []
+        for message in [*messages, *after]:
+            marked = [(content, True) for content in message.contents]
+            if any(c.type not in _EXCHANGE_TYPES for c in message.contents):
+                self._close()
+            contents = [c for c, keep in marked if self._paired(c, keep)]
+            if len(contents) == len(message.contents):
+                self.messages.append(message)
+            elif contents:
+                self.messages.append(_copy(message, contents, role=message.role))
 
     def _open(self) -> bool:
         return any(call.kept for call in self._calls)
@@ -152,10 +204,26 @@ class AgentView:
             if recorded is not None and recorded.handoff.source != self.agent:
                 text = handoff_note(recorded, self.agent)
                 note = Message(role="user", contents=[text], author_name=self._note_author)
-                if self._open():
-                    self._held_notes.append(note)
-                else:
-                    self.messages.append(note)
+                handoff = recorded.handoff
+                due = None
+                if handoff.target == self.agent and (handoff.source, handoff.tool_name) in (
+                    self._stops
+                ):
+                    call = self._answered.get(str(content.call_id))
+                    due = FilterDue(recorded, call, content, note, ())
+                self._held_notes.append((note, due))
+                if not self._open():
+                    self._release_notes()
+
+    def _release_notes(self) -> None:
+        """The held notes join the view; the first with a filter makes the view stop there."""
+        for position, (note, due) in enumerate(self._held_notes):
+            self.messages.append(note)
+            if due is not None:
+                self.due = replace(due, messages=tuple(self.messages))
+                del self._held_notes[: position + 1]
+                return
+        self._held_notes.clear()
 
     def _see(self, message: Message) -> Message | None:
         """The message as the view shows it (``None``: nothing of it).
@@ -194,6 +262,8 @@ class AgentView:
             return keep
         if kind == "function_result":
             call = self._take(str(content.call_id))
+            if call is not None:
+                self._answered[call.call_id] = call.content
             return call is not None and call.kept
         if keep and kind == "function_approval_response":
             about = content.function_call
@@ -216,8 +286,7 @@ class AgentView:
             first = min(call.index for call in open_calls)
             self.messages[first:] = _without(self.messages[first:], open_calls)
         if self._held_notes:
-            self.messages.extend(self._held_notes)
-            self._held_notes.clear()
+            self._release_notes()
 
     def _without_open_calls(self) -> list[Message]:
         """The view as a model may receive it now: without the calls still waiting for results."""
@@ -226,7 +295,7 @@ class AgentView:
         return [
             *self.messages[:first],
             *_without(self.messages[first:], open_calls),
-            *self._held_notes,
+            *(note for note, _ in self._held_notes),
         ]
 
     def _keeps(self, content: Content, *, other: bool) -> bool:
