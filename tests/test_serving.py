@@ -727,3 +727,40 @@ async def test_a_reader_that_stops_frees_the_conversation_when_it_closes_the_str
     after = await host.send("c", "thanks")
     assert after.recovered is not None
     assert (after.recovered.text, after.text) == ("Refunded.", "Anything else?")
+
+
+def test_agui_refuses_a_new_message_over_the_size_limit_with_413(serve: Serve) -> None:
+    base = serve("agui")
+    huge = "x" * (5 * 1024 * 1024)
+    status, body = post_refused(f"{base}/desk", agui_body("big", [user(huge, 1)]))
+    assert status == 413
+    assert body["detail"].startswith("The new message is 5,242,")
+    assert body["detail"].endswith(
+        "bytes as JSON; the limit is 4,194,304 bytes (max_input_bytes). Nothing was stored."
+    )
+    assert model_calls(base) == {"triage": [], "billing": []}
+    # A long conversation resent whole is fine: only its new message counts.
+    history = [user("y" * (3 * 1024 * 1024), 1), {"id": "a1", "role": "assistant", "content": "ok"}]
+    events = sse(post(f"{base}/desk", agui_body("long", [*history, user("hi", 2)])))
+    assert events[-1]["type"] == "RUN_FINISHED", events[-1]
+
+
+def test_the_size_limit_of_an_agui_check_is_the_hosts() -> None:
+    pytest.importorskip("fastapi", reason="install handoff-builder[serve] (FastAPI)")
+    from fastapi import Depends, FastAPI
+    from fastapi.testclient import TestClient
+
+    from handoff_builder import agui_request_check
+
+    app = FastAPI()
+
+    @app.post("/run", dependencies=[Depends(agui_request_check(max_input_bytes=100))])
+    def run() -> dict[str, str]:
+        return {"ran": "yes"}
+
+    client = TestClient(app)
+    small = client.post("/run", json=agui_body("t", [user("hello", 1)]))
+    assert (small.status_code, small.json()) == (200, {"ran": "yes"})
+    large = client.post("/run", json=agui_body("t", [user("z" * 200, 1)]))
+    assert large.status_code == 413
+    assert "the limit is 100 bytes" in large.json()["detail"]

@@ -113,7 +113,7 @@ from .exceptions import (
 
 if _typing.TYPE_CHECKING:
     from . import stores as stores
-    from ._agui import check_agui_request
+    from ._agui import agui_request_check, check_agui_request
     from ._hosted_agent import HostedConversationAgent
     from ._hosting import (
         ABANDONED_TURN_PROPERTY,
@@ -135,6 +135,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "MAX_IDEMPOTENCY_KEY_LENGTH": ("._hosting", "MAX_IDEMPOTENCY_KEY_LENGTH"),
     "stores": (".stores", None),
     "check_agui_request": ("._agui", "check_agui_request"),  # needs FastAPI (the serve extra)
+    "agui_request_check": ("._agui", "agui_request_check"),
 }
 
 
@@ -271,6 +272,7 @@ __all__ = [
     "TurnStatus",
     "TurnTimeoutEvent",
     "UserTurn",
+    "agui_request_check",
     "check_agui_request",
     "decline",
     "hand_back_tool_name",

@@ -6,12 +6,14 @@ unknown role becomes ``user``, an empty message list runs nothing. Some of it fa
 "internal error" in the stream: AG-UI sends the request's messages back (its messages snapshot),
 and its encoder cannot write a number where text belongs, nor a lone surrogate. So a run is
 checked here first, against the AG-UI protocol's message shapes (``ag_ui.core``), and refused
-with HTTP 422 and every problem found.
+with HTTP 422 and every problem found; a new message larger than the host takes is refused with
+HTTP 413 (:func:`agui_request_check` sets the limit).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 try:
@@ -23,7 +25,9 @@ except ImportError as missing:  # pragma: no cover - the serve extra is not inst
 
 from ._unicode import surrogate_at, valid_text
 
-__all__ = ["agui_run_problems", "check_agui_request"]
+__all__ = ["agui_request_check", "agui_run_problems", "check_agui_request"]
+
+_DEFAULT_MAX_INPUT_BYTES = 4 * 1024 * 1024  # ConversationHost's default (DEFAULT_MAX_INPUT_BYTES)
 
 
 def _is_text(content: Any) -> bool:
@@ -61,8 +65,27 @@ async def check_agui_request(request: Request) -> None:
     content parts, for ``user``; text or nothing for ``assistant``; text for ``system``,
     ``developer`` and ``reasoning``; the result (text or JSON) and its ``toolCallId`` for
     ``tool``; an object for ``activity``. No text anywhere in the request may hold a lone
-    surrogate (``"\ud800"``): AG-UI sends the messages back, and could not encode one.
+    surrogate (``"\ud800"``): AG-UI sends the messages back, and could not encode one. The new
+    input (the messages after the last assistant message) larger than ``ConversationHost``'s
+    default ``max_input_bytes`` (4 MiB of JSON) is refused with HTTP 413; for a host with another
+    limit, use :func:`agui_request_check`.
     """
+    await _check(request, _DEFAULT_MAX_INPUT_BYTES)
+
+
+def agui_request_check(*, max_input_bytes: int | None) -> Callable[[Request], Awaitable[None]]:
+    """:func:`check_agui_request` with the new input's size limit of your host.
+
+    ``Depends(agui_request_check(max_input_bytes=host.max_input_bytes))``; ``None``: no limit.
+    """
+
+    async def check(request: Request) -> None:
+        await _check(request, max_input_bytes)
+
+    return check
+
+
+async def _check(request: Request, max_input_bytes: int | None) -> None:
     try:
         body: Any = await request.json()
     except ValueError:  # not JSON (or not UTF-8): FastAPI's own validation answers
@@ -70,6 +93,22 @@ async def check_agui_request(request: Request) -> None:
     problems = agui_run_problems(body)
     if problems:
         raise HTTPException(status_code=422, detail=_detail(problems))
+    size = _new_input_size(body)
+    if max_input_bytes is not None and size > max_input_bytes:
+        raise HTTPException(
+            status_code=413,
+            detail=(
+                f"The new message is {size:,} bytes as JSON; the limit is {max_input_bytes:,} "
+                "bytes (max_input_bytes). Nothing was stored."
+            ),
+        )
+
+
+def _new_input_size(body: dict[str, Any]) -> int:
+    """Bytes of UTF-8 JSON of the run's new input: its messages after the last assistant one."""
+    messages = cast(list[dict[str, Any]], body["messages"])
+    last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
+    return len(json.dumps(messages[last + 1 :], ensure_ascii=False).encode("utf-8"))
 
 
 def agui_run_problems(body: Any) -> list[str]:
