@@ -234,7 +234,14 @@ class AgentView:
         author = message.author_name
         filtered = author != self.agent
         other = filtered and author is not None
-        marked = [(c, not filtered or self._keeps(c, other=other)) for c in message.contents]
+        contents = message.contents
+        if all(c.type == "text" for c in contents):  # most messages: nothing to filter or pair
+            if self._calls:
+                self._close()
+            if other and message.role == "assistant":
+                return _copy(message, list(contents), role="user")
+            return message if contents else None
+        marked = [(c, not filtered or self._keeps(c, other=other)) for c in contents]
         if any(keep and c.type not in _EXCHANGE_TYPES for c, keep in marked):
             self._close()  # something else is said: calls still without a result never get one
         contents = [c for c, keep in marked if self._paired(c, keep)]
