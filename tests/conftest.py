@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ from handoff_builder.stores import (
     PostgresConversationStore,
     SqliteConversationStore,
 )
+from tests.serving_http import Serve, servers
 from tests.stores import STORE_KINDS, make_store, postgres_dsn, unique_prefix
 
 _LOCAL_PREFIXES = ("127.", "::1", "localhost")
@@ -61,3 +62,10 @@ async def shared_store(
         yield f"postgres:{prefix}", postgres
         await postgres.drop_tables()
         await postgres.close()
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Serve]:
+    """Start a server of ``tests/serving_app.py`` (``serve("devui")``, ``serve("agui")``) on a
+    SQLite file in ``tmp_path``; its base URL. Every server started is stopped at the end."""
+    yield from servers(tmp_path)
