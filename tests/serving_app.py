@@ -59,20 +59,22 @@ def main(kind: str, port: str, db: str) -> None:
     if kind == "devui":
         from agent_framework_devui import serve
 
-        serve(entities=[agent], port=int(port), auth_token=TOKEN, ui_enabled=False)
+        from handoff_builder import devui_agent
+
+        serve(entities=[devui_agent(agent)], port=int(port), auth_token=TOKEN)
         return
     import uvicorn
     from agent_framework_ag_ui import add_agent_framework_fastapi_endpoint
     from fastapi import Depends, FastAPI
 
-    from handoff_builder import check_agui_request
+    from handoff_builder import agui_agent, check_agui_request
 
     def scope() -> str:  # one stable scope: the conversations are found again after a restart
         return "support-desk"
 
     app = FastAPI()
     add_agent_framework_fastapi_endpoint(
-        app, agent, "/desk", authorization_scope_resolver=scope,
+        app, agui_agent(agent), "/desk", authorization_scope_resolver=scope,
         dependencies=[Depends(check_agui_request)],
     )  # fmt: skip
 

@@ -93,6 +93,9 @@ async def test_a_turn_that_waits_returns_its_requests_and_takes_the_answers(
 # -- DevUI ---------------------------------------------------------------------------------------
 
 
+HANDED_OFF = "> handoff `triage` → `billing`: Help.\n\n"  # the handoff, as DevUI's text shows it
+
+
 def devui_turn(base: str, entity: str, conversation: str, text: str, *, stream: bool) -> str:
     body = {
         "metadata": {"entity_id": entity},
@@ -127,15 +130,18 @@ def test_devui_serves_isolated_conversations_that_remember_their_agent(serve: Se
 
     turn = devui_turn
     e = entity["id"]
+    # Each reply says which agent wrote it, and the handoff is a line of its own.
     assert turn(base, e, alice, "secret account 123", stream=False) == (
-        "billing read: secret account 123 [handoff_to_billing]"
+        f"{HANDED_OFF}**billing:** billing read: secret account 123 [handoff_to_billing]"
     )
-    assert turn(base, e, bob, "hello", stream=True) == "billing read: hello [handoff_to_billing]"
+    assert turn(base, e, bob, "hello", stream=True) == (
+        f"{HANDED_OFF}**billing:** billing read: hello [handoff_to_billing]"
+    )
     # The second message of each starts at billing (no handoff), and sees only its own.
     assert turn(base, e, alice, "second", stream=True) == (
-        "billing read: secret account 123 | second"
+        "**billing:** billing read: secret account 123 | second"
     )
-    assert turn(base, e, bob, "again", stream=False) == "billing read: hello | again"
+    assert turn(base, e, bob, "again", stream=False) == "**billing:** billing read: hello | again"
 
 
 def test_devui_serves_a_message_with_a_lone_surrogate_and_the_runs_after_it(serve: Serve) -> None:
@@ -145,9 +151,9 @@ def test_devui_serves_a_message_with_a_lone_surrogate_and_the_runs_after_it(serv
     body = {"metadata": {"agent_id": entity["id"]}}
     alice = json.loads(post(f"{base}/v1/conversations", body, token=TOKEN))["id"]
     said = devui_turn(base, entity["id"], alice, "bad \ud800 text", stream=False)
-    assert said == "billing read: bad \ufffd text [handoff_to_billing]"
+    assert said == f"{HANDED_OFF}**billing:** billing read: bad \ufffd text [handoff_to_billing]"
     said = devui_turn(base, entity["id"], alice, "next", stream=True)
-    assert said == "billing read: bad \ufffd text | next"
+    assert said == "**billing:** billing read: bad \ufffd text | next"
 
 
 # -- AG-UI ---------------------------------------------------------------------------------------

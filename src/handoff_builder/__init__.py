@@ -88,6 +88,7 @@ from ._payloads import DelegateTask, HandBackSummary, HandoffGoal, ReviewApprova
 from ._requests import decline
 from ._review import DEFAULT_MAX_REVIEW_ROUNDS, Review
 from ._routes import HandoffRoute, hand_back_tool_name, handoff_tool_name
+from ._routing_updates import ROUTING_EVENT_PROPERTY
 from ._state import HandoffState
 from ._views import HandoffToolCallFiltering
 from ._workflow import HandoffWorkflow, MessageBatch
@@ -114,7 +115,8 @@ from .exceptions import (
 if _typing.TYPE_CHECKING:
     from . import stores as stores
     from ._agui import agui_request_check, check_agui_request
-    from ._hosted_agent import HostedConversationAgent
+    from ._agui_agent import agui_agent
+    from ._hosted_agent import HostedConversationAgent, devui_agent
     from ._hosting import (
         ABANDONED_TURN_PROPERTY,
         DEFAULT_IDLE_TIMEOUT,
@@ -128,6 +130,8 @@ if _typing.TYPE_CHECKING:
 _LAZY: dict[str, tuple[str, str | None]] = {
     "ConversationHost": ("._hosting", "ConversationHost"),
     "HostedConversationAgent": ("._hosted_agent", "HostedConversationAgent"),
+    "devui_agent": ("._hosted_agent", "devui_agent"),
+    "agui_agent": ("._agui_agent", "agui_agent"),  # needs agent-framework-ag-ui (the serve extra)
     "ABANDONED_TURN_PROPERTY": ("._hosting", "ABANDONED_TURN_PROPERTY"),
     "DEFAULT_IDLE_TIMEOUT": ("._hosting", "DEFAULT_IDLE_TIMEOUT"),
     "DEFAULT_MAX_INPUT_BYTES": ("._hosting", "DEFAULT_MAX_INPUT_BYTES"),
@@ -193,6 +197,7 @@ __all__ = [
     "HANDOFF_TURN_ABANDONED_EVENT",
     "HANDOFF_TURN_EVENT",
     "MAX_IDEMPOTENCY_KEY_LENGTH",
+    "ROUTING_EVENT_PROPERTY",
     "AgentReply",
     "AgentRun",
     "AutonomousMode",
@@ -272,9 +277,11 @@ __all__ = [
     "TurnStatus",
     "TurnTimeoutEvent",
     "UserTurn",
+    "agui_agent",
     "agui_request_check",
     "check_agui_request",
     "decline",
+    "devui_agent",
     "hand_back_tool_name",
     "handoff_tool_name",
 ]

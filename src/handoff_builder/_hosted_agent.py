@@ -16,6 +16,10 @@ serves hosted handoff conversations, each isolated, each remembering its active 
   ``function_result`` contents answer them (``ConversationHost.respond``).
 * Text is made valid Unicode at this boundary, both ways (``_unicode``): what the run is given
   before it is stored or sent to a model, and every message and update it hands on.
+* A stream says who wrote what: each update's ``author_name`` is its agent, and each routing
+  event of the turn (a handoff, a route, a refused handoff...) is an update without contents
+  that carries it (``_routing_updates``); :func:`devui_agent` writes both into the text, for
+  DevUI, and ``agui_agent`` (``_agui_agent``) makes them AG-UI events.
 """
 
 from __future__ import annotations
@@ -39,6 +43,13 @@ from agent_framework import (
 from typing_extensions import override
 
 from ._events import HANDOFF_TURN_EVENT, HandoffTurnResult
+from ._routing_updates import (
+    ROUTING_EVENT_TYPES,
+    TextLabels,
+    message_update,
+    read_back_updates,
+    routing_update,
+)
 from ._state import TurnRecord
 from ._transcript import NewTurn, ResentTurn, messages_of, new_input, read_transcript, same_message
 from ._unicode import valid_unicode
@@ -47,7 +58,7 @@ from .exceptions import InvalidMessageError, PendingRequestsError
 if TYPE_CHECKING:
     from ._hosting import ConversationHost
 
-__all__ = ["HostedConversationAgent"]
+__all__ = ["HostedConversationAgent", "devui_agent"]
 
 _ANSWERS = frozenset({"function_approval_response", "function_result"})
 _Serialized = TypeVar("_Serialized", Message, AgentResponseUpdate)
@@ -69,9 +80,13 @@ class HostedConversationAgent(BaseAgent):
         name: str,
         description: str | None = None,
         id: str | None = None,  # noqa: A002 - agent_framework's name
+        text_labels: bool = False,
     ) -> None:
         super().__init__(id=id or name, name=name, description=description)
         self.host = host
+        self.text_labels = text_labels
+        """Whether streamed text is labelled for a UI that shows only text (:func:`devui_agent`):
+        each agent's text starts with its name, each routing event is a line of text."""
 
     @overload
     def run(
@@ -120,7 +135,8 @@ class HostedConversationAgent(BaseAgent):
             return _valid_response(final[-1]) if final else AgentResponse.from_updates(list(seen))
 
         updates = self._updates(conversation_id, given, final, transcript=transcript)
-        return ResponseStream(_valid_updates(updates), finalizer=finish)
+        labelled = ResponseStream(_valid_updates(updates), finalizer=finish)
+        return labelled.with_update_transform(TextLabels()) if self.text_labels else labelled
 
     async def _run(
         self,
@@ -228,8 +244,8 @@ class HostedConversationAgent(BaseAgent):
                 return
             answered = await self._resent(conversation_id, turn)
         final.append(answered)
-        for message in answered.messages:
-            yield _update(message)
+        for update in read_back_updates(answered):
+            yield update
 
     async def _stream(
         self, conversation_id: str, turn: NewTurn, final: list[AgentResponse[Any]]
@@ -246,6 +262,8 @@ class HostedConversationAgent(BaseAgent):
                     if event.type == "output" and isinstance(event.data, AgentResponseUpdate):
                         streamed = True
                         yield event.data  # a request the turn waits for comes in an update too
+                    elif event.type in ROUTING_EVENT_TYPES:
+                        yield routing_update(event.type, event.data)
                     elif event.type == "request_info" and isinstance(event.data, Content):
                         requests.append(event.data)
                     elif event.type == HANDOFF_TURN_EVENT and isinstance(
@@ -254,13 +272,13 @@ class HostedConversationAgent(BaseAgent):
                         final.append(event.data)
         except PendingRequestsError as waiting:  # a new message while the turn waits
             final.append(_waiting(waiting.requests))
-            yield _update(final[-1].messages[0])
+            yield message_update(final[-1].messages[0])
             return
         if requests and not final:
             final.append(_waiting(requests))
         elif final and not streamed:  # the same turn, sent at the same time, ran it: read back
-            for message in final[-1].messages:
-                yield _update(message)
+            for update in read_back_updates(final[-1]):
+                yield update
 
     async def _answer(
         self, conversation_id: str, given: list[Message]
@@ -285,6 +303,25 @@ class HostedConversationAgent(BaseAgent):
     def create_session(self, *, session_id: str | None = None) -> AgentSession:
         """A session: its id is the conversation's (a new one when not given)."""
         return AgentSession(session_id=session_id)
+
+
+def devui_agent(agent: HostedConversationAgent) -> HostedConversationAgent:
+    """``agent`` for DevUI: its streamed text says which agent wrote it and what routed.
+
+    DevUI's chat shows an agent's text (and tool calls, folded away), nothing else: no author,
+    no event. So each agent's text starts with its name in bold (``**billing:** ...``), and each
+    routing event of the turn (a handoff, hand-back, route, refused handoff, delegation,
+    escalation) is a quoted line of its own (``> handoff `triage` → `billing`: the goal``). The
+    conversations, what is stored and what the models see are ``agent``'s: only the stream a
+    client reads is labelled. ``serve(entities=[devui_agent(host.as_agent(name="desk"))])``.
+    """
+    return HostedConversationAgent(
+        agent.host,
+        name=agent.name or "handoff",
+        description=agent.description,
+        id=agent.id,
+        text_labels=True,
+    )
 
 
 def _answers_to(pending: Sequence[Content], given: Sequence[Message]) -> dict[str, Content]:
@@ -343,12 +380,6 @@ def after_answers(result: HandoffTurnResult, answers: Mapping[str, Content]) -> 
 def _waiting(requests: Sequence[Content]) -> AgentResponse[Any]:
     """The response of a turn that waits: its requests, for the client to answer."""
     return AgentResponse(messages=[Message(role="assistant", contents=list(requests))])
-
-
-def _update(message: Message) -> AgentResponseUpdate:
-    return AgentResponseUpdate(
-        role=message.role, contents=list(message.contents), author_name=message.author_name
-    )
 
 
 def _valid(value: _Serialized) -> _Serialized:

@@ -572,8 +572,9 @@ class ConversationHost:
         The session id is the conversation id: ``agent.run(text, session=agent.create_session(
         session_id="alice"))`` continues Alice's stored conversation at her remembered agent.
         agent_framework's hosting (DevUI, the AG-UI endpoint) keeps one session per
-        conversation, so it serves these conversations isolated, each at its active agent; see
-        ``docs/serving.md``.
+        conversation, so it serves these conversations isolated, each at its active agent. Serve
+        it as ``devui_agent(agent)`` to DevUI and ``agui_agent(agent)`` to AG-UI, so that they
+        show which agent answered and each handoff; see ``docs/serving.md``.
         """
         from ._hosted_agent import HostedConversationAgent
 
