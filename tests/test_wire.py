@@ -13,6 +13,7 @@ chat-completions body it stands for.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -79,6 +80,25 @@ def assert_provider_accepts(body: dict[str, Any]) -> None:
         calls: list[dict[str, Any]] = message.get("tool_calls") or []
         waiting = [call["id"] for call in calls]
     assert not waiting, f"calls {waiting} are never answered"
+
+
+def wire_lines(body: dict[str, Any]) -> list[str]:
+    """A request's messages in the form ``ModelCall.rendered`` has, without author names."""
+    lines: list[str] = []
+    for message in body["messages"]:
+        role = message["role"]
+        if role == "system":
+            continue
+        if role == "tool":
+            lines.append(f"tool: <- {message['tool_call_id']}: {message['content']}")
+            continue
+        if message.get("content"):
+            lines.append(f"{role}: {message['content']}")
+        calls: list[dict[str, Any]] = message.get("tool_calls") or []
+        for call in calls:
+            function = call["function"]
+            lines.append(f"{role}: -> {function['name']}({function['arguments']})")
+    return lines
 
 
 def contents(body: dict[str, Any]) -> list[str]:
@@ -638,3 +658,41 @@ async def test_an_agent_s_own_store_setting_is_kept(fake_openai: StartServer) ->
     await HandoffWorkflowBuilder(agent).build().run("hello")
     [body] = server.raw_bodies()
     assert body["store"] is True
+
+
+async def test_recorded_model_inputs_are_what_went_over_the_wire(fake_openai: StartServer) -> None:
+    """with_model_inputs with a real client: each recorded call is the request that was sent."""
+    server = fake_openai(
+        [
+            tool_call("call_a", "handoff_to_billing", {"goal": ""}),
+            tool_call("call_b", "handoff_to_billing", {"goal": "Refund the double charge."}),
+            text("Refund issued."),
+        ]
+    )
+    triage = server.agent("triage", "Route the user.")
+    billing = server.agent("billing", "Fix charges.", description="charges, invoices, plans")
+    workflow = (
+        HandoffWorkflowBuilder(triage).with_handoff(triage, billing).with_model_inputs().build()
+    )
+
+    turn = (await workflow.run("I was charged twice.")).get_outputs()[-1]
+
+    bodies = server.bodies()
+    assert [(c.index, c.agent) for c in turn.model_calls] == [
+        (0, "triage"),
+        (1, "triage"),
+        (2, "billing"),
+    ]
+    for call, body in zip(turn.model_calls, bodies, strict=True):
+        [system] = [m["content"] for m in body["messages"] if m["role"] == "system"]
+        assert system == call.instructions
+        assert wire_lines(body) == [re.sub(r"^(\w+)\[[^\]]*\]:", r"\1:", line)
+                                    for line in call.rendered.splitlines()]  # fmt: skip
+        tools: list[dict[str, Any]] = body.get("tools") or []
+        sent_tools = [t["function"]["name"] for t in tools]
+        assert list(call.tool_names) == sent_tools
+    assert turn.received("billing").rendered == (
+        "user: I was charged twice.\n"
+        "user[handoff_host]: Handoff from triage to you (billing). Goal: Refund the double charge."
+    )
+    assert contents(bodies[-1])[-1] == turn.received("billing").texts[-1]

@@ -29,6 +29,7 @@ from ._manager import (
     GroupChatManager,
     ManagerSettings,
 )
+from ._model_inputs import ModelCallLog, ModelInputRecorder
 from ._plan import Plan, plan_of
 from ._review import REVIEW_TOOL_KINDS, review_tools
 from ._routes import HandoffRoute
@@ -159,6 +160,11 @@ def compile_workflow(
         name: _participant(agent, {}, {}, "", plan.delegates.get(name, {}))
         for name, agent in plan.experts.items()
     }
+    model_calls = None
+    if config.model_inputs is not None:  # only then does a run get a recorder
+        model_calls = ModelCallLog(config.model_inputs)
+        for participant in (*participants.values(), *experts.values()):
+            participant.middleware = [ModelInputRecorder(participant.name, model_calls)]
     host = GroupChatHost(
         participants=participants,
         manager=manager,
@@ -180,6 +186,7 @@ def compile_workflow(
             if config.escalation_message == DEFAULT_ESCALATION_MESSAGE
             else None
         ),
+        model_calls=model_calls,
     )
     builder = WorkflowBuilder(
         start_executor=host,
