@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import pytest
-from agent_framework import AgentResponseUpdate, Message, WorkflowEvent, tool
+from agent_framework import AgentResponseUpdate, Content, Message, WorkflowEvent, tool
 
 from handoff_builder import (
     HANDOFF_INTERMEDIATE_EVENT,
@@ -43,6 +43,29 @@ async def test_streaming_yields_every_agents_updates_with_author_names() -> None
     # The turn still ends with its result, as an event.
     assert turn.result.text == "a speaksb speaksc answers"
     assert turn.result.active_agent == "c"
+
+
+async def test_text_a_client_restates_whole_is_streamed_once() -> None:
+    """agent_framework's Responses client sends a text as deltas, then whole (``"replace"``):
+    the caller gets each piece once, and only what the whole text adds (here " issued.")."""
+
+    def piece(text: str, mode: Literal["append", "replace"] = "append") -> Content:
+        return Content.from_text(text, merge_mode=mode)
+
+    a = scripted_agent(
+        "a",
+        respond(piece("Ref"), piece("und"), piece("Refund issued.", "replace"), handoff_to("b")),
+    )
+    b = scripted_agent("b", respond(piece("Do"), piece("ne"), piece("Done", "replace")))
+    turn = await run_turn(HandoffWorkflowBuilder(a).with_handoff(a, b).build(), "hi", stream=True)
+    assert [(u.author_name, u.text) for u in turn.updates if u.text] == [
+        ("a", "Ref"),
+        ("a", "und"),
+        ("a", " issued."),
+        ("b", "Do"),
+        ("b", "ne"),
+    ]
+    assert turn.result.text == "Refund issued.Done"
 
 
 async def test_non_streaming_output_is_the_turn_result() -> None:

@@ -2,15 +2,71 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from handoff_builder.providers import ProviderConfigurationError, chat_client
+from handoff_builder.providers import OpenAIApi, ProviderConfigurationError, chat_client
 
 
 def test_openai_client_from_the_environment() -> None:
     client = chat_client("openai", environ={"OPENAI_API_KEY": "k", "OPENAI_MODEL": "gpt-test"})
     assert type(client).__name__ == "OpenAIChatCompletionClient"
     assert client.model == "gpt-test"
+
+
+@pytest.mark.parametrize(
+    ("api", "variable", "client_class"),
+    [
+        (None, None, "OpenAIChatCompletionClient"),
+        ("chat-completions", None, "OpenAIChatCompletionClient"),
+        ("responses", None, "OpenAIChatClient"),
+        (None, "responses", "OpenAIChatClient"),
+        (None, "chat-completions", "OpenAIChatCompletionClient"),
+        ("chat-completions", "responses", "OpenAIChatCompletionClient"),
+    ],
+)
+@pytest.mark.parametrize("provider", ["openai", "azure"])
+def test_the_api_picks_agent_framework_s_client(
+    provider: str, api: OpenAIApi | None, variable: str | None, client_class: str
+) -> None:
+    """Chat Completions unless asked otherwise (``api=``, else HANDOFF_BUILDER_OPENAI_API)."""
+    environ = {
+        "OPENAI_API_KEY": "k",
+        "AZURE_OPENAI_ENDPOINT": "https://example.openai.azure.com",
+        "AZURE_OPENAI_DEPLOYMENT": "gpt-deployment",
+        "AZURE_OPENAI_API_KEY": "k",
+    }
+    if variable is not None:
+        environ["HANDOFF_BUILDER_OPENAI_API"] = variable
+    client = chat_client(provider, api=api, environ=environ)
+    assert type(client).__name__ == client_class
+    assert client.model == ("gpt-4o-mini" if provider == "openai" else "gpt-deployment")
+
+
+@pytest.mark.parametrize(
+    ("api", "variable", "message"),
+    [
+        (
+            "assistants",
+            None,
+            "Unknown OpenAI API 'assistants' (api); choose one of: chat-completions, responses.",
+        ),
+        (
+            None,
+            "chat_completions",
+            "Unknown OpenAI API 'chat_completions' (HANDOFF_BUILDER_OPENAI_API); choose one of: "
+            "chat-completions, responses.",
+        ),
+    ],
+)
+def test_an_unknown_api_is_one_line(api: Any, variable: str | None, message: str) -> None:
+    environ = {"OPENAI_API_KEY": "k"}
+    if variable is not None:
+        environ["HANDOFF_BUILDER_OPENAI_API"] = variable
+    with pytest.raises(ProviderConfigurationError) as failure:
+        chat_client("openai", api=api, environ=environ)
+    assert str(failure.value) == message
 
 
 def test_azure_client_with_a_key() -> None:

@@ -111,6 +111,24 @@ async def test_pass_it_on() -> None:
     ]
 
 
+async def test_what_the_model_received(capsys: pytest.CaptureFixture[str]) -> None:
+    from samples.what_the_model_received import main
+
+    turn = await main()
+    assert [(c.index, c.agent, c.tool_names) for c in turn.model_calls] == [
+        (0, "triage", ("transfer_to_billing", "transfer_to_tech")),
+        (1, "billing", ()),
+    ]
+    printed = capsys.readouterr().out
+    assert printed.count("4111 1111 1111 1111") == 1  # the user's line; every record is masked
+    assert (
+        "--- model call 1: billing (tools: none)\n"
+        "user: My card [redacted] was charged twice for the March invoice. Please refund one.\n"
+        "user[handoff_host]: Handoff from triage to you (billing). Goal: Refund one of two March "
+        "charges on card [redacted].\n"
+    ) in printed
+
+
 async def test_hand_back(capsys: pytest.CaptureFixture[str]) -> None:
     from samples.hand_back import main
 

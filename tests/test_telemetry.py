@@ -455,3 +455,59 @@ async def test_each_routing_step_is_an_event_of_the_turns_span(
         "triage",
         "billing",
     )
+
+
+@pytest.mark.parametrize("trace_them", [True, False])
+async def test_recorded_model_inputs_are_span_events_with_trace(
+    spans: InMemorySpanExporter, trace_them: bool
+) -> None:
+    """with_model_inputs(trace=True): one event per model call, on the agent's span, with what
+    the model received, redacted; without trace=True, no such event."""
+    from handoff_builder import redact_patterns
+
+    triage = scripted_agent(
+        "triage", handoff_to("billing", goal="Refund card 4111 1111 1111 1111."), instructions="Go."
+    )
+    billing = scripted_agent("billing", reply("Refunded."))
+    workflow = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, billing)
+        .with_model_inputs(redact=redact_patterns(r"\b\d(?:[ -]?\d){12,18}\b"), trace=trace_them)
+        .build()
+    )
+    turn = (await workflow.run("I was charged twice.")).get_outputs()[-1]
+
+    events = [
+        (span.name, dict(event.attributes or {}))
+        for span in spans.get_finished_spans()
+        for event in span.events
+        if event.name == "handoff_builder.model_call"
+    ]
+    if not trace_them:
+        assert events == []
+        return
+    assert events == [
+        (
+            "invoke_agent triage",
+            {
+                "gen_ai.agent.name": "triage",
+                "handoff_builder.model_call.index": 0,
+                "handoff_builder.model_call.tools": ("handoff_to_billing",),
+                "handoff_builder.model_call.instructions": turn.model_calls[0].instructions,
+                "handoff_builder.model_call.input": "user: I was charged twice.",
+            },
+        ),
+        (
+            "invoke_agent billing",
+            {
+                "gen_ai.agent.name": "billing",
+                "handoff_builder.model_call.index": 1,
+                "handoff_builder.model_call.tools": (),
+                "handoff_builder.model_call.instructions": "",
+                "handoff_builder.model_call.input": "user: I was charged twice.\n"
+                "user[handoff_host]: Handoff from triage to you (billing). Goal: Refund card "
+                "[redacted].",
+            },
+        ),
+    ]
+    assert turn.model_calls[0].instructions.startswith("Go.")

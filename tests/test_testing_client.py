@@ -12,6 +12,7 @@ from handoff_builder.testing import (
     call_tool,
     client_of,
     handoff_to,
+    received,
     reply,
     respond,
     scripted_agent,
@@ -84,6 +85,19 @@ def test_client_of_rejects_other_clients() -> None:
     plain.client = object()  # type: ignore[assignment]
     with pytest.raises(TypeError, match="does not use a ScriptedChatClient"):
         client_of(plain)
+
+
+def test_received_with_a_real_client_says_where_its_inputs_are() -> None:
+    from handoff_builder.providers import chat_client
+
+    billing = Agent(client=chat_client("openai", environ={"OPENAI_API_KEY": "k"}), name="billing")
+    with pytest.raises(TypeError) as failure:
+        received(billing)
+    assert str(failure.value) == (
+        "Agent 'billing' does not use a ScriptedChatClient, whose own record this reads. With any "
+        "chat client, build the workflow with with_model_inputs() and read "
+        "turn.received('billing') on the turn's result."
+    )
 
 
 async def test_user_text_is_what_the_user_wrote_not_a_note_or_an_agents_words() -> None:

@@ -1,114 +1,55 @@
-"""The real wire path: agent_framework's OpenAI client against a local OpenAI-compatible server.
+"""The real wire path: agent_framework's OpenAI clients against a local OpenAI-compatible server.
 
-The server (started here, on 127.0.0.1) answers chat-completion requests from a script and keeps
-every request body, so the tests check what a provider receives: the handoff tool schemas, the
-goal in the request of the agent a conversation is handed to, a hand-back's summary in the
-coordinator's request, in every filtering mode, and that every request is one a provider accepts.
+The server (tests/fake_openai.py, started here on 127.0.0.1) answers Chat Completions and
+Responses requests from a script and keeps every request body, so the tests check what a provider
+receives: the handoff tool schemas, the goal in the request of the agent a conversation is handed
+to, a hand-back's summary in the coordinator's request, in every filtering mode, and that every
+request is one a provider accepts. Every test runs with both of agent_framework's clients:
+``OpenAIChatCompletionClient`` (``/v1/chat/completions``) and ``OpenAIChatClient``
+(``/v1/responses``); a Responses body is checked for what only it can get wrong, then read as the
+chat-completions body it stands for.
 """
 
 from __future__ import annotations
 
 import json
-import threading
+import re
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 from agent_framework import Agent, FunctionTool, tool
 from pydantic import BaseModel, ConfigDict, Field
-from typing_extensions import override
 
-from handoff_builder import HandoffToolCallFiltering, HandoffWorkflowBuilder, decline
+from handoff_builder import (
+    HANDOFF_TURN_EVENT,
+    HandoffToolCallFiltering,
+    HandoffWorkflowBuilder,
+    decline,
+)
 from handoff_builder.providers import chat_client
+from tests.fake_openai import APIS, Api, FakeOpenAI, text, tool_call
+
+StartServer = Callable[[list[dict[str, Any]]], FakeOpenAI]
+
+STRICT_SENT: dict[Api, bool] = {"chat_completions": True, "responses": False}
+"""Whether a tool whose schema allows it goes out ``"strict": true``: agent_framework's Responses
+client sends every function tool with ``"strict": false`` (its choice; the arguments are still
+validated strictly, and a bad call gets a tool error naming each field)."""
 
 
-def tool_call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {
-                "id": call_id,
-                "type": "function",
-                "function": {"name": name, "arguments": json.dumps(arguments)},
-            }
-        ],
-    }
-
-
-def text(content: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": content}
-
-
-class FakeOpenAI:
-    """A scripted chat-completions endpoint: one reply per request, in order."""
-
-    def __init__(self, replies: list[dict[str, Any]]) -> None:
-        self.replies = list(replies)
-        self.requests: list[dict[str, Any]] = []
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                fake.requests.append({"path": self.path, "body": body})
-                message = fake.replies.pop(0)
-                finish = "tool_calls" if message.get("tool_calls") else "stop"
-                payload = json.dumps(
-                    {
-                        "id": f"chatcmpl-{len(fake.requests)}",
-                        "object": "chat.completion",
-                        "created": 0,
-                        "model": body.get("model", "fake"),
-                        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-                    }
-                ).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            @override
-            def log_message(self, format: str, *args: Any) -> None:
-                del format, args
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def agent(
-        self,
-        name: str,
-        instructions: str,
-        description: str | None = None,
-        tools: list[Any] | None = None,
-    ) -> Agent:
-        environ = {"OPENAI_API_KEY": "test-key", "OPENAI_BASE_URL": self.base_url}
-        return Agent(
-            client=chat_client("openai", environ=environ),
-            name=name,
-            instructions=instructions,
-            description=description,
-            tools=tools,
-        )
-
-    def bodies(self) -> list[dict[str, Any]]:
-        assert all(r["path"] == "/v1/chat/completions" for r in self.requests)
-        return [request["body"] for request in self.requests]
+@pytest.fixture(params=APIS)
+def api(request: pytest.FixtureRequest) -> Api:
+    """Each wire test runs once per OpenAI API (and client)."""
+    return request.param
 
 
 @pytest.fixture
-def fake_openai() -> Iterator[Callable[[list[dict[str, Any]]], FakeOpenAI]]:
+def fake_openai(api: Api) -> Iterator[StartServer]:
     servers: list[FakeOpenAI] = []
 
     def start(replies: list[dict[str, Any]]) -> FakeOpenAI:
-        server = FakeOpenAI(replies)
+        server = FakeOpenAI(replies, api)
         server.thread.start()
         servers.append(server)
         return server
@@ -141,13 +82,36 @@ def assert_provider_accepts(body: dict[str, Any]) -> None:
     assert not waiting, f"calls {waiting} are never answered"
 
 
+def wire_lines(body: dict[str, Any]) -> list[str]:
+    """A request's messages in the form ``ModelCall.rendered`` has, without author names."""
+    lines: list[str] = []
+    for message in body["messages"]:
+        role = message["role"]
+        if role == "system":
+            continue
+        if role == "tool":
+            lines.append(f"tool: <- {message['tool_call_id']}: {message['content']}")
+            continue
+        if message.get("content"):
+            lines.append(f"{role}: {message['content']}")
+        calls: list[dict[str, Any]] = message.get("tool_calls") or []
+        for call in calls:
+            function = call["function"]
+            lines.append(f"{role}: -> {function['name']}({function['arguments']})")
+    return lines
+
+
 def contents(body: dict[str, Any]) -> list[str]:
     return [str(m.get("content")) for m in body["messages"] if m["role"] != "system"]
 
 
-async def test_handoff_conversation_over_the_wire(
-    fake_openai: Callable[[list[dict[str, Any]]], FakeOpenAI],
-) -> None:
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_handoff_conversation_over_the_wire(fake_openai: StartServer, stream: bool) -> None:
+    """Triage's empty goal is refused, its second call hands off; billing answers.
+
+    Streamed too: every request asks for a stream, and the reply reaches the caller update by
+    update, under billing's name.
+    """
     server = fake_openai(
         [
             tool_call("call_a", "handoff_to_billing", {"goal": ""}),
@@ -159,8 +123,15 @@ async def test_handoff_conversation_over_the_wire(
     billing = server.agent("billing", "Fix charges.", description="charges, invoices, plans")
     workflow = HandoffWorkflowBuilder(triage).with_handoff(triage, billing).build()
 
-    result = await workflow.run("I was charged twice.")
-    turn = result.get_outputs()[-1]
+    if stream:
+        events = [event async for event in workflow.run("I was charged twice.", stream=True)]
+        [turn] = [event.data for event in events if event.type == HANDOFF_TURN_EVENT]
+        updates = [event.data for event in events if event.type == "output"]
+        assert [(u.author_name, u.text) for u in updates if u.text] == [
+            ("billing", "Refund issued.")
+        ]
+    else:
+        turn = (await workflow.run("I was charged twice.")).get_outputs()[-1]
     assert turn.text == "Refund issued."
     assert [(h.source, h.target, h.goal) for h in turn.handoffs] == [
         ("triage", "billing", "Refund the double charge.")
@@ -194,10 +165,11 @@ async def test_handoff_conversation_over_the_wire(
     assert "Transferred." not in json.dumps(third["messages"])
     for body in (first, second, third):
         assert_provider_accepts(body)
+        assert bool(body.get("stream")) is stream
 
 
 async def test_a_handoff_the_agent_does_not_have_is_refused_over_the_wire(
-    fake_openai: Callable[[list[dict[str, Any]]], FakeOpenAI],
+    fake_openai: StartServer,
 ) -> None:
     """The model's next request answers the call with our refusal, and still offers only the
     handoff the agent has."""
@@ -237,7 +209,7 @@ async def test_a_handoff_the_agent_does_not_have_is_refused_over_the_wire(
 
 @pytest.mark.parametrize("mode", list(HandoffToolCallFiltering), ids=lambda m: m.value)
 async def test_goal_and_summary_reach_the_receivers_in_every_mode(
-    fake_openai: Callable[[list[dict[str, Any]]], FakeOpenAI], mode: HandoffToolCallFiltering
+    fake_openai: StartServer, mode: HandoffToolCallFiltering
 ) -> None:
     """The seed's hand-back: triage -> billing -> (summary) -> triage -> tech, over HTTP."""
     goal = "Refund the double charge; the app also crashes."
@@ -299,7 +271,7 @@ def refund(amount: float) -> str:
 
 
 async def test_an_approved_call_after_a_handoff_goes_out_valid(
-    fake_openai: Callable[[list[dict[str, Any]]], FakeOpenAI],
+    fake_openai: StartServer,
 ) -> None:
     """Billing asks to refund, the user approves, billing goes on: the request a provider gets."""
     server = fake_openai(
@@ -331,7 +303,7 @@ async def test_an_approved_call_after_a_handoff_goes_out_valid(
 
 
 async def test_a_turn_that_ends_with_a_call_unanswered_leaves_a_valid_history(
-    fake_openai: Callable[[list[dict[str, Any]]], FakeOpenAI],
+    fake_openai: StartServer,
 ) -> None:
     """Billing asks the back office and hands off in one response, past the cap: the turn ends.
 
@@ -400,7 +372,7 @@ class RefundRequest(BaseModel):
 
 
 async def test_a_typed_handoff_behind_an_approval_over_the_wire(
-    fake_openai: Callable[[list[dict[str, Any]]], FakeOpenAI],
+    fake_openai: StartServer,
 ) -> None:
     """The strict schema goes out; a bad call, a decline and an approval come back as the model
     and the target receive them."""
@@ -439,7 +411,7 @@ async def test_a_typed_handoff_behind_an_approval_over_the_wire(
     assert (turn.active_agent, turn.text) == ("refunds", "Refunded 240 EUR.")
     first, after_invalid, after_decline, to_refunds = server.bodies()
     [tool_spec] = first["tools"]
-    assert tool_spec["function"]["strict"] is True
+    assert tool_spec["function"]["strict"] is STRICT_SENT[server.api]
     assert tool_spec["function"]["parameters"] == RefundRequest.model_json_schema()
     invalid = after_invalid["messages"][-1]
     assert (invalid["role"], invalid["tool_call_id"]) == ("tool", "call_1")
@@ -456,7 +428,7 @@ async def test_a_typed_handoff_behind_an_approval_over_the_wire(
 
 
 async def test_a_delegation_over_the_wire(
-    fake_openai: Callable[[list[dict[str, Any]]], FakeOpenAI],
+    fake_openai: StartServer,
 ) -> None:
     """What the expert's provider gets (its task, after the filtered conversation), and the
     caller's next request (its call answered with the expert's text); all valid requests."""
@@ -480,7 +452,7 @@ async def test_a_delegation_over_the_wire(
     assert tool["function"]["name"] == "ask_policy"
     assert tool["function"]["description"] == "refund policy"
     assert tool["function"]["parameters"]["required"] == ["task"]
-    assert tool["function"].get("strict") is True
+    assert tool["function"].get("strict") is STRICT_SENT[server.api]
     # The expert: its own instructions, no tools, the user's message, then the task.
     [system] = [m["content"] for m in expert["messages"] if m["role"] == "system"]
     assert system == "You know the refund policy."
@@ -499,7 +471,7 @@ async def test_a_delegation_over_the_wire(
 
 
 async def test_an_approval_inside_an_expert_goes_out_valid(
-    fake_openai: Callable[[list[dict[str, Any]]], FakeOpenAI],
+    fake_openai: StartServer,
 ) -> None:
     """The expert's tool waits for a person; after the answer both requests are valid input."""
     server = fake_openai(
@@ -538,7 +510,7 @@ async def test_an_approval_inside_an_expert_goes_out_valid(
 
 
 async def test_a_review_over_the_wire(
-    fake_openai: Callable[[list[dict[str, Any]]], FakeOpenAI],
+    fake_openai: StartServer,
 ) -> None:
     """The reviewer's request holds the reply and its tools; the producer reads the feedback."""
     server = fake_openai(
@@ -568,7 +540,7 @@ async def test_a_review_over_the_wire(
 
 @pytest.mark.parametrize(("setting", "sent"), [(None, 1024), ("300", 300)])
 async def test_the_support_desk_caps_each_response_s_output_tokens(
-    fake_openai: Callable[[list[dict[str, Any]]], FakeOpenAI],
+    fake_openai: StartServer,
     monkeypatch: pytest.MonkeyPatch,
     setting: str | None,
     sent: int,
@@ -577,8 +549,8 @@ async def test_the_support_desk_caps_each_response_s_output_tokens(
     from handoff_builder._support_desk import support_desk
 
     server = fake_openai([text("Hello, how can I help?")])
-    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
-    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    for variable, value in server.environ.items():
+        monkeypatch.setenv(variable, value)
     if setting is None:
         monkeypatch.delenv("HANDOFF_BUILDER_MAX_OUTPUT_TOKENS", raising=False)
     else:
@@ -591,7 +563,7 @@ async def test_the_support_desk_caps_each_response_s_output_tokens(
 
 @pytest.mark.postgres
 async def test_the_end_to_end_sample_over_the_wire(
-    fake_openai: Callable[[list[dict[str, Any]]], FakeOpenAI],
+    fake_openai: StartServer,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """docs/end-to-end.md on the openai provider: the orders agent's own tool goes out beside
@@ -609,8 +581,8 @@ async def test_the_end_to_end_sample_over_the_wire(
             text("Yes, I told the courier."),
         ]
     )
-    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
-    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    for variable, value in server.environ.items():
+        monkeypatch.setenv(variable, value)
     monkeypatch.delenv("HANDOFF_BUILDER_MAX_OUTPUT_TOKENS", raising=False)
     prefix = unique_prefix()
     try:
@@ -639,7 +611,7 @@ async def test_the_end_to_end_sample_over_the_wire(
 
 
 async def test_an_input_filter_decides_what_the_target_receives_over_the_wire(
-    fake_openai: Callable[[list[dict[str, Any]]], FakeOpenAI],
+    fake_openai: StartServer,
 ) -> None:
     from agent_framework import Message
 
@@ -672,3 +644,55 @@ async def test_an_input_filter_decides_what_the_target_receives_over_the_wire(
         "Handoff from triage to you (billing). Goal: Refund the double charge."
     ]
     assert "4111" not in json.dumps(billing_request)
+
+
+async def test_an_agent_s_own_store_setting_is_kept(fake_openai: StartServer) -> None:
+    """The workflow sends ``store: false`` only where the agent left ``store`` unset."""
+    server = fake_openai([text("Stored at the provider, as asked.")])
+    agent = Agent(
+        client=chat_client("openai", environ=server.environ),
+        name="triage",
+        instructions="Answer.",
+        default_options={"store": True},
+    )
+    await HandoffWorkflowBuilder(agent).build().run("hello")
+    [body] = server.raw_bodies()
+    assert body["store"] is True
+
+
+async def test_recorded_model_inputs_are_what_went_over_the_wire(fake_openai: StartServer) -> None:
+    """with_model_inputs with a real client: each recorded call is the request that was sent."""
+    server = fake_openai(
+        [
+            tool_call("call_a", "handoff_to_billing", {"goal": ""}),
+            tool_call("call_b", "handoff_to_billing", {"goal": "Refund the double charge."}),
+            text("Refund issued."),
+        ]
+    )
+    triage = server.agent("triage", "Route the user.")
+    billing = server.agent("billing", "Fix charges.", description="charges, invoices, plans")
+    workflow = (
+        HandoffWorkflowBuilder(triage).with_handoff(triage, billing).with_model_inputs().build()
+    )
+
+    turn = (await workflow.run("I was charged twice.")).get_outputs()[-1]
+
+    bodies = server.bodies()
+    assert [(c.index, c.agent) for c in turn.model_calls] == [
+        (0, "triage"),
+        (1, "triage"),
+        (2, "billing"),
+    ]
+    for call, body in zip(turn.model_calls, bodies, strict=True):
+        [system] = [m["content"] for m in body["messages"] if m["role"] == "system"]
+        assert system == call.instructions
+        assert wire_lines(body) == [re.sub(r"^(\w+)\[[^\]]*\]:", r"\1:", line)
+                                    for line in call.rendered.splitlines()]  # fmt: skip
+        tools: list[dict[str, Any]] = body.get("tools") or []
+        sent_tools = [t["function"]["name"] for t in tools]
+        assert list(call.tool_names) == sent_tools
+    assert turn.received("billing").rendered == (
+        "user: I was charged twice.\n"
+        "user[handoff_host]: Handoff from triage to you (billing). Goal: Refund the double charge."
+    )
+    assert contents(bodies[-1])[-1] == turn.received("billing").texts[-1]

@@ -83,6 +83,8 @@ from ._manager import (
     RouteFunction,
     TerminationCondition,
 )
+from ._model_calls import ModelCall
+from ._model_inputs import DEFAULT_MAX_MODEL_CALLS, Redaction, redact_patterns
 from ._participant import AgentRun
 from ._payloads import DelegateTask, HandBackSummary, HandoffGoal, ReviewApproval, ReviewChanges
 from ._requests import decline
@@ -106,6 +108,7 @@ from .exceptions import (
     LeaseLostError,
     MessageNotStoredError,
     MessageTooLargeError,
+    ModelCallNotRecordedError,
     PendingRequestsError,
     SchemaVersionError,
     ScriptExhaustedError,
@@ -181,6 +184,7 @@ __all__ = [
     "DEFAULT_MAX_HANDOFFS_PER_TURN",
     "DEFAULT_MAX_INPUT_BYTES",
     "DEFAULT_MAX_ITERATIONS",
+    "DEFAULT_MAX_MODEL_CALLS",
     "DEFAULT_MAX_REJECTED_HANDOFFS",
     "DEFAULT_MAX_REVIEW_ROUNDS",
     "DEFAULT_MAX_TURN_RETRIES",
@@ -254,10 +258,13 @@ __all__ = [
     "MessageBatch",
     "MessageNotStoredError",
     "MessageTooLargeError",
+    "ModelCall",
+    "ModelCallNotRecordedError",
     "NextAgent",
     "Outcome",
     "Participant",
     "PendingRequestsError",
+    "Redaction",
     "ReissueRequests",
     "ResumeTurn",
     "Review",
@@ -284,4 +291,5 @@ __all__ = [
     "devui_agent",
     "hand_back_tool_name",
     "handoff_tool_name",
+    "redact_patterns",
 ]

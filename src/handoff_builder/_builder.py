@@ -29,6 +29,7 @@ from ._instructions import DEFAULT_HANDOFF_INSTRUCTIONS
 from ._lint import LintFinding
 from ._logging import DEFAULT_LOGGED_ARGUMENT_LENGTH, ArgumentLogging
 from ._manager import CapOutcome, RouteFunction, TerminationCondition
+from ._model_inputs import DEFAULT_MAX_MODEL_CALLS, ModelInputs, Redaction
 from ._plan import lint
 from ._review import DEFAULT_MAX_REVIEW_ROUNDS
 from ._validation import Edge, label
@@ -606,6 +607,42 @@ class HandoffWorkflowBuilder:
         """
         self._config.argument_logging = ArgumentLogging(
             include=bool(include), max_length=_at_least_one("max_length", max_length)
+        )
+        return self
+
+    def with_model_inputs(
+        self,
+        *,
+        redact: Redaction | None = None,
+        max_calls: int = DEFAULT_MAX_MODEL_CALLS,
+        trace: bool = False,
+    ) -> HandoffWorkflowBuilder:
+        """Keep what each model receives, with any chat client: each turn's ``model_calls``.
+
+        Off by default (nothing is recorded and nothing kept). With it, before each model call of
+        every agent run (the tool loop's calls, reviewers and delegated experts included), the
+        messages the chat client is about to send, its instructions and other options and the
+        tools' names are recorded as a :class:`~handoff_builder.ModelCall`: the view of
+        ``handoff_builder.testing.received`` for a scripted agent, for any client.
+        ``turn.model_calls`` holds the turn's calls in order, ``turn.received("billing")`` one
+        agent's (``.rendered`` prints it).
+
+        ``redact`` is applied to each recorded message (and to the instructions, as a system
+        message) and returns the message to keep, e.g. :func:`~handoff_builder.redact_patterns`;
+        the conversation and what the model receives are not changed. A redaction that raises
+        keeps a placeholder in that message's place, never the message. ``max_calls`` (default
+        :data:`~handoff_builder.DEFAULT_MAX_MODEL_CALLS`) bounds a turn's calls: the latest are
+        kept, and each call's ``index`` says where it was. With ``trace=True`` each call is a
+        ``handoff_builder.model_call`` span event too (the agent's span), for deployments whose
+        agent calls run elsewhere (Temporal workers). The calls are kept in memory only: never in
+        a store, a checkpoint or Temporal's history.
+        """
+        if redact is not None:
+            check_function(
+                redact, "redact", "The redaction of with_model_inputs", "one argument, a Message", 1
+            )
+        self._config.model_inputs = ModelInputs(
+            redact=redact, max_calls=_at_least_one("max_calls", max_calls), trace=bool(trace)
         )
         return self
 

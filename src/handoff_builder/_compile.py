@@ -29,6 +29,7 @@ from ._manager import (
     GroupChatManager,
     ManagerSettings,
 )
+from ._model_inputs import ModelCallLog, ModelInputRecorder
 from ._plan import Plan, plan_of
 from ._review import REVIEW_TOOL_KINDS, review_tools
 from ._routes import HandoffRoute
@@ -159,6 +160,11 @@ def compile_workflow(
         name: _participant(agent, {}, {}, "", plan.delegates.get(name, {}))
         for name, agent in plan.experts.items()
     }
+    model_calls = None
+    if config.model_inputs is not None:  # only then does a run get a recorder
+        model_calls = ModelCallLog(config.model_inputs)
+        for participant in (*participants.values(), *experts.values()):
+            participant.middleware = [ModelInputRecorder(participant.name, model_calls)]
     host = GroupChatHost(
         participants=participants,
         manager=manager,
@@ -180,6 +186,7 @@ def compile_workflow(
             if config.escalation_message == DEFAULT_ESCALATION_MESSAGE
             else None
         ),
+        model_calls=model_calls,
     )
     builder = WorkflowBuilder(
         start_executor=host,
@@ -212,12 +219,13 @@ def _participant(
     if reviewer:
         delegate_tools.extend(review_tools())
     elsewhere = dict(elsewhere or {})
+    stateless = _stateless_options(agent)
     if not routes:
         return Participant(
-            agent, tools=delegate_tools, delegates=delegates, reviewer=reviewer,
-            elsewhere=elsewhere,
+            agent, tools=delegate_tools, options=stateless or None, delegates=delegates,
+            reviewer=reviewer, elsewhere=elsewhere,
         )  # fmt: skip
-    options: dict[str, Any] = {"allow_multiple_tool_calls": False}
+    options: dict[str, Any] = {"allow_multiple_tool_calls": False, **stateless}
     text = render_instructions(instructions, list(routes))
     if text.strip():
         options["instructions"] = text
@@ -232,6 +240,22 @@ def _participant(
         elsewhere=elsewhere,
         instructions=instructions,
     )
+
+
+def _stateless_options(agent: Agent) -> dict[str, Any]:
+    """``{"store": False}`` for an agent whose client keeps conversations on the server by default.
+
+    Such a client (agent_framework's ``OpenAIChatClient``, on OpenAI's Responses API) would go on
+    within a run from the server's copy of the previous response (``previous_response_id``) and
+    send only what is new. Each run sends the agent's view whole instead, as every other client
+    does: what the model reads is the view, on any server (llama.cpp refuses
+    ``previous_response_id``), and nothing of the conversation is kept by the provider. An agent
+    whose options set ``store`` keeps its choice.
+    """
+    stores = bool(getattr(agent.client, "STORES_BY_DEFAULT", False))
+    if stores and agent.default_options.get("store") is None:
+        return {"store": False}
+    return {}
 
 
 def _handoff_tools(plan: Plan) -> frozenset[str]:

@@ -21,6 +21,7 @@ from ._manager import (
     ManagerSettings,
     TerminationCondition,
 )
+from ._model_inputs import ModelInputs
 from ._routes import sanitize_tool_name
 from ._validation import Edge
 from ._views import HandoffToolCallFiltering
@@ -113,3 +114,4 @@ class BuildConfig:
     max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH
     reviews: list[tuple[Any, Any, int]] = field(default_factory=list[tuple[Any, Any, int]])
     checkpoint_storage: Any = None
+    model_inputs: ModelInputs | None = None

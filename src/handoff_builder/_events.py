@@ -10,7 +10,9 @@ from agent_framework import AgentResponse, Message
 from pydantic import BaseModel, PlainSerializer, PlainValidator, SkipValidation
 from typing_extensions import override
 
+from ._model_calls import ModelCall
 from ._routes import HandoffKind
+from .exceptions import ModelCallNotRecordedError
 
 __all__ = [
     "HANDOFF_BLOCKED_EVENT",
@@ -346,7 +348,11 @@ class HandoffTurnResult(AgentResponse):
       finished (after a crash) or abandoned before it ran the new message, or ``None``;
     * ``conversation``: the whole shared conversation at the end of the turn;
     * ``start``: where the turn's own messages start in ``conversation``; ``hidden``: the ranges
-      of them left out of ``messages`` (drafts a reviewer sent back, and the reviews).
+      of them left out of ``messages`` (drafts a reviewer sent back, and the reviews);
+    * ``model_calls``: what each model received in this turn (:class:`ModelCall`, in order, the
+      latest ``max_calls``), when the workflow was built with
+      :meth:`~handoff_builder.HandoffWorkflowBuilder.with_model_inputs`; empty otherwise.
+      :meth:`received` picks one agent's.
     """
 
     def __init__(
@@ -365,6 +371,7 @@ class HandoffTurnResult(AgentResponse):
         delegations: Sequence[DelegationEvent] = (),
         start: int | None = None,
         hidden: Sequence[tuple[int, int]] = (),
+        model_calls: Sequence[ModelCall] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(messages=list(messages), **kwargs)
@@ -380,11 +387,51 @@ class HandoffTurnResult(AgentResponse):
         self.hidden: tuple[tuple[int, int], ...] = tuple(hidden)
         self.status: TurnStatus = status or (escalation.reason if escalation else "completed")
         self.conversation: tuple[Message, ...] = tuple(conversation)
+        self.model_calls: tuple[ModelCall, ...] = tuple(model_calls)
 
     @property
     def escalated(self) -> bool:
         """True when the turn was escalated to a human; see ``escalation`` for why."""
         return self.escalation is not None
+
+    def received(self, agent: str, call: int = -1) -> ModelCall:
+        """What ``agent``'s model received in its call ``call`` of this turn (default: the last).
+
+        As :func:`handoff_builder.testing.received` for a scripted agent, with any chat client:
+        ``print(turn.received("billing").rendered)``. Needs a workflow built with
+        :meth:`~handoff_builder.HandoffWorkflowBuilder.with_model_inputs`.
+
+        Raises:
+            ModelCallNotRecordedError: nothing was recorded, or no such call of ``agent``.
+        """
+        if not self.model_calls:
+            raise ModelCallNotRecordedError(
+                agent,
+                call,
+                "No model call was recorded in this turn: build the workflow with "
+                "with_model_inputs() to keep what each model receives.",
+            )
+        calls = [c for c in self.model_calls if c.agent == agent]
+        try:
+            return calls[call]
+        except IndexError:
+            pass
+        first = self.model_calls[0].index or 0
+        dropped = f" The turn's first {first} call(s) were not kept (max_calls)." if first else ""
+        if not calls:
+            counts: dict[str, int] = {}
+            for recorded in self.model_calls:
+                counts[str(recorded.agent)] = counts.get(str(recorded.agent), 0) + 1
+            shown = ", ".join(f"{name} ({count})" for name, count in counts.items())
+            message = (
+                f"Agent {agent!r}'s model has no recorded call in this turn; recorded: {shown}."
+            )
+        else:
+            message = (
+                f"Agent {agent!r}'s model has {len(calls)} recorded call(s) in this turn; "
+                f"there is no call {call}."
+            )
+        raise ModelCallNotRecordedError(agent, call, message + dropped)
 
     @override
     def __deepcopy__(self, memo: dict[int, Any]) -> HandoffTurnResult:

@@ -76,6 +76,7 @@ from ._hooks import DEFAULT_HOOK_TIMEOUT, HandoffGate
 from ._input_filters import HandoffInput, filtered_input
 from ._logging import ArgumentLogging, log_event
 from ._manager import GroupChatManager
+from ._model_inputs import ModelCallLog
 from ._participant import AgentRun, Participant
 from ._payloads import validate_arguments
 from ._requests import (
@@ -276,9 +277,14 @@ class GroupChatHost(Executor):
         max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH,
         reviewed: frozenset[str] = frozenset(),
         apologies: Mapping[str, str] | None = None,
+        model_calls: ModelCallLog | None = None,
         id: str = HOST_ID,  # noqa: A002 - the Executor API's name
     ) -> None:
         super().__init__(id)
+        self.model_calls = model_calls
+        """What each model received in the open turn, when the workflow records it
+        (``with_model_inputs``): its participants' recorders write here, each turn's result
+        takes the calls. ``None``: nothing is recorded."""
         self._experts = experts or {}
         """Agents as they answer delegated tasks (no handoff tools), by name."""
         self.max_delegation_depth = max_delegation_depth
@@ -479,6 +485,8 @@ class GroupChatHost(Executor):
                 "sending the next message."
             )
         input_start = len(self._history)
+        if self.model_calls is not None:
+            self.model_calls.clear()
         self._history.extend(messages[_known_prefix(self._history, messages) :])
         self._turn = TurnState(start=len(self._history), input_start=input_start)
         self._trace = TurnTrace(self._workflow_name, self.conversation_id)
@@ -1253,7 +1261,8 @@ class GroupChatHost(Executor):
             turn.start, len(self._history), status, self._speaker or "", turn.handoffs,
             escalation, timeout, abandoned, turn.steps, turn.delegations, turn.hidden,
         )  # fmt: skip
-        result = record.result(self._history)
+        calls = self.model_calls.take() if self.model_calls is not None else ()
+        result = record.result(self._history, model_calls=calls)
         self._turn, self._next, self._next_closed, self._deadline = None, None, False, None
         self.last_result = result
         return result
@@ -1326,6 +1335,8 @@ class GroupChatHost(Executor):
                 raise
             self._manager.restore_state({})
         self._history = list(history)
+        if self.model_calls is not None:
+            self.model_calls.clear()  # calls of the turn the host had before
         self._left_out = state.left_out
         self._saved = []
         self._views.clear()  # rebuilt from the restored history on each agent's next run

@@ -129,9 +129,12 @@ class Participant:
                 response = await self.agent.run(messages, **kwargs)
             else:
                 stream = self.agent.run(messages, stream=True, **kwargs)
+                restated = RestatedText()
                 async for update in stream:
                     if not _is_tool_limit_text(update.contents):
-                        await on_update(update)
+                        news = restated.news(update)
+                        if news is not None:
+                            await on_update(news)
                 response = await stream.get_final_response()
         except MiddlewareFailure as failure:
             if isinstance(failure.__cause__, HandoffHookError):
@@ -219,6 +222,47 @@ async def _refuse_waiting(response: AgentResponse, reviewing: HandoffToolMiddlew
             if call is not None and handoffs.reason(name) is not None:
                 request = handoffs.refusal(name, str(call.call_id), call.arguments)
                 await reviewing.decide(request)
+
+
+class RestatedText:
+    """Takes out of a run's stream the text a client restates once it has streamed it.
+
+    agent_framework's Responses client (``OpenAIChatClient``) sends each text of a response
+    twice: as deltas (``merge_mode="append"``), then whole once it is done (``"replace"``), which
+    agent_framework's own finaliser merges. A caller that prints each update, and the serving
+    adapters, would show the text twice. Of the whole text, only what the deltas did not carry
+    is passed on (nothing, normally); the run's final response is built from the updates as
+    they came.
+    """
+
+    def __init__(self) -> None:
+        self._streamed = ""  # the text streamed since the last restatement
+
+    def news(self, update: AgentResponseUpdate) -> AgentResponseUpdate | None:
+        """``update`` as the caller gets it: without restated text (``None``: nothing left)."""
+        contents = update.contents
+        if not any(c.type == "text" and c.merge_mode == "replace" for c in contents):
+            self._streamed += "".join(c.text or "" for c in contents if c.type == "text")
+            return update
+        kept: list[Content] = []
+        for content in contents:
+            if content.type != "text":
+                kept.append(content)
+            elif content.merge_mode != "replace":
+                self._streamed += content.text or ""
+                kept.append(content)
+            else:
+                whole = content.text or ""
+                if whole.startswith(self._streamed):
+                    whole = whole[len(self._streamed) :]
+                self._streamed = ""
+                if whole:
+                    kept.append(Content.from_text(whole, merge_mode="append"))
+        if not kept:
+            return None
+        news = copy.copy(update)
+        news.contents = kept
+        return news
 
 
 def _is_tool_limit_text(contents: Sequence[Content]) -> bool:

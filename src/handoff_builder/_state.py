@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from pydantic import TypeAdapter
 
     from ._decision import HandoffCall
+    from ._model_calls import ModelCall
 
 __all__ = [
     "HANDOFF_RECORD_KEY",
@@ -277,10 +278,12 @@ class TurnRecord:
         *,
         offset: int = 0,
         recovered: HandoffTurnResult | None = None,
+        model_calls: Sequence[ModelCall] = (),
     ) -> HandoffTurnResult:
         """The turn's result, read from ``conversation`` (its messages from index ``offset`` on).
 
         ``conversation`` holds at least the turn's messages; what follows the turn is left out.
+        ``model_calls`` are kept in memory only, never in the record.
         """
         start = self.start - offset
         hidden = tuple((low - offset, high - offset) for low, high in self.hidden)
@@ -299,6 +302,7 @@ class TurnRecord:
             delegations=self.delegations,
             start=start,
             hidden=hidden,
+            model_calls=model_calls,
         )
 
 

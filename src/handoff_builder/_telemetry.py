@@ -16,6 +16,9 @@ emitted:
   ``return_to_caller``: the expert's ``invoke_agent`` span is its child;
 * span events for refused handoffs, vetoes, declined approvals and every cap, with their reason,
   and an error status on a turn that fails;
+* with ``with_model_inputs(trace=True)``, one ``handoff_builder.model_call`` span event per model
+  call, on the span that is current as the call is made (the agent's ``invoke_agent``), with what
+  the model received: the recorded, redacted input (see :mod:`._model_inputs`);
 * metrics: handoffs (by source and target), blocked handoffs (by reason), escalations (by reason),
   hops per turn, and ``gen_ai.workflow.duration``.
 
@@ -54,6 +57,7 @@ from ._events import (
     RoutingStep,
     TurnTimeoutEvent,
 )
+from ._model_calls import ModelCall
 
 if TYPE_CHECKING:
     from ._decision import HandoffCall
@@ -63,6 +67,7 @@ __all__ = [
     "TurnTrace",
     "delegation_span",
     "handoff_span",
+    "model_call_event",
     "settle_delegation_span",
     "settle_handoff_span",
 ]
@@ -108,6 +113,11 @@ STEP_EVENT = "handoff_builder.step"
 DECIDED_BY = "handoff_builder.decided_by"
 DECIDED_BY_WHAT = "handoff_builder.decided_by.what"
 STEP_KIND = "handoff_builder.step.kind"
+MODEL_CALL_EVENT = "handoff_builder.model_call"
+MODEL_CALL_INDEX = "handoff_builder.model_call.index"
+MODEL_CALL_TOOLS = "handoff_builder.model_call.tools"
+MODEL_CALL_INSTRUCTIONS = "handoff_builder.model_call.instructions"
+MODEL_CALL_INPUT = "handoff_builder.model_call.input"
 
 _tracer = trace.get_tracer("handoff_builder")
 _meter = metrics.get_meter("handoff_builder")
@@ -350,3 +360,21 @@ def settle_handoff_span(span: Span, call: HandoffCall) -> None:
         span.add_event(BLOCKED_EVENT, {REASON: call.blocked})
     if call.escalation is not None:
         span.add_event(ESCALATED_EVENT, {REASON: call.escalation})
+
+
+def model_call_event(call: ModelCall) -> None:
+    """A span event with what one model call received, on the span current as it is made."""
+    if not _tracing():
+        return
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.add_event(
+            MODEL_CALL_EVENT,
+            {
+                AGENT_NAME: call.agent or "",
+                MODEL_CALL_INDEX: call.index if call.index is not None else -1,
+                MODEL_CALL_TOOLS: list(call.tool_names),
+                MODEL_CALL_INSTRUCTIONS: call.instructions,
+                MODEL_CALL_INPUT: call.rendered,
+            },
+        )

@@ -21,6 +21,7 @@ so ``except ValueError`` keeps working for configuration mistakes::
     ├── MessageTooLargeError(HandoffBuilderError, ValueError)       an input over the size limit
     ├── InvalidMessageError(HandoffBuilderError, ValueError)       a served run's input is not valid
     ├── HandoffHookError(HandoffBuilderError, RuntimeError)         an edge's own code failed
+    ├── ModelCallNotRecordedError(HandoffBuilderError, LookupError) no such recorded model call
     └── ScriptExhaustedError(HandoffBuilderError, RuntimeError)      a scripted model ran out
 
 Errors that happen inside an agent's run (an empty goal, a handoff to an agent that is not granted)
@@ -46,6 +47,7 @@ __all__ = [
     "LeaseLostError",
     "MessageNotStoredError",
     "MessageTooLargeError",
+    "ModelCallNotRecordedError",
     "PendingRequestsError",
     "SchemaVersionError",
     "ScriptExhaustedError",
@@ -295,6 +297,20 @@ class HandoffHookError(HandoffBuilderError, RuntimeError):
             f"The {hook} of the handoff from {source!r} to {target!r} ({tool_name}) {what}. "
             "Nothing was routed."
         )
+
+
+class ModelCallNotRecordedError(HandoffBuilderError, LookupError):
+    """A turn's result has no recorded model call of ``agent`` numbered ``call``.
+
+    The message says why: the workflow was built without ``with_model_inputs()`` (nothing is
+    recorded then), the agent's model was not called in the turn, or it has fewer calls (the
+    turn's first calls are not kept past ``max_calls``).
+    """
+
+    def __init__(self, agent: str, call: int, message: str) -> None:
+        self.agent = agent
+        self.call = call
+        super().__init__(message)
 
 
 class ScriptExhaustedError(HandoffBuilderError, RuntimeError):

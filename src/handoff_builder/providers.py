@@ -1,9 +1,16 @@
 """Chat clients for samples and the CLI: ``scripted`` (offline), ``openai`` and ``azure``.
 
-Real providers use agent_framework's own OpenAI client (install ``handoff-builder[openai]``, or
+Real providers use agent_framework's own OpenAI clients (install ``handoff-builder[openai]``, or
 ``handoff-builder[azure]`` for Azure OpenAI with ``azure-identity``). Configuration comes from
 environment variables; a missing one is a one-line :class:`ProviderConfigurationError` that says
 what to set.
+
+Which client: agent_framework has one per OpenAI API. ``OpenAIChatCompletionClient`` posts to
+``/chat/completions``, which OpenAI, Azure OpenAI and every OpenAI-compatible server (llama.cpp,
+vLLM, Ollama, LM Studio) speak: it is the default here. ``OpenAIChatClient`` posts to
+``/responses``, OpenAI's newer API (OpenAI and Azure OpenAI); choose it with ``api="responses"`` or
+``HANDOFF_BUILDER_OPENAI_API=responses``. A workflow sends each agent its whole view with either
+(``store`` false), so nothing depends on what a server keeps (see docs/models.md).
 
 =============  ==========================================================================
 provider       environment
@@ -11,6 +18,8 @@ provider       environment
 ``openai``     ``OPENAI_API_KEY`` (required), the model: ``OPENAI_CHAT_COMPLETION_MODEL``, else
                ``OPENAI_MODEL`` (agent_framework's names; default ``gpt-4o-mini``),
                ``OPENAI_BASE_URL`` (optional: an OpenAI-compatible server)
+both           ``HANDOFF_BUILDER_OPENAI_API`` (optional): ``chat-completions`` (the default) or
+               ``responses``
 ``azure``      ``AZURE_OPENAI_ENDPOINT`` and the deployment: ``AZURE_OPENAI_CHAT_COMPLETION_MODEL``,
                else ``AZURE_OPENAI_MODEL``, else ``AZURE_OPENAI_DEPLOYMENT`` (required);
                ``AZURE_OPENAI_API_KEY`` (optional: without it, azure-identity's
@@ -23,14 +32,17 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from .exceptions import HandoffBuilderError
 
 __all__ = [
+    "APIS",
+    "API_VARIABLE",
     "DEFAULT_MAX_OUTPUT_TOKENS",
     "MAX_OUTPUT_TOKENS_VARIABLE",
     "PROVIDERS",
+    "OpenAIApi",
     "ProviderConfigurationError",
     "agent_options",
     "chat_client",
@@ -43,21 +55,42 @@ DEFAULT_MAX_OUTPUT_TOKENS = 1024
 local one can generate until its context is full) is cut off there."""
 MAX_OUTPUT_TOKENS_VARIABLE = "HANDOFF_BUILDER_MAX_OUTPUT_TOKENS"
 
+OpenAIApi = Literal["chat-completions", "responses"]
+"""The OpenAI API a client speaks: ``"chat-completions"`` (``OpenAIChatCompletionClient``, every
+OpenAI-compatible server) or ``"responses"`` (``OpenAIChatClient``, OpenAI and Azure OpenAI)."""
+APIS: tuple[OpenAIApi, ...] = ("chat-completions", "responses")
+API_VARIABLE = "HANDOFF_BUILDER_OPENAI_API"
+"""Chooses the API when ``chat_client`` is not given one (the samples and the CLI)."""
+_CLIENT_CLASSES: dict[OpenAIApi, str] = {
+    "chat-completions": "OpenAIChatCompletionClient",
+    "responses": "OpenAIChatClient",
+}
+
 
 class ProviderConfigurationError(HandoffBuilderError, ValueError):
     """A provider was chosen but not configured; the message says what to set or install."""
 
 
-def chat_client(provider: str, *, environ: Mapping[str, str] | None = None) -> Any:
+def chat_client(
+    provider: str,
+    *,
+    api: OpenAIApi | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Any:
     """A chat client for ``openai`` or ``azure``; ``scripted`` has none (agents bring scripts).
 
+    ``api`` picks agent_framework's client: ``"chat-completions"`` (the default:
+    ``OpenAIChatCompletionClient``, for OpenAI, Azure OpenAI and OpenAI-compatible servers) or
+    ``"responses"`` (``OpenAIChatClient``, OpenAI's Responses API: OpenAI and Azure OpenAI only);
+    without it, ``HANDOFF_BUILDER_OPENAI_API`` decides.
+
     Raises:
-        ProviderConfigurationError: unknown provider, missing variable or missing package.
+        ProviderConfigurationError: unknown provider or API, missing variable or missing package.
     """
     env = os.environ if environ is None else environ
     if provider == "openai":
         key = _required(env, "OPENAI_API_KEY", "openai")
-        client_class = _openai_client_class("openai")
+        client_class = _openai_client_class("openai", _api(api, env))
         return client_class(
             model=_first(env, "OPENAI_CHAT_COMPLETION_MODEL", "OPENAI_MODEL")
             or DEFAULT_OPENAI_MODEL,
@@ -77,7 +110,7 @@ def chat_client(provider: str, *, environ: Mapping[str, str] | None = None) -> A
                 "Set AZURE_OPENAI_MODEL (or AZURE_OPENAI_CHAT_COMPLETION_MODEL, or "
                 "AZURE_OPENAI_DEPLOYMENT) to use the azure provider."
             )
-        client_class = _openai_client_class("azure")
+        client_class = _openai_client_class("azure", _api(api, env))
         key = env.get("AZURE_OPENAI_API_KEY")
         credentials: dict[str, Any] = (
             {"api_key": key} if key else {"credential": _azure_credential()}
@@ -140,15 +173,27 @@ def _required(env: Mapping[str, str], name: str, provider: str) -> str:
     return value
 
 
-def _openai_client_class(provider: str) -> Any:
+def _api(api: str | None, env: Mapping[str, str]) -> OpenAIApi:
+    """The API asked for, else ``HANDOFF_BUILDER_OPENAI_API``'s, else Chat Completions."""
+    chosen = api if api is not None else env.get(API_VARIABLE, "").strip() or "chat-completions"
+    for known in APIS:
+        if chosen == known:
+            return known
+    where = "api" if api is not None else API_VARIABLE
+    raise ProviderConfigurationError(
+        f"Unknown OpenAI API {chosen!r} ({where}); choose one of: {', '.join(APIS)}."
+    )
+
+
+def _openai_client_class(provider: str, api: OpenAIApi) -> Any:
     try:
-        from agent_framework.openai import OpenAIChatCompletionClient
+        module = importlib.import_module("agent_framework.openai")
+        return getattr(module, _CLIENT_CLASSES[api])
     except (ImportError, AttributeError) as missing:
         raise ProviderConfigurationError(
             f"The {provider} provider needs agent-framework-openai: "
             f"pip install 'handoff-builder[{provider}]'."
         ) from missing
-    return OpenAIChatCompletionClient
 
 
 def _azure_credential() -> Any:

@@ -24,6 +24,9 @@ a lost goal. Check what each agent's model received, too::
 
     assert_received(billing, "Goal: Refund a double charge.")   # its last call saw the goal
     print(received(billing).rendered)                          # the transcript it was sent
+
+With any other chat client, a workflow built with ``with_model_inputs()`` keeps the same record on
+each turn's result: ``turn.received("billing").rendered``.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from agent_framework import (
 from agent_framework.observability import ChatTelemetryLayer
 from typing_extensions import override
 
+from ._model_calls import ModelCall, render_messages
 from ._routes import handoff_tool_name
 from .exceptions import ScriptExhaustedError
 
@@ -82,73 +86,6 @@ class Step:
 
     contents: tuple[Content, ...]
     delay: float = 0.0
-
-
-@dataclass(frozen=True)
-class ModelCall:
-    """What one model call received."""
-
-    messages: tuple[Message, ...]
-    tool_names: tuple[str, ...]
-    options: Mapping[str, Any]
-
-    @property
-    def instructions(self) -> str:
-        """The instructions sent with the call ("" when none)."""
-        value = self.options.get("instructions")
-        return value if isinstance(value, str) else ""
-
-    @property
-    def texts(self) -> list[str]:
-        """The text of each message received, in order."""
-        return [message.text for message in self.messages]
-
-    @property
-    def user_text(self) -> str:
-        """The text of the last message the user wrote ("" when none).
-
-        Other agents' words reach a model as ``user`` messages too, and so do the host's handoff
-        notes; they carry an ``author_name``, the user's own messages do not.
-        """
-        for message in reversed(self.messages):
-            if message.role == "user" and message.author_name is None and message.text:
-                return message.text
-        return ""
-
-    @property
-    def rendered(self) -> str:
-        """The messages received, one line per content (see :func:`render_messages`)."""
-        return render_messages(self.messages)
-
-    def sees(self, text: str) -> bool:
-        """True when ``text`` appears in what the call received (:attr:`rendered`)."""
-        return text in self.rendered
-
-
-def render_messages(messages: Sequence[Message]) -> str:
-    """Messages as readable lines: ``role[author]: text``, tool calls and results included.
-
-    A function call reads ``-> name(arguments)``, a result ``<- call_id: result``; other
-    contents show their type.
-    """
-    lines: list[str] = []
-    for message in messages:
-        who = f"{message.role}[{message.author_name}]" if message.author_name else message.role
-        for content in message.contents:
-            lines.append(f"{who}: {_render_content(content)}")
-    return "\n".join(lines)
-
-
-def _render_content(content: Content) -> str:
-    if content.type == "text":
-        return content.text or ""
-    if content.type == "function_call":
-        arguments = content.arguments
-        shown = arguments if isinstance(arguments, str) else json.dumps(arguments or {})
-        return f"-> {content.name}({shown})"
-    if content.type == "function_result":
-        return f"<- {content.call_id}: {content.result}"
-    return f"({content.type})"
 
 
 ScriptStep = Step | Callable[[ModelCall], Step]
@@ -321,7 +258,11 @@ def client_of(agent: Agent) -> ScriptedChatClient:
     """The :class:`ScriptedChatClient` of an agent made by :func:`scripted_agent`."""
     client = agent.client
     if not isinstance(client, ScriptedChatClient):
-        raise TypeError(f"Agent {agent.name!r} does not use a ScriptedChatClient.")
+        raise TypeError(
+            f"Agent {agent.name!r} does not use a ScriptedChatClient, whose own record this "
+            f"reads. With any chat client, build the workflow with with_model_inputs() and read "
+            f"turn.received({str(agent.name)!r}) on the turn's result."
+        )
     return client
 
 

@@ -228,6 +228,8 @@ async def _replica(call: AgentCall) -> AsyncGenerator[GroupChatHost, None]:
         finally:
             _TOOL_CALLS.reset(counts)
     finally:
+        if host.model_calls is not None:  # recorded here, for span events only: keep nothing
+            host.model_calls.clear()
         registered.free.append(host)
 
 
