@@ -13,6 +13,8 @@ cannot drift from the code:
   one it is only compiled and the page's test is skipped at the end (a failure in CI).
 * A block marked ``<!-- docs-test: compile only: <why> -->`` is compiled and checked as above but
   not run: a server that runs until it is stopped, a real model, the process's global telemetry.
+* A ```text block marked ``<!-- docs-test: output of the code above -->`` is what the page's code
+  prints, line for line (getting-started's printed lines are checked here, below).
 
 A marker that is not one of these, a setup comment that does not list exactly what the setup
 defines, or a page whose blocks need a setup it does not declare, is a failure. The ```bash
@@ -60,7 +62,11 @@ _MARKER = re.compile(r"^\s*<!--\s*docs-test:\s*(?P<what>.*?)\s*-->\s*$")
 _SETUP = re.compile(
     r"<!--\s*docs-setup(?P<alone>\s*\(each block on its own\))?:\s*(?P<names>[\w,\s]*?)\s*-->"
 )
-_MODES = {"with Temporal": "temporal", "with PostgreSQL": "postgres"}
+_MODES = {
+    "with Temporal": "temporal",
+    "with PostgreSQL": "postgres",
+    "output of the code above": "output",  # a ```text block: what the page's code prints
+}
 # Modules a page tells the reader to install that are not among the test dependencies: a block
 # that imports them is compiled, and its imports checked only where they are installed.
 NOT_TEST_DEPENDENCIES = {"opentelemetry.exporter.otlp": "opentelemetry-exporter-otlp-proto-http"}
@@ -108,6 +114,9 @@ def blocks(page: str) -> list[Block]:
                     f"{page}:{index + 1}: unknown marker {what!r}; use 'with Temporal', "
                     "'with PostgreSQL' or 'compile only: <why>'"
                 )
+        assert (mode == "output") == (opening["lang"] != "python" and marker is not None), (
+            f"{page}:{index + 1}: a ```{opening['lang']} block cannot be marked {before.strip()}"
+        )
         code = "\n" * (index + 1) + "\n".join(body) + "\n"  # line numbers are the page's
         found.append(Block(page, index + 1, opening["lang"], code, mode, reason))
         index = end + 1
@@ -292,6 +301,7 @@ def run_page(
                 after(namespace, loop)
             loop.run_until_complete(close_stores(namespace))
     finally:
+        loop.run_until_complete(cancel_tasks(asyncio.all_tasks(loop)))  # a server's watcher
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
     return PageRun(output.getvalue(), namespace, skipped)
@@ -316,6 +326,12 @@ def execute(block: Block, namespace: dict[str, Any], loop: asyncio.AbstractEvent
         loop.run_until_complete(eval(code, namespace))  # noqa: S307 - the docs' own code
     else:
         exec(code, namespace)  # noqa: S102
+
+
+async def cancel_tasks(tasks: set[asyncio.Task[Any]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def close_stores(namespace: dict[str, Any]) -> None:
@@ -352,6 +368,8 @@ def test_page_code_runs(page: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     run = run_page(page, monkeypatch, tmp_path)
     if page in EXPECTED_OUTPUT:
         assert run.output.splitlines() == EXPECTED_OUTPUT[page]
+    for shown in (b for b in blocks(page) if b.mode == "output"):
+        assert run.output.splitlines() == shown.code.strip("\n").splitlines(), shown.where
     skip_for_servers(page, run)
 
 
@@ -617,3 +635,26 @@ def test_the_chat_session_of_the_cli_page(tmp_path: Path) -> None:
             capture_output=True, text=True, timeout=120, check=True,
         )  # fmt: skip
         assert ran.stdout.splitlines() == shown
+
+
+def _anchors(path: Path) -> set[str]:
+    """The anchors of a page's headings, as GitHub and mkdocs make them."""
+    headings = re.findall(r"^#+\s+(.*?)\s*$", path.read_text(encoding="utf-8"), re.M)
+    return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
+
+
+def test_the_links_between_pages_lead_somewhere() -> None:
+    """Every relative link of a page names a file that exists, and a heading of it after ``#``."""
+    broken: list[str] = []
+    for page in PAGES:
+        text = (ROOT / page).read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue  # https:, mailto:
+            file, _, anchor = target.partition("#")
+            path = (ROOT / page).parent / file if file else ROOT / page
+            if not path.exists():
+                broken.append(f"{page}: {target} (no such file)")
+            elif anchor and path.suffix == ".md" and anchor not in _anchors(path):
+                broken.append(f"{page}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)
