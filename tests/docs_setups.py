@@ -540,3 +540,13 @@ async def what_each_agent_sees(servers: Servers) -> AsyncGenerator[Setup]:
     )
     await workflow.run("I was charged twice for my March bill, and the app crashes.")
     yield Setup({"triage": triage, "billing": billing, "builder": HandoffWorkflowBuilder(triage)})
+
+
+@page("docs/porting-from-python-handoffbuilder.md")
+def porting_from_python(servers: Servers) -> AbstractAsyncContextManager[Setup]:
+    """The ported sample's agents, offline."""
+    del servers
+    from samples.python_handoff import support_agents
+
+    triage, refund, order, returns = support_agents("scripted")
+    return offline({"triage": triage, "refund": refund, "order": order, "returns": returns})
