@@ -13,19 +13,23 @@ page run in order in one namespace, as a reader runs them one after the other. T
 scripted (``handoff_builder.testing``) and answer any message: a keyword hands the conversation
 on (``routes``) or calls a tool (``uses``), anything else gets a short reply.
 
-A block that needs a server (``<!-- docs-test: with Temporal -->``) runs against the test server,
-with the literals of :attr:`Setup.literals` replaced (the page's address, task queue and
-conversation id are the test's own).
+A block that needs a server (``<!-- docs-test: with Temporal -->``, ``with PostgreSQL``) runs
+against the test server, with the literals of :attr:`Setup.literals` replaced (the page's address,
+task queue and conversation id are the test's own). A page whose agent has a real model client
+talks to a local OpenAI-compatible server that answers from a script (:class:`FakeChatCompletions`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import threading
 import uuid
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from enum import Enum
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from agent_framework import Agent, Message, tool
@@ -60,6 +64,7 @@ class Servers:
     """The test servers a page's blocks may run against (``None``: not configured)."""
 
     temporal: str | None
+    postgres: str | None
 
 
 @dataclass
@@ -297,17 +302,87 @@ def builder_page(servers: Servers) -> AbstractAsyncContextManager[Setup]:
     )
 
 
+class FakeChatCompletions:
+    """An OpenAI-compatible chat-completions endpoint on 127.0.0.1 that answers from a script
+    (one message per request, in order) and keeps each request's body."""
+
+    def __init__(self, replies: list[dict[str, Any]]) -> None:
+        self.replies = list(replies)
+        self.requests: list[dict[str, Any]] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                fake.requests.append(body)
+                message = fake.replies.pop(0)
+                answer = json.dumps({
+                    "id": f"chatcmpl-{len(fake.requests)}", "object": "chat.completion",
+                    "created": 0, "model": body.get("model", "fake"),
+                    "choices": [{"index": 0, "message": message,
+                                 "finish_reason": "tool_calls" if "tool_calls" in message
+                                 else "stop"}],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                }).encode()  # fmt: skip
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            @override
+            def log_message(self, format: str, *args: Any) -> None:
+                del format, args
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self) -> FakeChatCompletions:
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+ORDER_SHIPPED = "Your order was shipped on 28 November; the courier delivers it on 2 December."
+
+
 @page("docs/end-to-end.md")
-def end_to_end(servers: Servers) -> AbstractAsyncContextManager[Setup]:
-    del servers
-    return offline(
-        {
-            "ORDERS": {"1234": "Shipped on 28 November; delivery on 2 December."},
-            "triage": desk_agent("triage", routes={"order": "orders"}),
-            "dsn": "postgresql://postgres@127.0.0.1:5432/postgres",
-        },
-        OPENAI_API_KEY="sk-docs-test",  # the client is made, never called
-    )
+@asynccontextmanager
+async def end_to_end(servers: Servers) -> AsyncGenerator[Setup]:
+    """The orders agent's model is a local OpenAI-compatible server: it looks the order up with
+    its tool, then answers; the conversation is kept on the test PostgreSQL server."""
+    from handoff_builder.stores import PostgresConversationStore
+
+    orders_model = [
+        {"role": "assistant", "content": None, "tool_calls": [{
+            "id": "call_1", "type": "function",
+            "function": {"name": "order_status", "arguments": json.dumps({"order_id": "1234"})},
+        }]},
+        {"role": "assistant", "content": ORDER_SHIPPED},
+    ]  # fmt: skip
+    conversation = f"order-desk-{uuid.uuid4().hex[:8]}"
+    with FakeChatCompletions(orders_model) as model:
+        yield Setup(
+            {
+                "ORDERS": {"1234": "Shipped on 28 November; delivery on 2 December."},
+                "triage": desk_agent("triage", routes={"order": "orders"}),
+                "dsn": servers.postgres or "postgresql://postgres@127.0.0.1:5432/postgres",
+            },
+            literals={"order-desk-1827643d": conversation},
+            env={"OPENAI_API_KEY": "sk-docs-test", "OPENAI_BASE_URL": model.url},
+        )
+        if servers.postgres:
+            async with PostgresConversationStore(servers.postgres) as store:
+                await store.delete(conversation)
+    if servers.postgres:  # the block ran: orders' model was asked, and read what it was handed
+        assert not model.replies, "the orders agent's model was not asked"
+        assert (
+            "Handoff from triage to you (orders). Goal: The user says: Hi, where is my order"
+            in (json.dumps(model.requests[0]))
+        )
 
 
 @page("docs/graphs.md")

@@ -78,7 +78,7 @@ class Block:
     line: int  # of the opening fence, 1-based
     lang: str
     code: str
-    mode: str  # "run", "temporal", "postgres" or "compile"
+    mode: str  # "run", "temporal", "postgres", "compile" or (not Python) "output"
     reason: str = ""
 
     @property
@@ -112,7 +112,7 @@ def blocks(page: str) -> list[Block]:
             else:
                 raise AssertionError(
                     f"{page}:{index + 1}: unknown marker {what!r}; use 'with Temporal', "
-                    "'with PostgreSQL' or 'compile only: <why>'"
+                    "'with PostgreSQL', 'compile only: <why>' or 'output of the code above'"
                 )
         assert (mode == "output") == (opening["lang"] != "python" and marker is not None), (
             f"{page}:{index + 1}: a ```{opening['lang']} block cannot be marked {before.strip()}"
@@ -236,7 +236,10 @@ def rewritten(block: Block, literals: dict[str, str]) -> Block:
 
 
 def servers() -> Servers:
-    return Servers(temporal=os.environ.get(TEMPORAL_VARIABLE) or None)
+    return Servers(
+        temporal=os.environ.get(TEMPORAL_VARIABLE) or None,
+        postgres=os.environ.get(POSTGRES_DSN_VARIABLE) or None,
+    )
 
 
 def server_for(mode: str) -> str | None:
