@@ -365,3 +365,47 @@ async def test_tutors_handoff() -> None:
         "  [triage -> math_tutor] Answer: Thanks! What is 144 divided by 12?",
         "  math_tutor: 144 ÷ 12 = 12.",
     ]  # each handoff printed where it happened, between the replies
+
+
+async def test_python_handoff(capsys: pytest.CaptureFixture[str]) -> None:
+    """The port of agent_framework's Python handoff sample: a mesh without declared handoffs,
+    each reply's agent answers the next message, and the loop stops at the closing reply."""
+    from samples.python_handoff import USER_REPLIES, main, support_agents
+
+    from handoff_builder.testing import client_of
+
+    agents = support_agents("scripted")
+    triage, refund, _, returns = agents
+    turns = await main(agents=agents)
+    assert [t.active_agent for t in turns] == [
+        "triage_agent", "return_agent", "refund_agent", "refund_agent",
+    ]  # fmt: skip
+    assert [[(h.source, h.target, h.goal) for h in t.handoffs] for t in turns] == [
+        [],
+        [("triage_agent", "return_agent", "Return the damaged order 1234.")],
+        [("return_agent", "refund_agent", "Refund order 1234.")],
+        [],
+    ]
+    assert len(client_of(triage).calls) == 2  # the third and fourth messages skip triage
+    # The receivers read what they were handed, and the mesh gave each agent every other one.
+    assert client_of(returns).calls[0].texts[-1] == (
+        "Handoff from triage_agent to you (return_agent). Goal: Return the damaged order 1234."
+    )
+    assert client_of(refund).calls[0].texts[-1] == (
+        "Handoff from return_agent to you (refund_agent). Goal: Refund order 1234."
+    )
+    assert set(client_of(returns).calls[0].tool_names) == {
+        "process_return", "handoff_to_triage_agent", "handoff_to_refund_agent",
+        "handoff_to_order_agent",
+    }  # fmt: skip
+    results = [
+        c.result for m in turns[-1].conversation for c in m.contents if c.type == "function_result"
+    ]
+    assert "Return initiated for order 1234; the instructions are on their way by email." in results
+    assert "Refund processed successfully for order 1234." in results
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2:] == [
+        "  refund_agent: You're welcome! Have a great day.",
+        "[the conversation is over]",
+    ]
+    assert sum(line.startswith("user: ") for line in out) == 1 + len(USER_REPLIES)
