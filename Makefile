@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-all lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,11 @@ test: $(STAMP)
 	$(BIN)/pyright
 	$(BIN)/coverage run -m pytest
 	$(BIN)/coverage report
+
+# `make test` beside the servers .ci/run starts (a Temporal dev server of its own, and this
+# machine's PostgreSQL), so that no test is skipped.
+test-all: $(STAMP)
+	$(BIN)/python .ci/with_servers.py $(MAKE) test
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests samples

@@ -13,13 +13,18 @@ from common import CHAIN, HANDOFF_TARGET, adapter, next_id, scripted_action
 # ============================================================================================
 # 0. hand-written floor: list of dicts, active-agent pointer, scripted async "model"
 
-BASELINE_TOOLS = {a: ([{"name": f"transfer_to_{t}"}] if (t := HANDOFF_TARGET.get(a)) else []) for a in CHAIN}
+BASELINE_TOOLS = {
+    a: ([{"name": f"transfer_to_{t}"}] if (t := HANDOFF_TARGET.get(a)) else []) for a in CHAIN
+}
 
 
 async def _baseline_model(agent: str, messages: list, tools: list, hops: int) -> dict:
     kind, val = scripted_action(agent, hops)
     if kind == "handoff":
-        return {"role": "assistant", "tool_calls": [{"id": next_id(), "name": f"transfer_to_{val}", "args": {}}]}
+        return {
+            "role": "assistant",
+            "tool_calls": [{"id": next_id(), "name": f"transfer_to_{val}", "args": {}}],
+        }
     return {"role": "assistant", "content": val}
 
 
@@ -38,7 +43,9 @@ async def make_baseline(prior: list, hops: int):
                 return out["content"]
             call = calls[0]
             target = call["name"].removeprefix("transfer_to_")
-            messages.append({"role": "tool", "tool_call_id": call["id"], "content": f"transferred to {target}"})
+            messages.append(
+                {"role": "tool", "tool_call_id": call["id"], "content": f"transferred to {target}"}
+            )
             active = target
 
     turn.state = messages  # for memory/checkpoint scripts
@@ -62,7 +69,9 @@ def _af_classes():
     )
     from agent_framework.observability import ChatTelemetryLayer
 
-    class ScriptedChatClient(FunctionInvocationLayer, ChatMiddlewareLayer, ChatTelemetryLayer, BaseChatClient):
+    class ScriptedChatClient(
+        FunctionInvocationLayer, ChatMiddlewareLayer, ChatTelemetryLayer, BaseChatClient
+    ):
         """Zero-latency scripted model; one instance per agent."""
 
         def __init__(self, agent: str, hops: int, **kwargs):
@@ -78,7 +87,9 @@ def _af_classes():
         async def _respond(self):
             kind, val = scripted_action(self.agent, self.hops)
             if kind == "handoff":
-                content = Content.from_function_call(call_id=next_id(), name=f"handoff_to_{val}", arguments="{}")
+                content = Content.from_function_call(
+                    call_id=next_id(), name=f"handoff_to_{val}", arguments="{}"
+                )
             else:
                 content = Content.from_text(val)
             return ChatResponse(messages=[Message(role="assistant", contents=[content])])
@@ -157,25 +168,54 @@ def _oa_agents(hops: int):
     from agents.items import ModelResponse
     from agents.models.interface import Model
     from agents.usage import Usage
-    from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
+    from openai.types.responses import (
+        ResponseFunctionToolCall,
+        ResponseOutputMessage,
+        ResponseOutputText,
+    )
 
     class ScriptedModel(Model):
         def __init__(self, agent: str):
             self.agent = agent
 
-        async def get_response(self, system_instructions, input, model_settings, tools, output_schema,
-                               handoffs, tracing, *, previous_response_id=None, conversation_id=None,
-                               prompt=None, **kwargs):
+        async def get_response(
+            self,
+            system_instructions,
+            input,
+            model_settings,
+            tools,
+            output_schema,
+            handoffs,
+            tracing,
+            *,
+            previous_response_id=None,
+            conversation_id=None,
+            prompt=None,
+            **kwargs,
+        ):
             kind, val = scripted_action(self.agent, hops)
             if kind == "handoff":
                 tool_name = next(h.tool_name for h in handoffs if h.agent_name == val)
-                out = [ResponseFunctionToolCall(type="function_call", call_id=next_id(), name=tool_name,
-                                                arguments="{}", id=next_id("fc"), status="completed")]
+                out = [
+                    ResponseFunctionToolCall(
+                        type="function_call",
+                        call_id=next_id(),
+                        name=tool_name,
+                        arguments="{}",
+                        id=next_id("fc"),
+                        status="completed",
+                    )
+                ]
             else:
-                out = [ResponseOutputMessage(id=next_id("msg"), type="message", role="assistant",
-                                             status="completed",
-                                             content=[ResponseOutputText(type="output_text", text=val,
-                                                                         annotations=[])])]
+                out = [
+                    ResponseOutputMessage(
+                        id=next_id("msg"),
+                        type="message",
+                        role="assistant",
+                        status="completed",
+                        content=[ResponseOutputText(type="output_text", text=val, annotations=[])],
+                    )
+                ]
             return ModelResponse(output=out, usage=Usage(), response_id=None)
 
         def stream_response(self, *args, **kwargs):
@@ -184,8 +224,13 @@ def _oa_agents(hops: int):
     built = {}
     for a in reversed(CHAIN):
         t = HANDOFF_TARGET.get(a)
-        built[a] = Agent(name=a, instructions=f"You are the {a} agent.", model=ScriptedModel(a),
-                         handoff_description=f"{a} agent", handoffs=[built[t]] if t else [])
+        built[a] = Agent(
+            name=a,
+            instructions=f"You are the {a} agent.",
+            model=ScriptedModel(a),
+            handoff_description=f"{a} agent",
+            handoffs=[built[t]] if t else [],
+        )
     return built[CHAIN[0]]
 
 
@@ -199,7 +244,9 @@ def _oa_make(tracing: bool):
 
         async def turn(text: str) -> str:
             nonlocal history
-            result = await Runner.run(start, [*history, {"role": "user", "content": text}], run_config=cfg)
+            result = await Runner.run(
+                start, [*history, {"role": "user", "content": text}], run_config=cfg
+            )
             history = result.to_input_list()
             return result.final_output
 
@@ -209,10 +256,16 @@ def _oa_make(tracing: bool):
     return make
 
 
-adapter("openai_agents", packages=("openai-agents",),
-        note="Runner.run, default RunConfig (tracing ON: spans built; export skipped, no API key)")(_oa_make(True))
-adapter("openai_agents_notrace", packages=("openai-agents",),
-        note="Runner.run with RunConfig(tracing_disabled=True)")(_oa_make(False))
+adapter(
+    "openai_agents",
+    packages=("openai-agents",),
+    note="Runner.run, default RunConfig (tracing ON: spans built; export skipped, no API key)",
+)(_oa_make(True))
+adapter(
+    "openai_agents_notrace",
+    packages=("openai-agents",),
+    note="Runner.run with RunConfig(tracing_disabled=True)",
+)(_oa_make(False))
 
 
 # ============================================================================================
@@ -240,8 +293,17 @@ def _lg_model_cls():
         def _generate(self, messages, stop=None, run_manager=None, **kwargs):
             kind, val = scripted_action(self.agent, self.hops)
             if kind == "handoff":
-                msg = AIMessage(content="", tool_calls=[{"name": f"transfer_to_{val}", "args": {},
-                                                         "id": next_id(), "type": "tool_call"}])
+                msg = AIMessage(
+                    content="",
+                    tool_calls=[
+                        {
+                            "name": f"transfer_to_{val}",
+                            "args": {},
+                            "id": next_id(),
+                            "type": "tool_call",
+                        }
+                    ],
+                )
             else:
                 msg = AIMessage(content=val)
             return ChatResult(generations=[ChatGeneration(message=msg)])
@@ -261,8 +323,14 @@ def lg_swarm_graph(hops: int, checkpointer=None):
     for a in CHAIN:
         t = HANDOFF_TARGET.get(a)
         tools = [create_handoff_tool(agent_name=t, description=f"Transfer to {t}")] if t else []
-        agents.append(create_agent(model_cls(agent=a, hops=hops), tools=tools,
-                                   system_prompt=f"You are the {a} agent.", name=a))
+        agents.append(
+            create_agent(
+                model_cls(agent=a, hops=hops),
+                tools=tools,
+                system_prompt=f"You are the {a} agent.",
+                name=a,
+            )
+        )
     return create_swarm(agents, default_active_agent=CHAIN[0]).compile(checkpointer=checkpointer)
 
 
@@ -276,8 +344,11 @@ def lg_prior(prior: list):
     return [cls[m["role"]](content=m["content"], id=next_id("m")) for m in prior]
 
 
-@adapter("langgraph_swarm", packages=("langgraph", "langgraph-swarm", "langchain"),
-         note="create_swarm + create_handoff_tool, compiled once, no checkpointer")
+@adapter(
+    "langgraph_swarm",
+    packages=("langgraph", "langgraph-swarm", "langchain"),
+    note="create_swarm + create_handoff_tool, compiled once, no checkpointer",
+)
 async def make_langgraph_swarm(prior: list, hops: int):
     from langchain_core.messages import HumanMessage
 
@@ -286,7 +357,9 @@ async def make_langgraph_swarm(prior: list, hops: int):
 
     async def turn(text: str) -> str:
         nonlocal history
-        out = await graph.ainvoke({"messages": [*history, HumanMessage(content=text)], "active_agent": CHAIN[0]})
+        out = await graph.ainvoke(
+            {"messages": [*history, HumanMessage(content=text)], "active_agent": CHAIN[0]}
+        )
         history = out["messages"]
         return history[-1].content
 
@@ -327,8 +400,13 @@ def _hb_client_cls():
 def _hb_agent(name: str, hops: int, **kwargs):
     from agent_framework import Agent
 
-    return Agent(client=_hb_client_cls()(name, hops), name=name, description=f"{name} agent",
-                 instructions=f"You are the {name} agent.", **kwargs)
+    return Agent(
+        client=_hb_client_cls()(name, hops),
+        name=name,
+        description=f"{name} agent",
+        instructions=f"You are the {name} agent.",
+        **kwargs,
+    )
 
 
 @functools.cache
@@ -375,8 +453,11 @@ def hb_turn_fn(wf, prior_msgs: list):
     return turn
 
 
-@adapter("handoff_builder", packages=("handoff-builder", "agent-framework-core"),
-         note="HandoffWorkflowBuilder(triage).with_handoff(...).build(), one workflow per conversation")
+@adapter(
+    "handoff_builder",
+    packages=("handoff-builder", "agent-framework-core"),
+    note="HandoffWorkflowBuilder(triage).with_handoff(...).build(), one workflow per conversation",
+)
 async def make_handoff_builder(prior: list, hops: int):
     return hb_turn_fn(hb_build_workflow(hops), af_prior(prior))
 
@@ -417,15 +498,31 @@ def _floor_agents(hops: int) -> tuple[dict, dict]:
         return "Transferred."
 
     schema = {"type": "object", "properties": {"goal": {"type": "string"}}, "required": ["goal"]}
-    tools = {a: ([FunctionTool(name=f"{HB_TOOL_PREFIX}{t}", description=f"Transfer to {t}", func=transferred,
-                               input_model=schema, approval_mode="never_require")]
-                 if (t := HANDOFF_TARGET.get(a)) else None) for a in CHAIN}
+    tools = {
+        a: (
+            [
+                FunctionTool(
+                    name=f"{HB_TOOL_PREFIX}{t}",
+                    description=f"Transfer to {t}",
+                    func=transferred,
+                    input_model=schema,
+                    approval_mode="never_require",
+                )
+            ]
+            if (t := HANDOFF_TARGET.get(a))
+            else None
+        )
+        for a in CHAIN
+    }
     agents = {a: _hb_agent(a, hops, middleware=[stop_after_handoff]) for a in CHAIN}
     return agents, tools
 
 
-@adapter("floor", packages=("agent-framework-core",),
-         note="3 bare agent_framework Agent.run calls per turn over a list[Message] (no orchestration)")
+@adapter(
+    "floor",
+    packages=("agent-framework-core",),
+    note="3 bare agent_framework Agent.run calls per turn over a list[Message] (no orchestration)",
+)
 async def make_floor(prior: list, hops: int):
     from agent_framework import Message
 
@@ -441,8 +538,10 @@ async def make_floor(prior: list, hops: int):
             target = None
             for message in response.messages:
                 for content in message.contents:
-                    if content.type == "function_call" and (content.name or "").startswith(HB_TOOL_PREFIX):
-                        target = content.name[len(HB_TOOL_PREFIX):]
+                    if content.type == "function_call" and (content.name or "").startswith(
+                        HB_TOOL_PREFIX
+                    ):
+                        target = content.name[len(HB_TOOL_PREFIX) :]
             if target is None:
                 return response.text
             active = target

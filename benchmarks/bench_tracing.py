@@ -69,13 +69,18 @@ async def child(mode: str, turns: int) -> dict:
 def run_child(mode: str, turns: int) -> dict:
     out = subprocess.run(
         [sys.executable, __file__, "--child", mode, "--turns", str(turns)],
-        capture_output=True, text=True, check=True, timeout=600,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--turns", type=int, default=400)
     p.add_argument("--child", choices=MODES)
@@ -90,18 +95,40 @@ def main() -> None:
         result = {mode: run_child(mode, args.turns) for mode in order}
         untraced, traced = result["untraced"]["median"], result["traced"]["median"]
         ratios.append(traced / untraced)
-        rows.append([str(number), f"{untraced * 1e3:.2f} ms", f"{traced * 1e3:.2f} ms", f"{traced / untraced:.2f}x",
-                     f"{result['traced']['spans_per_turn']:.1f}"])
-        print(f"round {number}: untraced {untraced * 1e3:.2f} ms, traced {traced * 1e3:.2f} ms", file=sys.stderr)
+        rows.append(
+            [
+                str(number),
+                f"{untraced * 1e3:.2f} ms",
+                f"{traced * 1e3:.2f} ms",
+                f"{traced / untraced:.2f}x",
+                f"{result['traced']['spans_per_turn']:.1f}",
+            ]
+        )
+        print(
+            f"round {number}: untraced {untraced * 1e3:.2f} ms, traced {traced * 1e3:.2f} ms",
+            file=sys.stderr,
+        )
     print(env_line())
     print()
     print("### handoff_builder turn (2 handoffs, new conversation each), median per child process")
     print()
-    print(md_table(["round", "untraced (no SDK)", "traced (SDK, in-memory)", "traced / untraced", "spans per turn"],
-                   rows))
+    print(
+        md_table(
+            [
+                "round",
+                "untraced (no SDK)",
+                "traced (SDK, in-memory)",
+                "traced / untraced",
+                "spans per turn",
+            ],
+            rows,
+        )
+    )
     print()
-    print(f"median traced / untraced: {statistics.median(ratios):.2f}x over {args.rounds} rounds "
-          f"({time.time() - started:.0f} s)")
+    print(
+        f"median traced / untraced: {statistics.median(ratios):.2f}x over {args.rounds} rounds "
+        f"({time.time() - started:.0f} s)"
+    )
 
 
 if __name__ == "__main__":

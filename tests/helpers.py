@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_framework import AgentResponseUpdate, Message, Workflow, WorkflowEvent
+from agent_framework import Agent, AgentResponseUpdate, Message, Workflow, WorkflowEvent
 
 from handoff_builder import (
     HANDOFF_TURN_EVENT,
@@ -14,6 +16,7 @@ from handoff_builder import (
     HandoffEvent,
     HandoffTurnResult,
 )
+from handoff_builder.testing import client_of
 
 
 @dataclass
@@ -65,6 +68,14 @@ async def run_turn(
     else:
         assert outputs == [result], f"expected the turn result as the only output: {outputs!r}"
     return Turn(events=events, result=result, updates=updates)
+
+
+async def until_called(agent: Agent, *, seconds: float = 30) -> None:
+    """Wait until ``agent``'s scripted model has been called (``seconds`` is a backstop)."""
+    deadline = time.monotonic() + seconds
+    while not client_of(agent).calls:
+        assert time.monotonic() < deadline, f"{agent.name} was never called"
+        await asyncio.sleep(0.01)
 
 
 def speakers(turn: Turn) -> list[str]:

@@ -14,13 +14,12 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 
 from agent_framework import tool
 
 from handoff_builder import HandoffWorkflowBuilder
-from handoff_builder.temporal import AgentCallOptions, connect, conversation_worker
+from handoff_builder.temporal import connect, conversation_worker
 from handoff_builder.testing import (
     ModelCall,
     Step,
@@ -81,12 +80,11 @@ def desk(log: Path) -> HandoffWorkflowBuilder:
     return HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
 
 
-AGENT_CALLS = AgentCallOptions(start_to_close=timedelta(seconds=30), heartbeat=timedelta(seconds=1))
-
-
 async def main(address: str, task_queue: str, log: Path) -> None:
     client = await connect(address)
-    worker = conversation_worker(client, desk(log), task_queue=task_queue, agent_calls=AGENT_CALLS)
+    worker = conversation_worker(
+        client, desk(log), task_queue=task_queue
+    )  # default AgentCallOptions
     print("ready", flush=True)  # noqa: T201 - the test waits for it
     await worker.run()
 

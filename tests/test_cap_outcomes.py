@@ -30,6 +30,7 @@ from handoff_builder.testing import (
     respond,
     scripted_agent,
 )
+from tests.helpers import until_called
 
 
 def ping_pong() -> tuple[HandoffWorkflowBuilder, Agent, Agent]:
@@ -176,7 +177,7 @@ async def test_a_hosted_safe_agent_interrupted_resumes_with_no_handoff_tools() -
     safe = scripted_agent("safe", never_answer())
     builder.with_max_handoffs_per_turn(1, outcome=safe)
     sending = asyncio.ensure_future(ConversationHost(builder, store).send("c", "go"))
-    await asyncio.sleep(0.3)
+    await until_called(safe)  # it never answers
     sending.cancel()
     with pytest.raises(asyncio.CancelledError):
         await sending

@@ -351,7 +351,9 @@ async def test_postgres_corrupt_and_newer_records(
 
 
 def test_postgres_variable_name_is_documented() -> None:
-    assert POSTGRES_DSN_VARIABLE in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    """CI's servers (.ci/run, make test-all) set the variable the PostgreSQL tests read."""
+    assert POSTGRES_DSN_VARIABLE in (ROOT / ".ci" / "with_servers.py").read_text(encoding="utf-8")
+    assert POSTGRES_DSN_VARIABLE in (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 async def test_hosted_turn_with_an_approval(store: ConversationStore) -> None:

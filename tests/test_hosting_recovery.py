@@ -49,6 +49,7 @@ from handoff_builder.testing import (
     scripted_agent,
     slow,
 )
+from tests.helpers import until_called
 
 
 def model_down(call: ModelCall) -> Step:
@@ -291,11 +292,11 @@ async def test_a_repeated_send_returns_the_turn_it_ran_and_stores_nothing_twice(
 
 async def test_a_repeated_send_after_a_crash_finishes_the_turn(store: ConversationStore) -> None:
     """The worker dies while billing runs (the task is cancelled); the client sends again."""
-    builder, _, _ = desk([handoff_to("billing", goal="Refund.")], [never_answer()])
+    builder, _, hanging = desk([handoff_to("billing", goal="Refund.")], [never_answer()])
     crashed = asyncio.ensure_future(
         ConversationHost(builder, store).send("c", "refund me", idempotency_key="k")
     )
-    await asyncio.sleep(0.2)
+    await until_called(hanging)  # billing never answers
     crashed.cancel()
     with pytest.raises(asyncio.CancelledError):
         await crashed

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -143,18 +144,26 @@ async def test_lease_wait_times_out(store: ConversationStore) -> None:
                 pass
 
 
+async def until_acquired(store: ConversationStore, conversation_id: str, *, owner: str) -> Lease:
+    """Acquire the lease as soon as the one that holds it has expired (30 s at most)."""
+    deadline = time.monotonic() + 30
+    while (lease := await store.acquire(conversation_id, owner=owner, ttl=30)) is None:
+        assert time.monotonic() < deadline, "the lease did not expire"
+        await asyncio.sleep(0.01)
+    return lease
+
+
 async def test_writes_are_fenced_by_the_lease(store: ConversationStore) -> None:
     """A worker whose lease expired and was taken over can write nothing; the new holder can."""
-    old = await store.acquire("c1", owner="worker-a", ttl=0.05)
+    old = await store.acquire("c1", owner="worker-a", ttl=30)
     assert old is not None
     version = await store.append(
         "c1", start=0, messages=[msg("hi")], state={"by": "a"}, expected_version=0, lease=old
     )
     assert version == 1
     assert await store.acquire("c1", owner="worker-b", ttl=30) is None  # a's lease still runs
-    await asyncio.sleep(0.1)
-    new = await store.acquire("c1", owner="worker-b", ttl=30)
-    assert new is not None
+    assert await store.renew(old, ttl=0.001)  # ... and then runs out (worker a froze)
+    new = await until_acquired(store, "c1", owner="worker-b")
     assert (new.token, new.version) == (old.token + 1, 1)
     with pytest.raises(LeaseLostError, match="'worker-a' was lost"):
         await store.append(

@@ -17,14 +17,14 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncGenerator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_framework import Agent, Content, tool
+from agent_framework import Agent, Content, Message, tool
 
 from handoff_builder import (
     HandoffConfigurationError,
@@ -45,6 +45,7 @@ from handoff_builder.testing import (
 temporalio = pytest.importorskip("temporalio")
 
 from temporalio.client import Client  # noqa: E402
+from temporalio.worker import Worker  # noqa: E402
 
 from handoff_builder.temporal import (  # noqa: E402
     AgentCallOptions,
@@ -58,7 +59,6 @@ from tests.stores import server_address  # noqa: E402
 
 ADDRESS_VARIABLE = "HANDOFF_BUILDER_TEMPORAL_ADDRESS"
 ROOT = Path(__file__).resolve().parent.parent
-QUICK = AgentCallOptions(start_to_close=timedelta(seconds=20), heartbeat=timedelta(seconds=1))
 
 
 def temporal_address() -> str:
@@ -86,7 +86,7 @@ async def serving(
     builder: HandoffWorkflowBuilder,
     queue: str,
     *,
-    agent_calls: AgentCallOptions = QUICK,
+    agent_calls: AgentCallOptions | None = None,
     **kwargs: Any,
 ) -> AsyncGenerator[TemporalConversationHost, None]:
     """A worker for ``builder`` on ``queue`` for the block, and a host (``kwargs``) to send."""
@@ -99,7 +99,7 @@ def retrying(attempts: int = 5, *, first_ms: int = 50) -> AgentCallOptions:
     policy = temporalio.common.RetryPolicy(
         initial_interval=timedelta(milliseconds=first_ms), maximum_attempts=attempts
     )
-    return AgentCallOptions(heartbeat=timedelta(seconds=5), retry=policy)
+    return AgentCallOptions(retry=policy)
 
 
 def support_desk() -> tuple[HandoffWorkflowBuilder, Agent, Agent, Agent]:
@@ -560,7 +560,7 @@ async def test_a_worker_killed_during_an_agent_call(
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
     second = workers.start()
-    result = await asyncio.wait_for(turn, timeout=60)
+    result = await asyncio.wait_for(turn, timeout=120)  # the heartbeat timeout (20 s), and more
     assert result.text == "billing: why was I charged twice?"
     calls = [(c["pid"], c["agent"]) for c in workers.calls()]
     assert calls == [
@@ -602,17 +602,46 @@ async def test_an_approval_is_answered_after_the_worker_process_is_killed(
 async def test_two_workers_share_100_conversations(
     client: Client, queue: str, workers: Workers
 ) -> None:
+    """100 first messages at once on two worker processes with the default AgentCallOptions:
+    every agent call runs once, on a machine as busy as it may be (docs/temporal.md)."""
     a, b = workers.start(), workers.start()
-    host = TemporalConversationHost(client, task_queue=queue)
+    # 100 Updates at once: on a busy machine the last may wait for a worker longer than 30 s
+    host = TemporalConversationHost(client, task_queue=queue, worker_wait=300)
     conversations = [cid() for _ in range(100)]
     turns = await asyncio.wait_for(
         asyncio.gather(*(host.send(c, f"question {i}") for i, c in enumerate(conversations))),
-        timeout=120,
+        timeout=300,
     )
     assert [t.text for t in turns] == [f"billing: question {i}" for i in range(100)]
-    by_worker = [c["pid"] for c in workers.calls()]
-    assert len(by_worker) == 200  # triage and billing, once each, per conversation
-    assert {a.pid, b.pid} == set(by_worker)  # both took work
+    calls = workers.calls()
+    assert sorted((c["user"], c["agent"]) for c in calls) == sorted(
+        (f"question {i}", agent) for i in range(100) for agent in ("triage", "billing")
+    )  # each agent once per conversation: no call ran twice
+    assert {a.pid, b.pid} == {c["pid"] for c in calls}  # both took work
+
+
+def throttle_of(worker: Worker) -> object:
+    """How often the worker sends an activity's heartbeat to the server, at most."""
+    return dict[str, object](worker.config()).get("max_heartbeat_throttle_interval")
+
+
+async def test_a_worker_sends_heartbeats_a_busy_server_records_in_time(
+    client: Client, queue: str
+) -> None:
+    """Temporal sends an activity's heartbeats every 80 % of its timeout by default, which
+    leaves a busy server a fifth of it to record one; the worker sends them every half."""
+    builder, *_ = support_desk()
+    assert AgentCallOptions().heartbeat == timedelta(seconds=20)
+    worker = conversation_worker(client, builder, task_queue=f"{queue}-1")
+    assert throttle_of(worker) == timedelta(seconds=10)
+    options = AgentCallOptions(heartbeat=timedelta(seconds=60))
+    worker = conversation_worker(client, builder, task_queue=f"{queue}-2", agent_calls=options)
+    assert throttle_of(worker) == timedelta(seconds=30)
+    yours = timedelta(seconds=5)
+    worker = conversation_worker(
+        client, builder, task_queue=f"{queue}-3", max_heartbeat_throttle_interval=yours
+    )
+    assert throttle_of(worker) == yours
 
 
 # -- determinism and long conversations ---------------------------------------------------------
@@ -741,6 +770,60 @@ async def test_dev_server_serves_a_conversation_and_stops() -> None:
         assert turn.active_agent == "refunds"
     with socket.socket() as probe:  # stopped: nothing listens there any more
         assert probe.connect_ex(("127.0.0.1", int(port))) != 0
+
+
+FAKE_TEMPORAL = """
+import socket, sys, time
+port = int(sys.argv[sys.argv.index("--port") + 1])
+print("fake temporal: starting", flush=True)
+print("fake temporal: {said}", file=sys.stderr, flush=True)
+if {listens}:
+    server = socket.create_server(("127.0.0.1", port))  # accepts, never answers
+    time.sleep(300)
+sys.exit(3)
+"""
+
+
+def fake_temporal(tmp_path: Path, *, listens: bool, said: str) -> str:
+    """A ``temporal`` command whose server never becomes healthy (it listens, or it exits)."""
+    script = tmp_path / "temporal"
+    script.write_text(f"#!{sys.executable}\n" + FAKE_TEMPORAL.format(listens=listens, said=said))
+    script.chmod(0o755)
+    return str(script)
+
+
+async def test_a_dev_server_that_accepts_connections_but_is_not_healthy_is_an_error(
+    tmp_path: Path,
+) -> None:
+    """A port that accepts TCP is not a server that serves: the block never starts."""
+    from handoff_builder import HandoffBuilderError
+    from handoff_builder.temporal import dev_server
+
+    command = fake_temporal(tmp_path, listens=True, said="the frontend is stuck")
+    entered = False
+    with pytest.raises(HandoffBuilderError) as error:
+        async with dev_server(startup_timeout=1.0, command=command):
+            entered = True
+    assert not entered
+    message = str(error.value)
+    assert message.startswith("The Temporal dev server on 127.0.0.1:")
+    assert "was not healthy within 1 s (its frontend's gRPC health check)" in message
+    assert message.endswith(
+        "The end of its log:\n  fake temporal: starting\n  fake temporal: the frontend is stuck"
+    )
+
+
+async def test_a_dev_server_that_exits_says_why(tmp_path: Path) -> None:
+    from handoff_builder import HandoffBuilderError
+    from handoff_builder.temporal import dev_server
+
+    command = fake_temporal(tmp_path, listens=False, said="the database file is locked")
+    started = time.monotonic()
+    with pytest.raises(HandoffBuilderError, match=r"exited with code 3 ") as error:
+        async with dev_server(startup_timeout=60, command=command):
+            pass
+    assert time.monotonic() - started < 30  # not the whole start-up timeout
+    assert str(error.value).endswith("  fake temporal: the database file is locked")
 
 
 # -- what the review of the first version found ----------------------------------------------------
@@ -1035,8 +1118,6 @@ async def test_refusals_and_the_tool_limit_on_temporal(client: Client, queue: st
 
 async def test_an_input_filter_runs_in_the_worker(client: Client, queue: str) -> None:
     """The target's view is built in the agent-call activity, with its edge's input filter."""
-    from agent_framework import Message
-
     from handoff_builder import HandoffInput
 
     filtered: list[str] = []
@@ -1063,3 +1144,304 @@ async def test_an_input_filter_runs_in_the_worker(client: Client, queue: str) ->
         "thanks",
     ]
     assert set(filtered) == {"Refund the double charge."}
+
+
+# -- what does not fit in a Temporal payload ------------------------------------------------------
+
+
+def echo_desk() -> HandoffWorkflowBuilder:
+    """triage answers every message with its length."""
+    triage = scripted_agent(
+        "triage", respond_with=lambda call: reply(f"{len(call.user_text)} characters")
+    )
+    return HandoffWorkflowBuilder(triage).add_participants(scripted_agent("billing"))
+
+
+async def test_a_message_that_would_not_fit_is_refused_and_the_conversation_goes_on(
+    client: Client, queue: str
+) -> None:
+    """Six 300 KB messages fit in one agent call's payload, a seventh would not: it is refused
+    with the limit and the sizes named, and the conversation takes the next message."""
+    from handoff_builder import PayloadTooLargeError
+
+    conversation = cid()
+    async with serving(client, echo_desk(), queue) as host:
+        for i in range(6):
+            turn = await host.send(conversation, str(i) * 300_000)
+            assert turn.text == "300000 characters"
+        with pytest.raises(PayloadTooLargeError) as refused:
+            await host.send(conversation, "7" * 300_000)
+        turn = await host.send(conversation, "a short one")
+        history = await host.history(conversation)
+        await replays(client, conversation)
+    error = refused.value
+    assert (error.conversation_id, error.what) == (
+        conversation,
+        "the conversation with this message",
+    )
+    assert 2 * 1024 * 1024 == error.limit < error.size < 2_200_000
+    assert str(error) == (
+        f"Conversation {conversation!r}: the conversation with this message would be "
+        f"{error.size:,} bytes, over Temporal's limit of 2,097,152 bytes (2 MiB) on one payload. "
+        "Send less (keep a large document elsewhere and send a reference to it), or delete the "
+        "conversation and start a new one."
+    )
+    assert turn.text == "11 characters"
+    assert [len(m.text) for m in history if m.role == "user"] == [300_000] * 6 + [11]
+
+
+async def test_a_message_larger_than_a_payload_is_refused_before_it_is_sent(
+    client: Client, queue: str
+) -> None:
+    from handoff_builder import PayloadTooLargeError
+
+    conversation = cid()
+    async with serving(client, echo_desk(), queue) as host:
+        with pytest.raises(PayloadTooLargeError) as refused:
+            await host.send(conversation, "x" * 2_500_000)
+        assert await host.active_agent(conversation) is None  # no workflow was started
+    assert refused.value.what == "the message"
+    assert refused.value.size > 2_500_000
+
+
+def answered_everywhere(messages: Sequence[Message]) -> bool:
+    """Every function call of a transcript has its result: valid input for every provider."""
+    calls = {c.call_id for m in messages for c in m.contents if c.type == "function_call"}
+    results = {c.call_id for m in messages for c in m.contents if c.type == "function_result"}
+    return calls <= results
+
+
+def big_handoff_desk(goal: int, answer: int = 0) -> HandoffWorkflowBuilder:
+    """triage hands a long message to billing with a goal of ``goal`` characters (its reply, the
+    handoff's call and result, takes about four times that); billing answers with ``answer``
+    characters; short messages get short replies."""
+    triage = scripted_agent(
+        "triage",
+        respond_with=lambda call: (
+            handoff_to("billing", goal="g" * goal)
+            if len(call.user_text) > 1000
+            else reply(f"triage: {call.user_text}")
+        ),
+    )
+    billing = scripted_agent("billing", respond_with=lambda call: reply("b" * answer))
+    return HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+
+
+async def test_an_agent_call_that_would_not_fit_fails_its_turn_not_the_workflow(
+    client: Client, queue: str
+) -> None:
+    """The handoff's goal makes billing's call too large: the turn fails with the limit named,
+    the workflow takes the next Updates (it refuses a message: the conversation is full), the
+    turn can be abandoned and the conversation deleted; it then starts afresh."""
+    from handoff_builder import PayloadTooLargeError, TurnAbandonedEvent
+
+    conversation = cid()
+    async with serving(client, big_handoff_desk(goal=400_000), queue) as host:
+        with pytest.raises(PayloadTooLargeError) as failed:
+            await host.send(conversation, "m" * 900_000)
+        with pytest.raises(PayloadTooLargeError) as full:
+            await host.send(conversation, "hello?")
+        abandoned = await host.abandon(conversation)
+        await replays(client, conversation)
+        await host.delete(conversation)
+        assert await host.history(conversation) == []
+        again = await host.send(conversation, "hello again")
+    assert failed.value.what == "the call of agent 'billing'"
+    assert failed.value.size > failed.value.limit
+    assert full.value.what == "the conversation with this message"
+    assert abandoned is not None
+    assert abandoned.status == "abandoned"
+    event = abandoned.abandoned
+    assert event is not None
+    assert (event.reason, event.agent, event.attempts) == ("on_demand", "billing", 1)
+    assert event.error == f"PayloadTooLargeError: {failed.value}"
+    assert isinstance(event, TurnAbandonedEvent)
+    assert (again.text, again.active_agent) == ("triage: hello again", "triage")
+
+
+async def test_a_turn_whose_result_would_not_fit_says_so(client: Client, queue: str) -> None:
+    """Each agent call fits, the turn's messages together do not: the turn ran (its messages
+    are in the conversation), its caller gets the limit named, and the workflow goes on."""
+    from handoff_builder import PayloadTooLargeError
+
+    conversation = cid()
+    async with serving(client, big_handoff_desk(goal=300_000, answer=1_300_000), queue) as host:
+        with pytest.raises(PayloadTooLargeError) as refused:
+            await host.send(conversation, "m" * 2_000)
+        history = await host.history(conversation)
+        turn = await host.send(conversation, "hello?")
+        await replays(client, conversation)
+    assert refused.value.what == "the turn's result"
+    assert [(m.role, m.author_name, len(m.text)) for m in history] == [
+        ("user", None, 2_000),
+        ("assistant", "triage", 0),  # the handoff's call ...
+        ("tool", "triage", 0),  # ... and its result
+        ("assistant", "billing", 1_300_000),
+    ]
+    assert (len(turn.text), turn.active_agent) == (1_300_000, "billing")
+
+
+async def test_a_conversation_too_large_to_carry_stays_in_its_run(
+    client: Client, queue: str
+) -> None:
+    """One turn a run, and the conversation is now too large for the next run's input: it stays
+    in this run (it takes no more messages), instead of failing its workflow task for ever."""
+    from handoff_builder import PayloadTooLargeError
+
+    conversation = cid()
+    async with serving(
+        client, big_handoff_desk(goal=1_000, answer=800_000), queue, turns_per_run=1
+    ) as host:
+        turn = await host.send(conversation, "m" * 1_300_000)
+        with pytest.raises(PayloadTooLargeError):
+            await host.send(conversation, "hello?")
+        await replays(client, conversation)
+        assert await host.active_agent(conversation) == "billing"
+        events = (await client.get_workflow_handle(conversation).fetch_history()).events
+    assert len(turn.text) == 800_000
+    started = events[0].workflow_execution_started_event_attributes
+    assert not started.continued_execution_run_id  # still the first run
+    assert not [e for e in events if e.HasField("workflow_task_failed_event_attributes")]
+
+
+async def test_old_receipts_are_left_behind_when_they_would_not_fit_in_the_next_run(
+    client: Client, queue: str
+) -> None:
+    """Two keyed turns with 600 KB answers, two turns a run: the older receipt does not fit in
+    the next run's input and is left behind; the newer one still answers its retry."""
+    triage = scripted_agent("triage", respond_with=lambda call: reply("a" * 600_000))
+    builder = HandoffWorkflowBuilder(triage).add_participants(scripted_agent("billing"))
+    conversation = cid()
+    async with serving(client, builder, queue, turns_per_run=2) as host:
+        await host.send(conversation, "one", idempotency_key="k-1")
+        await host.send(conversation, "two", idempotency_key="k-2")
+        await until_continued(client, conversation)
+        calls = len(client_of(triage).calls)
+        await host.send(conversation, "two", idempotency_key="k-2")  # its receipt was carried
+        assert len(client_of(triage).calls) == calls
+        await host.send(conversation, "one", idempotency_key="k-1")  # left behind: it runs
+        assert len(client_of(triage).calls) == calls + 1
+
+
+async def test_abandon_gives_up_a_turn_that_waits_for_an_approval(
+    client: Client, queue: str
+) -> None:
+    from handoff_builder import TurnAbandonedEvent
+
+    @tool(approval_mode="always_require")
+    def refund(amount: int) -> str:
+        """Refund money."""
+        return f"refunded {amount}"
+
+    triage = scripted_agent(
+        "triage", call_tool("refund", amount=5), reply("What else?"), tools=[refund]
+    )
+    builder = HandoffWorkflowBuilder(triage).add_participants(scripted_agent("billing"))
+    conversation = cid()
+    async with serving(client, builder, queue) as host:
+        assert await host.abandon(conversation) is None  # no such conversation
+        with pytest.raises(PendingRequestsError):
+            await host.send(conversation, "refund 5")
+        with pytest.raises(PendingRequestsError):
+            await host.send(conversation, "hello?")  # waits for the answer ...
+        abandoned = await host.abandon(conversation)  # ... until it is given up
+        assert await host.abandon(conversation) is None  # nothing open any more
+        assert await host.pending(conversation) == []
+        turn = await host.send(conversation, "never mind")
+        await replays(client, conversation)
+    assert abandoned is not None
+    assert (abandoned.status, abandoned.abandoned) == (
+        "abandoned",
+        TurnAbandonedEvent("on_demand", "triage", 0, None),
+    )
+    assert turn.text == "What else?"
+    assert answered_everywhere(received(triage).messages)
+
+
+async def test_abandon_and_delete_refuse_a_running_turn_or_wait_for_it(
+    client: Client, queue: str
+) -> None:
+    from handoff_builder import ConversationBusyError
+
+    looking, found = asyncio.Event(), asyncio.Event()
+
+    @tool
+    async def lookup() -> str:
+        """Look it up."""
+        looking.set()
+        await found.wait()
+        return "found"
+
+    triage = scripted_agent("triage", call_tool("lookup"), reply("Found it."), tools=[lookup])
+    builder = HandoffWorkflowBuilder(triage).add_participants(scripted_agent("billing"))
+    conversation = cid()
+    async with serving(client, builder, queue) as host:
+        turn = asyncio.ensure_future(host.send(conversation, "look it up"))
+        await asyncio.wait_for(looking.wait(), 60)  # the turn runs, in the tool
+        with pytest.raises(ConversationBusyError, match="is busy with another turn"):
+            await host.abandon(conversation)
+        with pytest.raises(ConversationBusyError, match="pass wait=True to wait for it"):
+            await host.delete(conversation)
+        deleted = asyncio.ensure_future(host.delete(conversation, wait=True))
+        found.set()
+        assert (await asyncio.wait_for(turn, 60)).text == "Found it."
+        await asyncio.wait_for(deleted, 60)
+        assert await host.history(conversation) == []
+
+
+async def test_delete_forgets_a_conversation_and_every_run_of_it(
+    client: Client, queue: str
+) -> None:
+    from temporalio.client import WorkflowExecutionStatus
+
+    conversation = cid()
+    async with serving(client, echo_desk(), queue, turns_per_run=1) as host:
+        await host.send(conversation, "hello")
+        await until_continued(client, conversation)
+        await host.send(conversation, "my invoice?")
+        latest = (await client.get_workflow_handle(conversation).describe()).run_id
+        runs = await host._runs(conversation, latest)  # pyright: ignore[reportPrivateUsage]
+        await host.delete(conversation)
+        assert await host.active_agent(conversation) is None
+        assert await host.history(conversation) == []
+        for run in runs:  # every run ended; Temporal deletes them in the background
+            described = await client.get_workflow_handle(conversation, run_id=run).describe()
+            assert described.status != WorkflowExecutionStatus.RUNNING
+        turn = await host.send(conversation, "hello again")  # a new conversation, at triage
+        history = await host.history(conversation)
+        await host.delete(cid())  # no such conversation: nothing to do
+    assert len(runs) >= 2
+    assert (turn.text, turn.active_agent) == ("11 characters", "triage")
+    assert [m.text for m in history if m.role == "user" and m.author_name is None] == [
+        "hello again"
+    ]
+
+
+async def test_a_turn_given_up_after_its_retries_names_its_last_error(
+    client: Client, queue: str
+) -> None:
+    """As on ConversationHost: the abandoned turn's event says what failed last."""
+    from handoff_builder import TurnAbandonedEvent
+
+    broken = [True]
+
+    def billing_answer(call: ModelCall) -> Step:
+        if broken[0]:
+            raise ConnectionError("the model is down")
+        return reply(f"billing: {call.user_text}")
+
+    triage = scripted_agent("triage", handoff_to("billing", goal="Billing."))
+    billing = scripted_agent("billing", respond_with=billing_answer)
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+    conversation = cid()
+    options = retrying(1)
+    async with serving(client, builder, queue, agent_calls=options, max_turn_retries=0) as host:
+        with pytest.raises(TemporalTurnError):
+            await host.send(conversation, "my invoice")
+        broken[0] = False
+        turn = await host.send(conversation, "and my plan?")
+    assert turn.recovered is not None
+    assert turn.recovered.abandoned == TurnAbandonedEvent(
+        "failed", "billing", 1, "ConnectionError: the model is down"
+    )
+    assert turn.text == "billing: and my plan?"

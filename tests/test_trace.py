@@ -14,6 +14,7 @@ from handoff_builder import (
 )
 from handoff_builder.stores import InMemoryConversationStore
 from handoff_builder.testing import call_tool, handoff_to, never_answer, reply, scripted_agent
+from tests.helpers import until_called
 
 
 async def run(builder: HandoffWorkflowBuilder, *messages: str) -> list[HandoffTurnResult]:
@@ -116,7 +117,7 @@ async def test_an_abandoned_turn_keeps_its_trace() -> None:
     billing = scripted_agent("billing", never_answer())
     host = ConversationHost(HandoffWorkflowBuilder(triage).with_handoff(triage, billing), store)
     sending = asyncio.ensure_future(host.send("c", "hi"))
-    await asyncio.sleep(0.2)
+    await until_called(billing)  # it never answers
     sending.cancel()
     with pytest.raises(asyncio.CancelledError):
         await sending

@@ -20,6 +20,7 @@ so ``except ValueError`` keeps working for configuration mistakes::
     ├── MessageNotStoredError(HandoffBuilderError, RuntimeError)    a message was refused, unstored
     ├── MessageTooLargeError(HandoffBuilderError, ValueError)       an input over the size limit
     ├── InvalidMessageError(HandoffBuilderError, ValueError)       a served run's input is not valid
+    ├── PayloadTooLargeError(HandoffBuilderError, ValueError)       over Temporal's payload limit
     ├── HandoffHookError(HandoffBuilderError, RuntimeError)         an edge's own code failed
     ├── ModelCallNotRecordedError(HandoffBuilderError, LookupError) no such recorded model call
     └── ScriptExhaustedError(HandoffBuilderError, RuntimeError)      a scripted model ran out
@@ -48,6 +49,7 @@ __all__ = [
     "MessageNotStoredError",
     "MessageTooLargeError",
     "ModelCallNotRecordedError",
+    "PayloadTooLargeError",
     "PendingRequestsError",
     "SchemaVersionError",
     "ScriptExhaustedError",
@@ -219,6 +221,29 @@ class PendingRequestsError(HandoffBuilderError, RuntimeError):
             f"Conversation {conversation_id!r} waits for answers to {len(self.requests)} "
             f"request(s) ({ids}); answer them with ConversationHost.respond() (a message sent "
             "meanwhile is not stored)."
+        )
+
+
+class PayloadTooLargeError(HandoffBuilderError, ValueError):
+    """What a conversation on Temporal would send is over Temporal's limit on one payload.
+
+    ``what`` names it (the message, the conversation with the message, an agent call, a turn's
+    result), ``size`` and ``limit`` are bytes. It was not sent: Temporal refuses such a payload,
+    and one in a workflow's history would stop the workflow. A message is refused before it
+    joins the conversation; an agent call that would be too large fails its turn, which stays
+    open as after any failure.
+    """
+
+    def __init__(self, conversation_id: str, what: str, size: int, limit: int) -> None:
+        self.conversation_id = conversation_id
+        self.what = what
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            f"Conversation {conversation_id!r}: {what} would be {size:,} bytes, over Temporal's "
+            f"limit of {limit:,} bytes ({limit / 2**20:g} MiB) on one payload. Send less (keep a "
+            "large document elsewhere and send a reference to it), or delete the conversation "
+            "and start a new one."
         )
 
 

@@ -2,8 +2,10 @@
 
 Install with ``pip install 'handoff-builder[temporal]'``.
 
-* :class:`TemporalConversationHost` — ``send``/``stream``/``respond``/``active_agent`` as on
-  :class:`~handoff_builder.ConversationHost`; the workflow id is the conversation id.
+* :class:`TemporalConversationHost` — ``send``/``stream``/``respond``/``abandon``/``delete``/
+  ``active_agent`` as on :class:`~handoff_builder.ConversationHost`; the workflow id is the
+  conversation id. What would not fit in a Temporal payload is refused with
+  :class:`~handoff_builder.PayloadTooLargeError`.
 * :func:`conversation_worker` — a Temporal worker that runs a builder's conversations (or the
   command ``handoff-builder worker --temporal HOST:PORT --task-queue Q module:builder``).
 * :func:`connect` — a client with this package's JSON payloads (pydantic, never pickle).

@@ -8,9 +8,15 @@ from datetime import timedelta
 from typing import Any, cast
 
 from agent_framework import AgentResponseUpdate, Content, Message, WorkflowEvent
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import (
+    DeleteWorkflowExecutionRequest,
+    DescribeNamespaceRequest,
+)
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
+    WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
@@ -32,18 +38,34 @@ from handoff_builder._hosting import (
     idle_timeout_of,
 )
 from handoff_builder._hosting import _messages as messages_of  # pyright: ignore[reportPrivateUsage]
-from handoff_builder.exceptions import HandoffBuilderError, PendingRequestsError
+from handoff_builder.exceptions import (
+    ConversationBusyError,
+    HandoffBuilderError,
+    PayloadTooLargeError,
+    PendingRequestsError,
+)
 from handoff_builder.stores import check_conversation_id
 
-from ._payloads import Answers, ConversationStart, TurnOutcome, contents, decode_turn
+from ._payloads import (
+    DEFAULT_PAYLOAD_LIMIT,
+    Answers,
+    ConversationStart,
+    TurnOutcome,
+    contents,
+    decode_turn,
+    payload_size,
+)
 from ._payloads import UserInput as UserInputPayload
 from ._workflow import (
+    BUSY,
     KEY_PREFIX,
     NOTHING_PENDING,
+    PAYLOAD_TOO_LARGE,
     PENDING,
     UNKNOWN_REQUEST,
     AgentCallOptions,
     ConversationWorkflow,
+    heartbeat_throttle,
     invoke_agent,
     register,
     resolve_answers,
@@ -88,13 +110,18 @@ def conversation_worker(
 
     ``async with conversation_worker(...)`` (or ``await worker.run()``) serves them until it is
     stopped; run as many as you like, in as many processes. ``kwargs`` go to
-    ``temporalio.worker.Worker`` (``max_concurrent_activities``, say).
+    ``temporalio.worker.Worker`` (``max_concurrent_activities``, say). The worker sends an agent
+    call's heartbeat to the server at most every half of ``agent_calls.heartbeat``
+    (``max_heartbeat_throttle_interval``; Temporal's own default is 80 % of it, which leaves a
+    busy server little time to record it).
 
     Raises:
         HandoffConfigurationError: the builder does not build, or uses what Temporal cannot run
             yet (delegates).
     """
-    register(task_queue, builder, agent_calls or AgentCallOptions())
+    options = agent_calls or AgentCallOptions()
+    register(task_queue, builder, options)
+    kwargs.setdefault("max_heartbeat_throttle_interval", heartbeat_throttle(options))
     return Worker(
         client,
         task_queue=task_queue,
@@ -107,12 +134,17 @@ def conversation_worker(
 class TemporalConversationHost:
     """Hosted conversations on Temporal, each a durable workflow whose id is the conversation id.
 
-    ``send``/``stream``/``respond``/``active_agent`` as on ``ConversationHost``.
+    ``send``/``stream``/``respond``/``abandon``/``delete``/``active_agent`` as on
+    ``ConversationHost``.
 
     The first message starts the conversation's workflow; later ones are Updates to it, from any
     client. Workers (:func:`conversation_worker`) run it: a worker that dies mid-turn is replaced
     by another, which goes on from the last finished agent call. Every client of a task queue
     must use the same settings.
+
+    What travels through Temporal must fit in one payload (the namespace's limit, 2 MiB by
+    default): a message or an agent call that would not is refused with
+    :class:`~handoff_builder.PayloadTooLargeError` before it reaches the workflow's history.
 
     Args:
         client: A client from :func:`connect` (it needs this package's payload converter).
@@ -154,6 +186,30 @@ class TemporalConversationHost:
             turns_per_run=turns_per_run,
             local_activities=local_activities,
         )
+        self._payload_limit: int | None = None  # the namespace's, once read
+
+    async def payload_limit(self) -> int:
+        """Bytes one payload may take: the namespace's limit (read once), or 2 MiB.
+
+        Temporal refuses a payload over it (``limit.blobSize.error`` on the server).
+        """
+        if self._payload_limit is None:
+            request = DescribeNamespaceRequest(namespace=self.client.namespace)
+            try:
+                described = await self.client.workflow_service.describe_namespace(request)
+                limit = described.namespace_info.limits.blob_size_limit_error
+            except RPCError:
+                limit = 0  # not allowed to read it, say: Temporal's default
+            self._payload_limit = limit if limit > 0 else DEFAULT_PAYLOAD_LIMIT
+            self._start = self._start.model_copy(update={"payload_limit": self._payload_limit})
+        return self._payload_limit
+
+    async def _refuse_if_too_large(
+        self, conversation_id: str, what: str, payload: UserInputPayload | Answers
+    ) -> None:
+        limit, size = await self.payload_limit(), payload_size(payload)
+        if size > limit:
+            raise PayloadTooLargeError(conversation_id, what, size, limit)
 
     async def start(self, conversation_id: str) -> None:
         """Start the conversation's workflow; ``send`` does it by itself when needed.
@@ -162,6 +218,7 @@ class TemporalConversationHost:
             ConversationAlreadyStartedError: it runs already (one workflow per conversation).
         """
         check_conversation_id(conversation_id)
+        await self.payload_limit()
         try:
             await self.client.start_workflow(
                 ConversationWorkflow.run,
@@ -187,9 +244,13 @@ class TemporalConversationHost:
             PendingRequestsError: the turn waits for answers (:meth:`respond`), or waited already.
             TemporalTurnError: the turn failed (the next message retries it), or no worker took
                 the message within ``worker_wait`` seconds (send it again with the same key).
+            PayloadTooLargeError: the message, or the conversation with it, would not fit in a
+                Temporal payload (:meth:`payload_limit`); it was not added. An agent call that
+                would not fit fails the turn with it.
         """
         check_conversation_id(conversation_id)
         payload = UserInputPayload(messages=[m.to_dict() for m in messages_of(message)])
+        await self._refuse_if_too_large(conversation_id, "the message", payload)
         client: Any = self.client  # its overloads are partly untyped
 
         async def update() -> Any:
@@ -209,7 +270,7 @@ class TemporalConversationHost:
                 result_type=TurnOutcome,
             )
 
-        return await self._run_update(conversation_id, update)
+        return _result(conversation_id, await self._run_update(conversation_id, update))
 
     async def stream(
         self, conversation_id: str, message: UserInput, *, idempotency_key: str | None = None
@@ -249,9 +310,11 @@ class TemporalConversationHost:
         Raises:
             PendingRequestsError: answered, and the turn waits again.
             HandoffBuilderError: nothing waits, or an answer's id is not a request's.
+            PayloadTooLargeError: the answers would not fit in a Temporal payload.
         """
         check_conversation_id(conversation_id)
         payload = Answers(answers={key: value.to_dict() for key, value in answers.items()})
+        await self._refuse_if_too_large(conversation_id, "the answers", payload)
         handle: Any = self.client.get_workflow_handle(conversation_id)  # partly untyped
 
         async def update() -> Any:
@@ -263,12 +326,109 @@ class TemporalConversationHost:
                 result_type=TurnOutcome,
             )
 
-        return await self._run_update(conversation_id, update)
+        return _result(conversation_id, await self._run_update(conversation_id, update))
 
-    async def _run_update(
-        self, conversation_id: str, start: Callable[[], Awaitable[Any]]
-    ) -> HandoffTurnResult:
-        """Start an Update, which a worker must accept within ``worker_wait`` seconds; its turn."""
+    async def abandon(
+        self, conversation_id: str, *, wait: bool = False
+    ) -> HandoffTurnResult | None:
+        """Give up the conversation's open turn: close it without running anything more.
+
+        As ``ConversationHost.abandon``: requests it waited for are answered as not answered,
+        its status is ``"abandoned"`` (a :class:`~handoff_builder.TurnAbandonedEvent` with
+        ``reason="on_demand"``), and the next message starts a new turn. ``None`` when no turn
+        is open (or no such conversation runs).
+
+        Raises:
+            ConversationBusyError: a turn is running; with ``wait=True`` this waits for it.
+        """
+        check_conversation_id(conversation_id)
+        handle: Any = self.client.get_workflow_handle(conversation_id)  # partly untyped
+
+        async def update() -> Any:
+            return await handle.start_update(
+                "abandon", wait, wait_for_stage=WorkflowUpdateStage.ACCEPTED
+            )
+
+        try:
+            raw = await self._run_update(conversation_id, update)
+        except HandoffBuilderError as error:
+            if _not_running(error):
+                return None
+            raise
+        return None if raw is None else decode_turn(cast(dict[str, Any], raw), conversation_id)
+
+    async def delete(self, conversation_id: str, *, wait: bool = False) -> None:
+        """Forget the conversation: its history and its state (its next message starts afresh).
+
+        The conversation's workflow forgets it and ends (once no turn runs): from then on it
+        reads as no conversation, and the next message starts a new workflow. Its executions,
+        every run of it, are deleted from Temporal, which does it in the background.
+
+        Raises:
+            ConversationBusyError: a turn is running; with ``wait=True`` the deletion waits for
+                it.
+        """
+        check_conversation_id(conversation_id)
+        while True:
+            try:
+                described = await self.client.get_workflow_handle(conversation_id).describe()
+            except RPCError as error:
+                if error.status == RPCStatusCode.NOT_FOUND:
+                    return
+                raise
+            run_id = described.run_id
+            if described.status != WorkflowExecutionStatus.RUNNING or await self._close(
+                conversation_id, run_id, wait=wait
+            ):
+                break  # closed, and it did not continue as new in the meantime
+        for run in await self._runs(conversation_id, run_id):
+            request = DeleteWorkflowExecutionRequest(
+                namespace=self.client.namespace,
+                workflow_execution=WorkflowExecution(workflow_id=conversation_id, run_id=run),
+            )
+            try:
+                await self.client.workflow_service.delete_workflow_execution(request)
+            except RPCError as error:
+                if error.status != RPCStatusCode.NOT_FOUND:
+                    raise
+
+    async def _close(self, conversation_id: str, run_id: str, *, wait: bool) -> bool:
+        """End the run ``run_id`` once no turn runs; False: it had ended (continued as new)."""
+        handle: Any = self.client.get_workflow_handle(conversation_id, run_id=run_id)
+
+        async def update() -> Any:
+            return await handle.start_update(
+                "close", wait, wait_for_stage=WorkflowUpdateStage.ACCEPTED
+            )
+
+        try:
+            await self._run_update(conversation_id, update)
+        except HandoffBuilderError as error:
+            if _not_running(error):
+                return False
+            raise
+        await handle.result(follow_runs=False)
+        return True
+
+    async def _runs(self, conversation_id: str, run_id: str) -> list[str]:
+        """``run_id`` and the runs before it, that continued as new into it."""
+        runs: list[str] = []
+        while run_id:
+            runs.append(run_id)
+            handle = self.client.get_workflow_handle(conversation_id, run_id=run_id)
+            run_id = ""
+            try:
+                async for event in handle.fetch_history_events(page_size=1):
+                    started = event.workflow_execution_started_event_attributes
+                    run_id = started.continued_execution_run_id
+                    break
+            except RPCError as error:
+                if error.status != RPCStatusCode.NOT_FOUND:
+                    raise
+        return runs
+
+    async def _run_update(self, conversation_id: str, start: Callable[[], Awaitable[Any]]) -> Any:
+        """Start an Update, which a worker must accept within ``worker_wait`` s; its result."""
         try:
             try:
                 handle = await asyncio.wait_for(self._with_a_worker(start), self.worker_wait)
@@ -278,7 +438,7 @@ class TemporalConversationHost:
                     f"{self.worker_wait:g} s: is a worker serving task queue "
                     f"{self.task_queue!r}? (Send it again with the same idempotency_key.)"
                 ) from error
-            outcome = await handle.result()
+            return await handle.result()
         except (
             WorkflowUpdateFailedError,
             WorkflowFailureError,
@@ -286,7 +446,6 @@ class TemporalConversationHost:
             RPCError,
         ) as error:
             raise _error(conversation_id, error) from error
-        return _result(conversation_id, cast(TurnOutcome, outcome))
 
     async def _with_a_worker(self, call: Callable[[], Awaitable[Any]]) -> Any:
         """``call()``, again while no worker polls the task queue (one restarting, say)."""
@@ -346,13 +505,20 @@ def _update_id(idempotency_key: str | None) -> str | None:
     return KEY_PREFIX + idempotency_key
 
 
-def _result(conversation_id: str, outcome: TurnOutcome) -> HandoffTurnResult:
+def _result(conversation_id: str, raw: Any) -> HandoffTurnResult:
+    outcome = cast(TurnOutcome, raw)
     if outcome.status == "waiting" or outcome.result is None:
         raise PendingRequestsError(conversation_id, contents(outcome.requests))
     result = decode_turn(outcome.result, conversation_id)
     if outcome.recovered is not None:
         result.recovered = decode_turn(outcome.recovered, conversation_id)
     return result
+
+
+def _not_running(error: HandoffBuilderError) -> bool:
+    """The Update found no running workflow: none was started, or it has ended."""
+    cause = error.__cause__
+    return isinstance(cause, RPCError) and cause.status == RPCStatusCode.NOT_FOUND
 
 
 def _error(conversation_id: str, error: Exception) -> Exception:
@@ -369,5 +535,10 @@ def _error(conversation_id: str, error: Exception) -> Exception:
             return PendingRequestsError(conversation_id, contents(details))
         if cause.type in (NOTHING_PENDING, UNKNOWN_REQUEST):
             return HandoffBuilderError(cause.message)
+        if cause.type == PAYLOAD_TOO_LARGE:
+            what, size, limit = cause.details
+            return PayloadTooLargeError(conversation_id, str(what), int(size), int(limit))
+        if cause.type == BUSY:
+            return ConversationBusyError(conversation_id)
         return TemporalTurnError(cause.message)
     return TemporalTurnError(f"The turn of conversation {conversation_id!r} failed: {error}")

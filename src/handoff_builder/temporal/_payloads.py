@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from agent_framework import AgentResponse, Content, Message
 from pydantic import BaseModel, Field
+from temporalio.api.common.v1 import Payloads
+from temporalio.contrib.pydantic import pydantic_data_converter
 
 from handoff_builder._decision import CallOutcome, HandoffCall, ReviewVerdict
 from handoff_builder._events import (
@@ -28,6 +30,15 @@ from handoff_builder._host import GroupChatHost
 from handoff_builder._participant import AgentRun
 from handoff_builder._state import TurnRecord, adapter_for, validated
 
+DEFAULT_PAYLOAD_LIMIT = 2 * 1024 * 1024
+"""Temporal's limit on one payload (``limit.blobSize.error``) when the namespace does not say."""
+
+
+def payload_size(value: Any) -> int:
+    """The bytes ``value`` takes as a Temporal payload, measured as the server measures them."""
+    payloads = pydantic_data_converter.payload_converter.to_payloads([value])
+    return Payloads(payloads=payloads).ByteSize()
+
 
 class Carried(BaseModel):
     """A conversation carried into a new run of its workflow (continue-as-new)."""
@@ -36,6 +47,7 @@ class Carried(BaseModel):
     host: dict[str, Any]
     idle: bool = False
     failures: int = 0
+    last_error: str | None = None
     receipts: dict[str, dict[str, Any]] = Field(default_factory=dict[str, dict[str, Any]])
 
 
@@ -44,6 +56,7 @@ class ConversationStart(BaseModel):
 
     ``task_queue`` names the builder the conversation runs (the one its workers registered for
     that queue), also when a replayer runs the workflow on a task queue of its own.
+    ``payload_limit`` is the namespace's limit on one payload, in bytes, as the client read it.
     """
 
     task_queue: str
@@ -51,6 +64,7 @@ class ConversationStart(BaseModel):
     max_turn_retries: int = Field(ge=0)
     turns_per_run: int = Field(gt=0)
     local_activities: bool = False
+    payload_limit: int = Field(default=DEFAULT_PAYLOAD_LIMIT, gt=0)
     carried: Carried | None = None
 
 
@@ -78,8 +92,8 @@ class TurnOutcome(BaseModel):
 class AgentCall(BaseModel):
     """One agent invocation, for the activity.
 
-    The conversation and the host's state as they stand, the agent, and whether it runs
-    without handoff tools.
+    The conversation and the host's state as they stand, the agent, whether it runs without
+    handoff tools, and the payload limit its result must keep to.
     """
 
     conversation_id: str
@@ -87,6 +101,7 @@ class AgentCall(BaseModel):
     closed: bool
     history: list[dict[str, Any]]
     host: dict[str, Any]
+    payload_limit: int = DEFAULT_PAYLOAD_LIMIT  # that of the result, too
 
 
 class CallRecord(BaseModel):

@@ -27,7 +27,7 @@ from temporalio.exceptions import TimeoutError as TimeoutError_
 from typing_extensions import override
 
 from handoff_builder._builder import HandoffWorkflowBuilder
-from handoff_builder._events import HandoffTurnResult
+from handoff_builder._events import HandoffTurnResult, TurnAbandonedEvent
 from handoff_builder._host import GroupChatHost, ReissueRequests, Resolved, ResumeTurn, UserTurn
 from handoff_builder._participant import AgentRun
 from handoff_builder._state import HostState, decode_host_state
@@ -37,6 +37,7 @@ from handoff_builder.exceptions import (
     CorruptStateError,
     HandoffBuilderError,
     HandoffConfigurationError,
+    PayloadTooLargeError,
     PendingRequestsError,
 )
 
@@ -52,6 +53,7 @@ from ._payloads import (
     decode_run,
     encode_run,
     encode_turn,
+    payload_size,
 )
 
 WORKFLOW_NAME = "handoff_builder.Conversation"
@@ -67,23 +69,38 @@ NOTHING_PENDING = "NothingPending"
 UNKNOWN_REQUEST = "UnknownRequest"
 TURN_FAILED = "TurnFailed"
 CONFIGURATION = "Configuration"
+PAYLOAD_TOO_LARGE = "PayloadTooLarge"  # details: what, size, limit
+BUSY = "Busy"
 
 
 @dataclass(frozen=True)
 class AgentCallOptions:
     """How each agent call runs as an activity.
 
-    ``start_to_close`` bounds one attempt; ``heartbeat`` is how soon a worker that died in the
-    middle of a call is noticed (the call is then retried on another worker); ``retry`` retries a
-    model error with backoff. The turn's own deadlines (``with_timeouts``) still apply around
-    all attempts, as the activity's schedule-to-close timeout; not to local activities
+    ``start_to_close`` bounds one attempt; ``retry`` retries a model error with backoff.
+    ``heartbeat`` is how soon a worker that died in the middle of a call is noticed (the call is
+    then retried on another worker). A live worker's call is not run again because its machine
+    is busy: the worker sends a heartbeat every ``heartbeat / 2`` (records one every
+    ``heartbeat / 10``), so the server may take up to half of ``heartbeat`` to record one, and the
+    worker's event loop may be stalled for most of it (see ``docs/temporal.md``).
+
+    The turn's own deadlines (``with_timeouts``) still apply around all attempts, as the
+    activity's schedule-to-close timeout; not to local activities
     (``TemporalConversationHost(local_activities=True)``), where ``start_to_close`` bounds each
     attempt. Every worker of a task queue must use the same options.
     """
 
     start_to_close: timedelta = timedelta(seconds=120)
-    heartbeat: timedelta = timedelta(seconds=10)
+    heartbeat: timedelta = timedelta(seconds=20)
     retry: RetryPolicy = field(default_factory=lambda: _default_retry())
+
+
+HEARTBEAT_RECORDS = 10  # heartbeats a running call records per heartbeat timeout
+
+
+def heartbeat_throttle(options: AgentCallOptions) -> timedelta:
+    """How often a worker sends a running call's heartbeat to the server, at most."""
+    return options.heartbeat / 2
 
 
 def _default_retry() -> RetryPolicy:
@@ -190,7 +207,8 @@ def _host_of(built: Workflow) -> GroupChatHost:
 async def invoke_agent(call: AgentCall) -> AgentCallResult:
     """Run one agent on the conversation as it stood: its messages and reviewed handoff calls."""
     async with _replica(call) as host:
-        return encode_run(await host.invoke(call.agent, closed=call.closed))
+        run = await host.invoke(call.agent, closed=call.closed)
+    return _fitting(call, f"the reply of agent {call.agent!r}", encode_run(run))
 
 
 @activity.defn(name=RESOLVE_ACTIVITY_NAME)
@@ -198,7 +216,20 @@ async def resolve_answers(call: AgentCall) -> AgentCallResult:
     """Carry out the answered requests of the waiting agent (approved tools run here)."""
     async with _replica(call) as host:
         messages, calls, verdict = await host.resolve()
-    return encode_run(AgentRun(AgentResponse(messages=messages), calls, frozenset(), verdict))
+    run = AgentRun(AgentResponse(messages=messages), calls, frozenset(), verdict)
+    return _fitting(call, f"the approved calls of agent {call.agent!r}", encode_run(run))
+
+
+def _fitting(call: AgentCall, what: str, result: AgentCallResult) -> AgentCallResult:
+    """``result``, if it fits in a payload: Temporal refuses a larger one (not retried)."""
+    size = payload_size(result)
+    if size > call.payload_limit:
+        error = PayloadTooLargeError(call.conversation_id, what, size, call.payload_limit)
+        raise ApplicationError(
+            str(error), what, size, call.payload_limit, type=PAYLOAD_TOO_LARGE,
+            non_retryable=True,
+        )  # fmt: skip
+    return result
 
 
 @contextlib.asynccontextmanager
@@ -265,9 +296,14 @@ def tool_call_key(tool: str) -> str:
 
 @contextlib.asynccontextmanager
 async def _heartbeating() -> AsyncGenerator[None, None]:
-    """Heartbeat while the agent runs, so that a dead worker is noticed within the timeout."""
+    """Heartbeat while the agent runs, so that a dead worker is noticed within the timeout.
+
+    A heartbeat is recorded every tenth of the timeout: a stalled event loop delays the next one
+    by its stall, which then still comes in time. The worker sends the latest one to the server
+    at most every half of the timeout (``conversation_worker`` sets its throttle).
+    """
     timeout = activity.info().heartbeat_timeout
-    interval = max(0.2, timeout.total_seconds() / 3) if timeout else None
+    interval = timeout.total_seconds() / HEARTBEAT_RECORDS if timeout else None
 
     async def beat() -> None:
         while interval is not None:
@@ -305,11 +341,14 @@ class ConversationWorkflow:
         self._idle = carried.idle if carried is not None else False
         self._receipts: dict[str, dict[str, Any]] = dict(carried.receipts) if carried else {}
         self._failures = carried.failures if carried is not None else 0
+        self._last_error = carried.last_error if carried is not None else None
         self._lock = asyncio.Lock()
         self._idle_timer: asyncio.TimerHandle | None = None
         self._calls = 0  # activities scheduled in this run: their ids
         self._checkpoint: Carried | None = None  # the state the last agent call was given
         self._turns = 0
+        self._closing = False  # delete(): the run ends once no handler runs
+        self._too_large_to_carry = False  # the conversation stays in this run
 
     def _open(self, carried: Carried | None) -> tuple[Workflow, GroupChatHost]:
         """A compiled workflow with the host loaded from ``carried``.
@@ -334,14 +373,18 @@ class ConversationWorkflow:
         def time_to_continue() -> bool:
             long = self._turns >= start.turns_per_run
             return (long or workflow.info().is_continue_as_new_suggested()) and not (
-                self._lock.locked()
+                self._lock.locked() or self._too_large_to_carry
             )
 
         while True:
-            await workflow.wait_condition(time_to_continue)
+            await workflow.wait_condition(lambda: time_to_continue() or self._closing)
             await workflow.wait_condition(workflow.all_handlers_finished)
+            if self._closing:
+                return
             if time_to_continue():
-                workflow.continue_as_new(self._carry())
+                carried = self._carry()
+                if carried is not None:
+                    workflow.continue_as_new(carried)
 
     def _arm_idle_timer(self) -> None:
         """The durable idle timer, started when a turn ends (and stopped when one begins).
@@ -368,15 +411,43 @@ class ConversationWorkflow:
             )  # fmt: skip
             self._idle = True
 
-    def _carry(self) -> ConversationStart:
+    def _carry(self) -> ConversationStart | None:
+        """The next run's input; ``None`` when it would not fit in a payload.
+
+        Receipts go first, the oldest first; a conversation too large without them stays in
+        this run (it takes no more messages: they would not fit in an agent call either).
+        """
         carried = Carried(
             history=[message.to_dict() for message in self._host.history],
             host=self._host.snapshot(),
             idle=self._idle,
             failures=self._failures,
+            last_error=self._last_error,
             receipts=self._receipts,
         )
-        return self._start.model_copy(update={"carried": carried})
+        start = self._start.model_copy(update={"carried": carried})
+        size, limit = payload_size(start), self._start.payload_limit
+        receipts = carried.receipts  # the carried copy
+        if size > limit and receipts:
+            for key, receipt in list(receipts.items()):
+                size -= payload_size(receipt)
+                del receipts[key]
+                if size <= limit:
+                    break
+            size = payload_size(start)
+            workflow.logger.warning(
+                "conversation %s: %d idempotency receipt(s) are not carried into its next run, "
+                "over Temporal's payload limit", self._conversation_id,
+                len(self._receipts) - len(receipts),
+            )  # fmt: skip
+        if size > limit:
+            workflow.logger.warning(
+                "conversation %s does not continue as new: %s bytes, over Temporal's payload "
+                "limit of %s; it takes no more messages", self._conversation_id, size, limit,
+            )  # fmt: skip
+            self._too_large_to_carry = True
+            return None
+        return start
 
     # -- updates and queries --------------------------------------------------------------------
 
@@ -404,6 +475,7 @@ class ConversationWorkflow:
     def _check_send(self, message: UserInput) -> None:
         if not message.messages:
             raise ValueError("A turn needs at least one message.")
+        self._refuse_if_too_large("the conversation with this message", message)
 
     @workflow.update
     async def respond(self, answers: Answers) -> TurnOutcome:
@@ -438,6 +510,69 @@ class ConversationWorkflow:
             outcome = self._outcome(await self._attempt(responses=responses, checkpoint=before))
             return self._receipted(key, outcome)
 
+    @respond.validator
+    def _check_respond(self, answers: Answers) -> None:
+        self._refuse_if_too_large("the conversation with these answers", answers)
+
+    @workflow.update
+    async def abandon(self, wait: bool) -> dict[str, Any] | None:  # noqa: FBT001 - an Update's argument
+        """Give up the open turn: closed without running anything more (``None``: none is open)."""
+        async with self._turn():
+            host = self._host
+            if not host.turn_open:
+                return None
+            event = TurnAbandonedEvent(
+                "on_demand", host.next_agent or host.speaker, self._failures, self._last_error
+            )
+            result = host.abandon_turn(event)
+            self._failures, self._last_error = 0, None
+            # the compiled workflow may still wait for the requests: a new one, loaded as it is
+            self._workflow, self._host = self._open(
+                Carried(history=[m.to_dict() for m in host.history], host=host.snapshot())
+            )
+            return encode_turn(result)
+
+    @abandon.validator
+    def _check_abandon(self, wait: bool) -> None:  # noqa: FBT001 - an Update's argument
+        self._refuse_if_busy(wait)
+
+    @workflow.update
+    async def close(self, wait: bool) -> None:  # noqa: FBT001 - an Update's argument
+        """End this conversation's workflow once no turn runs, forgotten (``delete``).
+
+        Its queries answer as for no conversation from then on, while Temporal deletes it.
+        """
+        async with self._lock:
+            self._disarm_idle_timer()
+            self._closing = True
+            self._workflow, self._host = self._open(None)
+            self._receipts, self._failures, self._last_error = {}, 0, None
+
+    @close.validator
+    def _check_close(self, wait: bool) -> None:  # noqa: FBT001 - an Update's argument
+        self._refuse_if_busy(wait)
+
+    def _refuse_if_busy(self, wait: bool) -> None:  # noqa: FBT001 - an Update's argument
+        if self._lock.locked() and not wait:
+            raise ApplicationError(
+                f"Conversation {self._conversation_id!r} is busy with a turn.",
+                type=BUSY,
+                non_retryable=True,
+            )
+
+    def _refuse_if_too_large(self, what: str, joining: UserInput | Answers) -> None:
+        """Refuse an Update whose input would make the next agent call too large a payload."""
+        size = payload_size(self._call(self._host.speaker or "")) + payload_size(joining)
+        if size > self._start.payload_limit:
+            raise self._too_large(what, size)
+
+    def _too_large(self, what: str, size: int) -> ApplicationError:
+        limit = self._start.payload_limit
+        error = PayloadTooLargeError(self._conversation_id, what, size, limit)
+        return ApplicationError(
+            str(error), what, size, limit, type=PAYLOAD_TOO_LARGE, non_retryable=True
+        )
+
     @workflow.query
     def active_agent(self) -> str | None:
         """The agent the conversation is with (:attr:`GroupChatHost.active_agent`)."""
@@ -459,10 +594,14 @@ class ConversationWorkflow:
         return [message.to_dict() for message in self._host.history]
 
     def _receipted(self, key: str, outcome: TurnOutcome) -> TurnOutcome:
-        """Keep a keyed call's outcome, for its retries in a later run.
+        """The Update's result, if it fits in a payload; a keyed call's is kept for its retries.
 
-        Temporal deduplicates an Update's id within one run only.
+        Temporal deduplicates an Update's id within one run only. A result too large to return
+        is an error instead (the turn ran, and is in the conversation).
         """
+        size = payload_size(outcome)
+        if size > self._start.payload_limit:
+            raise self._too_large("the turn's result", size)
         if key:
             self._receipts[key] = outcome.model_dump(mode="json")
             while len(self._receipts) > KEPT_RECEIPTS:
@@ -505,16 +644,14 @@ class ConversationWorkflow:
         Its id names the agent, so that a replay that would call another agent (a route that
         decides differently) fails with a nondeterminism error instead of mixing them up.
         """
-        host = self._host
-        call = AgentCall(
-            conversation_id=self._conversation_id,
-            agent=agent,
-            closed=closed,
-            history=[message.to_dict() for message in host.history],
-            host=host.snapshot(),
-        )
+        call = self._call(agent, closed=closed)
         if kind is invoke_agent:  # a failed turn goes on from here (resolve's answers are not)
             self._checkpoint = Carried(history=call.history, host=call.host)
+        size, limit = payload_size(call), self._start.payload_limit
+        if size > limit:  # Temporal would refuse the command, and the workflow task with it
+            raise PayloadTooLargeError(
+                self._conversation_id, f"the call of agent {agent!r}", size, limit
+            )
         self._calls += 1
         options = self._registered.options
         limit = None if seconds is None else timedelta(seconds=max(seconds, 0.001))
@@ -554,6 +691,17 @@ class ConversationWorkflow:
                 raise DeadlinePassedError(f"no result within {seconds:g} s") from error
             raise
 
+    def _call(self, agent: str, *, closed: bool = False) -> AgentCall:
+        """A call of ``agent`` on the conversation as it stands, for the activity."""
+        return AgentCall(
+            conversation_id=self._conversation_id,
+            agent=agent,
+            closed=closed,
+            history=[message.to_dict() for message in self._host.history],
+            host=self._host.snapshot(),
+            payload_limit=self._start.payload_limit,
+        )
+
     async def _attempt(
         self, *args: Any, checkpoint: Carried | None = None, **kwargs: Any
     ) -> list[Any]:
@@ -574,10 +722,19 @@ class ConversationWorkflow:
         before every agent call, as a store would have it).
         """
         self._failures += 1
+        innermost = _innermost(error)
+        self._last_error = _described(innermost)
         self._workflow, self._host = self._reopen()  # the compiled workflow stopped mid-run
+        too_large = _innermost(error, PayloadTooLargeError)
+        if isinstance(too_large, PayloadTooLargeError):  # the workflow's own check
+            return self._too_large(too_large.what, too_large.size)
+        failure = _innermost(error, ApplicationError)
+        if isinstance(failure, ApplicationError) and failure.type == PAYLOAD_TOO_LARGE:
+            return failure  # the activity's
         return ApplicationError(
             f"The turn of conversation {self._conversation_id!r} failed "
-            f"({type(error).__name__}: {_cause(error)}); the next message retries it.",
+            f"({type(error).__name__}: {str(innermost) or type(innermost).__name__}); the next "
+            "message retries it.",
             type=TURN_FAILED,
             non_retryable=True,
         )
@@ -597,14 +754,12 @@ class ConversationWorkflow:
             return None
         if self._failures <= self._start.max_turn_retries:
             result = self._result(await self._attempt(ResumeTurn()))
-            self._failures = 0
+            self._failures, self._last_error = 0, None
             if result is None and self._host.pending_requests:  # it waits for a person now
                 raise _pending(self._host)
             return result
-        from handoff_builder._events import TurnAbandonedEvent
-
-        event = TurnAbandonedEvent("failed", host.next_agent, self._failures, None)
-        self._failures = 0
+        event = TurnAbandonedEvent("failed", host.next_agent, self._failures, self._last_error)
+        self._failures, self._last_error = 0, None
         return host.abandon_turn(event)
 
     def _result(self, events: list[Any]) -> HandoffTurnResult | None:
@@ -616,7 +771,7 @@ class ConversationWorkflow:
             return None
 
     def _outcome(self, events: list[Any]) -> TurnOutcome:
-        self._failures = 0
+        self._failures, self._last_error = 0, None
         result = self._result(events)
         if result is None:
             requests = [request.to_dict() for request in self._host.pending_requests]
@@ -653,11 +808,25 @@ def _by_request_id(
     return by_id({key: Content.from_dict(value) for key, value in answers.items()}, pending)
 
 
-def _cause(error: BaseException) -> str:
-    """The innermost message: an activity's failure says what the agent's call raised."""
-    while error.__cause__ is not None:
-        error = error.__cause__
-    return str(error) or type(error).__name__
+def _described(error: BaseException) -> str:
+    """``"TypeName: message"``; an activity's failure by the type of what it raised."""
+    if isinstance(error, ApplicationError) and error.type:
+        return f"{error.type}: {error.message}"
+    return f"{type(error).__name__}: {error}"
+
+
+def _innermost(error: BaseException, kind: type[BaseException] = BaseException) -> BaseException:
+    """The innermost cause of ``error`` that is a ``kind`` (``error``: none is).
+
+    An activity's failure says what the agent's call raised.
+    """
+    found = error
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, kind):
+            found = cause
+        cause = cause.__cause__
+    return found
 
 
 __all__ = [
