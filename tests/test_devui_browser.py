@@ -128,7 +128,10 @@ def test_devui_shows_the_agent_of_each_reply_and_the_handoff(
     from selenium.webdriver.common.by import By
 
     base = serve("devui")
-    page.get(base)
+    # The token goes into DevUI's storage from a page of the same origin that runs none of
+    # DevUI's code (its health check): DevUI itself, finding no token on a first start, would
+    # race with us and could clear the one we set.
+    page.get(f"{base.rstrip('/')}/health")
     keep = "localStorage.setItem('devui_auth_token', arguments[0])"  # DevUI reads it there
     page.execute_script(keep, TOKEN)  # pyright: ignore[reportUnknownMemberType] - selenium leaves *args untyped
     page.get(base)
