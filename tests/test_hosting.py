@@ -23,11 +23,11 @@ from handoff_builder import (
     ConversationBusyError,
     ConversationHost,
     CorruptConversationError,
-    HandoffBuilderError,
     HandoffWorkflowBuilder,
     PendingRequestsError,
     SchemaVersionError,
     StoreUnavailableError,
+    UnexpectedAnswersError,
 )
 from handoff_builder.stores import (
     ConversationStore,
@@ -386,8 +386,9 @@ async def test_hosted_turn_with_an_approval(store: ConversationStore) -> None:
     record = await store.load("c")
     assert record is not None
     assert record.state["host"]["pending"] is None
-    with pytest.raises(HandoffBuilderError, match="waits for no answers"):
+    with pytest.raises(UnexpectedAnswersError, match="waits for no answers") as refused:
         await host.respond("c", {str(request.id): answer})
+    assert (refused.value.unknown, refused.value.waiting) == ((str(request.id),), ())
 
 
 async def test_live_conversation_is_reused_until_another_worker_writes(

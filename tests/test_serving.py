@@ -390,13 +390,13 @@ async def test_an_external_call_is_answered_by_a_tool_message(tmp_path: Path) ->
 async def test_a_wrong_answer_is_refused_and_not_counted_as_a_failure(tmp_path: Path) -> None:
     from agent_framework import Content
 
-    from handoff_builder import HandoffBuilderError, PendingRequestsError
+    from handoff_builder import PendingRequestsError, UnexpectedAnswersError
 
     host, _ = refund_desk(tmp_path / "c.db")
     with pytest.raises(PendingRequestsError):
         await host.send("c", "refund me")
     wrong = Content.from_function_result(call_id="nope", result="?")
-    with pytest.raises(HandoffBuilderError, match="waits for no request with id 'nope'"):
+    with pytest.raises(UnexpectedAnswersError, match="waits for no request with id 'nope'"):
         await host.respond("c", {"nope": wrong})
     record = await host.store.load("c")
     assert record is not None

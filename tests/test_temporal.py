@@ -30,6 +30,7 @@ from handoff_builder import (
     HandoffConfigurationError,
     HandoffWorkflowBuilder,
     PendingRequestsError,
+    UnexpectedAnswersError,
 )
 from handoff_builder.testing import (
     ModelCall,
@@ -323,8 +324,9 @@ async def test_an_approval_is_answered_after_a_worker_restart(client: Client, qu
     async with serving(client, builder, queue) as host:  # a new worker answers it
         answer: Content = request.to_function_approval_response(approved=True)
         turn = await host.respond(conversation, {str(request.id): answer})
-        with pytest.raises(Exception, match="waits for no answers"):
+        with pytest.raises(UnexpectedAnswersError, match="waits for no answers") as refused:
             await host.respond(conversation, {str(request.id): answer})
+        assert refused.value.waiting == ()
     assert (turn.text, turn.active_agent) == ("Done: 5 EUR back.", "billing")
     assert paid == [5]
     assert received(billing).sees("refunded 5 EUR")
@@ -354,8 +356,9 @@ async def test_an_external_call_waits_for_the_application(client: Client, queue:
         [request] = waiting.value.requests
         assert (request.type, request.name) == ("function_call", "lookup_order")
         result = Content.from_function_result(call_id=str(request.call_id), result="shipped")
-        with pytest.raises(Exception, match="waits for no request with id 'nope'"):
+        with pytest.raises(UnexpectedAnswersError, match="with id 'nope'") as refused:
             await host.respond(conversation, {"nope": result})
+        assert refused.value.waiting == (str(request.id),)
         turn = await host.respond(conversation, {str(request.call_id): result})
     assert turn.text == "Order A-1: shipped"
     assert received(billing).sees("shipped")

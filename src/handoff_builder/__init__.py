@@ -114,6 +114,7 @@ from .exceptions import (
     SchemaVersionError,
     ScriptExhaustedError,
     StoreUnavailableError,
+    UnexpectedAnswersError,
 )
 
 if _typing.TYPE_CHECKING:
@@ -125,10 +126,9 @@ if _typing.TYPE_CHECKING:
         ABANDONED_TURN_PROPERTY,
         DEFAULT_IDLE_TIMEOUT,
         DEFAULT_MAX_INPUT_BYTES,
-        DEFAULT_MAX_TURN_RETRIES,
-        MAX_IDEMPOTENCY_KEY_LENGTH,
         ConversationHost,
     )
+    from ._lifecycle import DEFAULT_MAX_TURN_RETRIES, MAX_IDEMPOTENCY_KEY_LENGTH
 
 # name -> (module, attribute of it; None for the module itself)
 _LAZY: dict[str, tuple[str, str | None]] = {
@@ -139,8 +139,8 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "ABANDONED_TURN_PROPERTY": ("._hosting", "ABANDONED_TURN_PROPERTY"),
     "DEFAULT_IDLE_TIMEOUT": ("._hosting", "DEFAULT_IDLE_TIMEOUT"),
     "DEFAULT_MAX_INPUT_BYTES": ("._hosting", "DEFAULT_MAX_INPUT_BYTES"),
-    "DEFAULT_MAX_TURN_RETRIES": ("._hosting", "DEFAULT_MAX_TURN_RETRIES"),
-    "MAX_IDEMPOTENCY_KEY_LENGTH": ("._hosting", "MAX_IDEMPOTENCY_KEY_LENGTH"),
+    "DEFAULT_MAX_TURN_RETRIES": ("._lifecycle", "DEFAULT_MAX_TURN_RETRIES"),
+    "MAX_IDEMPOTENCY_KEY_LENGTH": ("._lifecycle", "MAX_IDEMPOTENCY_KEY_LENGTH"),
     "stores": (".stores", None),
     "check_agui_request": ("._agui", "check_agui_request"),  # needs FastAPI (the serve extra)
     "agui_request_check": ("._agui", "agui_request_check"),
@@ -285,6 +285,7 @@ __all__ = [
     "TurnStart",
     "TurnStatus",
     "TurnTimeoutEvent",
+    "UnexpectedAnswersError",
     "UserTurn",
     "agui_agent",
     "agui_request_check",

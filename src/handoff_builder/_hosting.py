@@ -6,7 +6,7 @@ import json
 import logging
 import math
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, cast
@@ -22,7 +22,20 @@ from ._events import (
     HandoffTurnResult,
     TurnAbandonedEvent,
 )
-from ._host import GroupChatHost, ReissueRequests, ResumeTurn, UserTurn
+from ._host import GroupChatHost, ReissueRequests, UserTurn
+from ._lifecycle import (
+    DEFAULT_MAX_TURN_RETRIES,
+    MAX_IDEMPOTENCY_KEY_LENGTH,
+    Receipt,
+    UserInput,
+    answers_by_request,
+    check_idempotency_key,
+    failure_text,
+    finish_interrupted,
+    kept,
+    turn_result,
+    user_messages,
+)
 from ._state import HostState, TurnRecord, adapter_for, decode_host_state, validated
 from .exceptions import (
     ConversationBusyError,
@@ -62,10 +75,6 @@ __all__ = [
 logger = logging.getLogger("handoff_builder")
 
 DEFAULT_IDLE_TIMEOUT = timedelta(minutes=30)
-DEFAULT_MAX_TURN_RETRIES = 2
-"""How many times the next messages retry a failed turn before it is abandoned."""
-MAX_IDEMPOTENCY_KEY_LENGTH = 256
-"""The longest idempotency key, in characters."""
 DEFAULT_MAX_INPUT_BYTES = 4 * 1024 * 1024
 """The largest user input one turn takes (or answers one call gives), in bytes of UTF-8 JSON.
 
@@ -74,10 +83,6 @@ anything is stored or sent to a model."""
 ABANDONED_TURN_PROPERTY = "handoff_builder_abandoned_turn"
 """In :meth:`ConversationHost.history`, a message's ``additional_properties`` key, set to
 ``True`` on the messages of an abandoned turn: they stay in the history, in no agent's view."""
-_KEPT_RECEIPTS = 32  # idempotency keys remembered per conversation (its latest turns)
-
-UserInput = str | Message | Sequence[Message]
-
 # Errors that are not the turn's fault: the store, the lease or the caller. They are raised as
 # they are and never count as a failed attempt of the turn.
 _NOT_THE_TURNS_FAULT = (
@@ -96,13 +101,6 @@ def _utcnow() -> datetime:
 
 
 @dataclass(frozen=True)
-class _Receipt(TurnRecord):
-    """A finished turn, by the idempotency keys of the calls that ran it."""
-
-    keys: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
 class _Hosted:
     """What the hosting layer keeps in a conversation's state row beside the host's state."""
 
@@ -110,7 +108,7 @@ class _Hosted:
     turn_keys: tuple[str, ...] = ()  # idempotency keys of the calls that ran the open turn
     failures: int = 0  # failed attempts of the open turn
     last_error: str | None = None
-    receipts: tuple[_Receipt, ...] = ()
+    receipts: tuple[Receipt, ...] = ()
 
 
 class _StoreJournal:
@@ -182,7 +180,7 @@ class _StoreJournal:
         if not isinstance(host_state, dict) or cast(dict[str, Any], host_state).get("turn") is None:
             return False
         self.failures += 1
-        self.last_error = f"{type(error).__name__}: {error}"[:500]
+        self.last_error = failure_text(error)
         state = {**self._written, "failures": self.failures, "last_error": self.last_error}
         await self._write([], state)
         return True
@@ -222,16 +220,81 @@ class _StoreJournal:
             held.released_by_write()
 
     def _add_receipt(self, result: HandoffTurnResult) -> None:
-        receipt = _Receipt(**vars(TurnRecord.of(result)), keys=tuple(self.turn_keys))
-        self.receipts = [*self.receipts, _encode(_Receipt, receipt)][-_KEPT_RECEIPTS:]
+        receipt = Receipt(**vars(TurnRecord.of(result)), keys=tuple(self.turn_keys))
+        self.receipts = kept(self.receipts, _encode(Receipt, receipt))
         self._receipted = result
 
-    def receipt(self, key: str) -> _Receipt | None:
+    def receipt(self, key: str) -> Receipt | None:
         for raw in reversed(self.receipts):
             keys = raw.get("keys")
             if isinstance(keys, list) and key in keys:
-                return _decode(_Receipt, raw, self._conversation_id)
+                return _decode(Receipt, raw, self._conversation_id)
         return None
+
+
+class _Opened:
+    """A conversation this worker opened for a call: the lifecycle's backend on a store.
+
+    ``workflow`` and ``host`` are the conversation's compiled workflow and its host, loaded as
+    stored (or kept live from this worker's last turn of it); its journal writes to the store.
+    """
+
+    __slots__ = ("_reopen", "conversation_id", "host", "workflow")
+
+    def __init__(
+        self,
+        conversation_id: str,
+        workflow: Workflow,
+        host: GroupChatHost,
+        reopen: Callable[[], Awaitable[_Opened]],
+    ) -> None:
+        self.conversation_id = conversation_id
+        self.workflow = workflow
+        self.host = host
+        self._reopen = reopen
+
+    @property
+    def journal(self) -> _StoreJournal:
+        return cast(_StoreJournal, self.host.journal)
+
+    @property
+    def failures(self) -> int:
+        return self.journal.failures
+
+    @property
+    def last_error(self) -> str | None:
+        return self.journal.last_error
+
+    async def attempt(self, *args: Any, **kwargs: Any) -> list[WorkflowEvent[Any]]:
+        """Run the workflow; a failure of the turn itself is counted before it is raised."""
+        try:
+            return list(await self.workflow.run(*args, **kwargs))
+        except Exception as error:
+            await self.count_failure(error)
+            raise
+
+    async def count_failure(self, error: Exception) -> bool:
+        """Count ``error`` against the open turn, as stored; False when it is not counted."""
+        if isinstance(error, _NOT_THE_TURNS_FAULT):
+            return False
+        try:
+            return await self.journal.record_failure(error)
+        except HandoffBuilderError as unrecorded:  # the store or the lease: say so, keep `error`
+            logger.warning("could not record the failed attempt: %s", unrecorded)
+            return False
+
+    async def restore(self) -> None:
+        """The conversation as stored, after a failed attempt changed it in memory."""
+        release = self.journal.release_when_done
+        stored = await self._reopen()
+        self.workflow, self.host = stored.workflow, stored.host
+        self.journal.release_when_done = release
+
+    async def give_up(self, event: TurnAbandonedEvent) -> HandoffTurnResult:
+        """Abandon the open turn and store it so."""
+        result = self.host.abandon_turn(event)
+        await self.journal.record(self.host)
+        return result
 
 
 def idle_timeout_of(value: timedelta | float) -> timedelta:
@@ -330,7 +393,7 @@ class ConversationHost:
         self.lease_ttl = lease_ttl
         self.worker_id = worker_id
         self.max_turn_retries = max_turn_retries
-        self._live: OrderedDict[str, tuple[Workflow, GroupChatHost, _StoreJournal]] = OrderedDict()
+        self._live: OrderedDict[str, _Opened] = OrderedDict()
 
     async def send(
         self,
@@ -360,28 +423,25 @@ class ConversationHost:
             LeaseLostError: this worker's lease was taken over mid-turn; nothing more was written.
         """
         check_conversation_id(conversation_id)
-        _check_key(idempotency_key)
-        messages = _messages(message)
+        check_idempotency_key(idempotency_key)
+        messages = user_messages(message)
         self._check_size(conversation_id, [m.to_dict() for m in messages], "message")
         if conversation_id in self._live:
             done = await self._send_live(conversation_id, messages, wait, idempotency_key)
             if done is not None:
                 return done
         async with self._hold(conversation_id, wait) as held:
-            workflow, host = await self._open(conversation_id, held)
+            opened = await self._open(conversation_id, held)
             if idempotency_key is not None:
-                done = await self._repeated(conversation_id, workflow, host, idempotency_key)
+                done = await self._repeated(opened, idempotency_key)
                 if done is not None:
                     return done
-            recovered, workflow, host = await self._before_message(
-                conversation_id, workflow, host, held
-            )
-            self._last_step(host, idempotency_key)
-            turn = self._user_turn(conversation_id, host, messages)
-            events = await self._attempt(workflow, host, turn)
-            result = _turn_result(conversation_id, host, events)
+            recovered = await self._before_message(opened)
+            self._last_step(opened, idempotency_key)
+            events = await opened.attempt(self._user_turn(opened, messages))
+            result = turn_result(conversation_id, opened.host, events)
             result.recovered = recovered
-            self._keep(conversation_id, workflow, host)
+            self._keep(opened)
             return result
 
     async def _send_live(
@@ -397,28 +457,28 @@ class ConversationHost:
         finds the conversation busy or changed since (another worker wrote), the turn is given
         up unseen and ``None`` returned: the caller runs it the usual way (lease first, reload).
         """
-        workflow, host, journal = self._live.pop(conversation_id)
-        if host.turn_open:  # not kept that way; reload to be sure
+        opened = self._live.pop(conversation_id)
+        journal = opened.journal
+        if opened.host.turn_open:  # not kept that way; reload to be sure
             return None
         if key is not None:
             receipt = journal.receipt(key)  # receipts only ever grow: a found one holds
             if receipt is not None:
-                self._live[conversation_id] = (workflow, host, journal)
-                return receipt.result(host.history)
+                self._live[conversation_id] = opened
+                return receipt.result(opened.host.history)
         held = LeaseHold(self.store, conversation_id, new_owner(self.worker_id), self.lease_ttl)
         journal.held = held
-        self._last_step(host, key)
-        turn = self._user_turn(conversation_id, host, messages)
+        self._last_step(opened, key)
         try:
-            events = await self._attempt(workflow, host, turn)
+            events = await opened.attempt(self._user_turn(opened, messages))
         except (ConversationBusyError, ConversationConflictError) as error:
             if held.taken or (isinstance(error, ConversationBusyError) and not wait):
                 raise
             return None  # not written, nothing called: run it the usual way
         finally:
             await held.close()
-        result = _turn_result(conversation_id, host, events)
-        self._keep(conversation_id, workflow, host)
+        result = turn_result(conversation_id, opened.host, events)
+        self._keep(opened)
         return result
 
     async def respond(
@@ -437,31 +497,21 @@ class ConversationHost:
         a crash interrupted it) instead of failing because nothing waits for answers any more.
         """
         check_conversation_id(conversation_id)
-        _check_key(idempotency_key)
+        check_idempotency_key(idempotency_key)
         self._check_size(conversation_id, [a.to_dict() for a in answers.values()], "answers")
         async with self._hold(conversation_id, wait) as held:
-            workflow, host = await self._open(conversation_id, held)
+            opened = await self._open(conversation_id, held)
             if idempotency_key is not None:
-                done = await self._repeated(conversation_id, workflow, host, idempotency_key)
+                done = await self._repeated(opened, idempotency_key)
                 if done is not None:
                     return done
-            if not host.pending_requests:
-                raise HandoffBuilderError(
-                    f"Conversation {conversation_id!r} waits for no answers; use send()."
-                )
-            self._last_step(host, idempotency_key)
-            await workflow.run(ReissueRequests())
-            responses = _by_request_id(answers, host.pending_requests)
-            waiting = {str(request.id) for request in host.pending_requests}
-            unknown = sorted(set(responses) - waiting)
-            if unknown:  # the caller's mistake, not the turn's: not counted as a failure
-                raise HandoffBuilderError(
-                    f"Conversation {conversation_id!r} waits for no request with id "
-                    f"{', '.join(map(repr, unknown))}; it waits for {sorted(waiting)}."
-                )
-            events = await self._attempt(workflow, host, responses=responses)
-            result = _turn_result(conversation_id, host, events)
-            self._keep(conversation_id, workflow, host)
+            # the caller's mistake, not the turn's: refused before anything runs, not counted
+            responses = answers_by_request(conversation_id, answers, opened.host.pending_requests)
+            self._last_step(opened, idempotency_key)
+            await opened.workflow.run(ReissueRequests())
+            events = await opened.attempt(responses=responses)
+            result = turn_result(conversation_id, opened.host, events)
+            self._keep(opened)
             return result
 
     async def stream(
@@ -478,37 +528,35 @@ class ConversationHost:
         event of the turn it ran. A turn abandoned first yields ``handoff_turn_abandoned``.
         """
         check_conversation_id(conversation_id)
-        _check_key(idempotency_key)
-        messages = _messages(message)
+        check_idempotency_key(idempotency_key)
+        messages = user_messages(message)
         self._check_size(conversation_id, [m.to_dict() for m in messages], "message")
         async with self._hold(conversation_id, wait) as held:
-            workflow, host = await self._open(conversation_id, held)
+            opened = await self._open(conversation_id, held)
             if idempotency_key is not None:
-                done = await self._repeated(conversation_id, workflow, host, idempotency_key)
+                done = await self._repeated(opened, idempotency_key)
                 if done is not None:
                     yield WorkflowEvent(cast(Any, HANDOFF_TURN_EVENT), data=done)
                     return
-            recovered, workflow, host = await self._before_message(
-                conversation_id, workflow, host, held
-            )
+            recovered = await self._before_message(opened)
             if recovered is not None and recovered.abandoned is not None:
                 yield WorkflowEvent(
                     cast(Any, HANDOFF_TURN_ABANDONED_EVENT), data=recovered.abandoned
                 )
-            self._last_step(host, idempotency_key)
-            turn = self._user_turn(conversation_id, host, messages)
+            self._last_step(opened, idempotency_key)
+            turn = self._user_turn(opened, messages)
             try:
-                async for event in workflow.run(turn, stream=True):
+                async for event in opened.workflow.run(turn, stream=True):
                     if event.type == HANDOFF_TURN_EVENT and isinstance(
                         event.data, HandoffTurnResult
                     ):
                         event.data.recovered = recovered
                     yield event
             except Exception as error:
-                await self._count_failure(host, error)
+                await opened.count_failure(error)
                 raise
-            if not host.turn_open:
-                self._keep(conversation_id, workflow, host)
+            if not opened.host.turn_open:
+                self._keep(opened)
 
     async def pending(self, conversation_id: str) -> list[Content]:
         """The requests the conversation waits for (approvals, external calls), in order.
@@ -588,13 +636,11 @@ class ConversationHost:
         """
         check_conversation_id(conversation_id)
         async with self._hold(conversation_id, wait) as held:
-            workflow, host = await self._open(conversation_id, held)
-            self._last_step(host, None)
-            result, workflow, host = await self._finish_interrupted(
-                conversation_id, workflow, host, held
-            )
+            opened = await self._open(conversation_id, held)
+            self._last_step(opened, None)
+            result = await finish_interrupted(opened, self.max_turn_retries)
             if result is not None:
-                self._keep(conversation_id, workflow, host)
+                self._keep(opened)
             return result
 
     async def replay(
@@ -610,10 +656,9 @@ class ConversationHost:
             PendingRequestsError: that turn waits for answers (:meth:`respond`).
         """
         check_conversation_id(conversation_id)
-        _check_key(idempotency_key)
+        check_idempotency_key(idempotency_key)
         async with self._hold(conversation_id, wait) as held:
-            workflow, host = await self._open(conversation_id, held)
-            return await self._repeated(conversation_id, workflow, host, idempotency_key)
+            return await self._repeated(await self._open(conversation_id, held), idempotency_key)
 
     async def abandon(
         self, conversation_id: str, *, wait: bool = False
@@ -629,19 +674,18 @@ class ConversationHost:
         check_conversation_id(conversation_id)
         async with self._hold(conversation_id, wait) as held:
             try:
-                workflow, host = await self._open(conversation_id, held)
+                opened = await self._open(conversation_id, held)
             except CorruptConversationError:  # a turn whose payloads no longer fit, say
-                workflow, host = await self._open(conversation_id, held, reuse=False, strict=False)
+                opened = await self._open(conversation_id, held, reuse=False, strict=False)
+            host = opened.host
             if not host.turn_open:
                 return None
-            journal = self._journal(host)
-            journal.release_when_done = True
+            opened.journal.release_when_done = True
             event = TurnAbandonedEvent(
-                "on_demand", host.next_agent or host.speaker, journal.failures, journal.last_error
+                "on_demand", host.next_agent or host.speaker, opened.failures, opened.last_error
             )
-            result = host.abandon_turn(event)
-            await journal.record(host)
-            self._keep(conversation_id, workflow, host)
+            result = await opened.give_up(event)
+            self._keep(opened)
             return result
 
     async def active_agent(self, conversation_id: str) -> str | None:
@@ -686,26 +730,20 @@ class ConversationHost:
             owner=new_owner(self.worker_id),
         )
 
-    def _last_step(self, host: GroupChatHost, key: str | None) -> None:
+    def _last_step(self, opened: _Opened, key: str | None) -> None:
         """What the call runs next is its last turn: its key, and its last write releases."""
-        journal = self._journal(host)
+        journal = opened.journal
         journal.key = key
         journal.release_when_done = True
 
-    @staticmethod
-    def _journal(host: GroupChatHost) -> _StoreJournal:
-        return cast(_StoreJournal, host.journal)
-
     async def _open(
         self, conversation_id: str, held: LeaseHold, *, reuse: bool = True, strict: bool = True
-    ) -> tuple[Workflow, GroupChatHost]:
+    ) -> _Opened:
         live = self._live.pop(conversation_id, None)
-        if live is not None and reuse:
-            workflow, host, journal = live
-            # Reuse the conversation kept from this worker's last turn if nobody wrote since.
-            if held.lease.version == journal.version:
-                journal.held = held
-                return workflow, host
+        # Reuse the conversation kept from this worker's last turn if nobody wrote since.
+        if live is not None and reuse and held.lease.version == live.journal.version:
+            live.journal.held = held
+            return live
         record = await self.store.load(conversation_id)  # errors surface before any model call
         workflow = self.builder.build()
         host = workflow.get_start_executor()
@@ -732,71 +770,47 @@ class ConversationHost:
         journal.held = held
         host.journal = journal
         host.conversation_id = conversation_id
-        return workflow, host
 
-    def _keep(self, conversation_id: str, workflow: Workflow, host: GroupChatHost) -> None:
+        def stored() -> Awaitable[_Opened]:
+            return self._open(conversation_id, held, reuse=False, strict=strict)
+
+        return _Opened(conversation_id, workflow, host, stored)
+
+    def _keep(self, opened: _Opened) -> None:
         """Keep a conversation that ended its turn cleanly, for this worker's next turn of it."""
-        journal = host.journal
+        journal = opened.host.journal
         if self.live_conversations < 1 or not isinstance(journal, _StoreJournal):
             return
         journal.key, journal.release_when_done, journal.held = None, False, None
-        self._live[conversation_id] = (workflow, host, journal)
+        self._live[opened.conversation_id] = opened
         while len(self._live) > self.live_conversations:
             self._live.popitem(last=False)
 
-    def _user_turn(
-        self, conversation_id: str, host: GroupChatHost, messages: list[Message]
-    ) -> UserTurn:
+    def _user_turn(self, opened: _Opened, messages: list[Message]) -> UserTurn:
         """The turn to run, with this host's policy: remember the active agent, unless idle."""
-        last = self._journal(host).last_activity
+        last, host = opened.journal.last_activity, opened.host
         if last is not None and host.speaker is not None:
             idle = self._clock() - last
             if idle > self.idle_timeout:
                 logger.info(
                     "conversation %s was idle for %s; starting again at the initial agent "
                     "instead of %r",
-                    conversation_id, idle, host.speaker,
+                    opened.conversation_id, idle, host.speaker,
                 )  # fmt: skip
                 return UserTurn(messages, return_to_previous=False)
         return UserTurn(messages, return_to_previous=True if self.remember_active_agent else None)
 
-    async def _attempt(
-        self, workflow: Workflow, host: GroupChatHost, *args: Any, **kwargs: Any
-    ) -> list[WorkflowEvent[Any]]:
-        """Run the workflow; a failure of the turn itself is counted before it is raised."""
-        try:
-            return list(await workflow.run(*args, **kwargs))
-        except Exception as error:
-            await self._count_failure(host, error)
-            raise
-
-    async def _count_failure(self, host: GroupChatHost, error: Exception) -> bool:
-        if isinstance(error, _NOT_THE_TURNS_FAULT):
-            return False
-        try:
-            return await self._journal(host).record_failure(error)
-        except HandoffBuilderError as unrecorded:  # the store or the lease: say so, keep `error`
-            logger.warning("could not record the failed attempt: %s", unrecorded)
-            return False
-
-    async def _repeated(
-        self, conversation_id: str, workflow: Workflow, host: GroupChatHost, key: str
-    ) -> HandoffTurnResult | None:
+    async def _repeated(self, opened: _Opened, key: str) -> HandoffTurnResult | None:
         """The turn an earlier call with ``key`` ran, finished if need be; ``None``: a new call."""
-        journal = self._journal(host)
+        journal = opened.journal
         receipt = journal.receipt(key)
         if receipt is not None:
-            return receipt.result(host.history)
-        if host.turn_open and key in journal.turn_keys:
-            if host.pending_requests:
-                raise PendingRequestsError(conversation_id, host.pending_requests)
-            held = cast(LeaseHold, journal.held)  # _open gave the journal its lease
+            return receipt.result(opened.host.history)
+        if opened.host.turn_open and key in journal.turn_keys:
             journal.release_when_done = True  # the call ends with this turn
-            result, workflow, host = await self._finish_interrupted(
-                conversation_id, workflow, host, held
-            )
+            result = await finish_interrupted(opened, self.max_turn_retries)
             if result is not None:
-                self._keep(conversation_id, workflow, host)
+                self._keep(opened)
                 return result
         return None
 
@@ -811,83 +825,25 @@ class ConversationHost:
         if size > limit:
             raise MessageTooLargeError(conversation_id, what, size, limit)
 
-    async def _before_message(
-        self, conversation_id: str, workflow: Workflow, host: GroupChatHost, held: LeaseHold
-    ) -> tuple[HandoffTurnResult | None, Workflow, GroupChatHost]:
+    async def _before_message(self, opened: _Opened) -> HandoffTurnResult | None:
         """Finish the interrupted turn before a new message; if it fails, the message is refused.
 
         Raises:
             MessageNotStoredError: the interrupted turn failed again (its error is the cause).
         """
         try:
-            return await self._finish_interrupted(conversation_id, workflow, host, held)
+            return await finish_interrupted(opened, self.max_turn_retries)
         except Exception as error:
             if isinstance(error, _NOT_THE_TURNS_FAULT):
                 raise
-            failures, retries = self._journal(host).failures, self.max_turn_retries
+            failures, retries = opened.failures, self.max_turn_retries
             reason = (
                 f"its interrupted turn was retried first and failed again "
                 f"({type(error).__name__}: {error}); the next message retries it (retry "
                 f"{failures} of {retries}; after the last, the turn is abandoned and the message "
                 f"runs), or abandon() it now"
             )
-            raise MessageNotStoredError(conversation_id, reason) from error
-
-    async def _finish_interrupted(
-        self, conversation_id: str, workflow: Workflow, host: GroupChatHost, held: LeaseHold
-    ) -> tuple[HandoffTurnResult | None, Workflow, GroupChatHost]:
-        """Finish (or retry, or abandon) the open turn: its result, and the workflow to go on."""
-        if host.pending_requests:
-            raise PendingRequestsError(conversation_id, host.pending_requests)
-        following = host.next_agent
-        if not host.turn_open or following is None:
-            return None, workflow, host
-        journal = self._journal(host)
-        if journal.failures <= self.max_turn_retries:
-            logger.warning(
-                "conversation %s: finishing a turn interrupted before %r answered%s",
-                conversation_id, following,
-                f" (retry {journal.failures} of {self.max_turn_retries})" if journal.failures
-                else "",
-            )  # fmt: skip
-            try:
-                events = await self._attempt(workflow, host, ResumeTurn())
-                return _turn_result(conversation_id, host, events), workflow, host
-            except Exception:
-                if journal.failures <= self.max_turn_retries:
-                    raise
-                # That was the last retry: give the turn up, from the state as stored.
-                release = journal.release_when_done
-                workflow, host = await self._open(conversation_id, held, reuse=False)
-                journal = self._journal(host)
-                journal.release_when_done = release
-        event = TurnAbandonedEvent("failed", following, journal.failures, journal.last_error)
-        result = host.abandon_turn(event)
-        await journal.record(host)
-        return result, workflow, host
-
-
-def _check_key(key: str | None) -> None:
-    if key is None:
-        return
-    if not isinstance(key, str) or not key.strip():  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise ValueError(f"idempotency_key must be a non-empty string or None, got {key!r}.")
-    if len(key) > MAX_IDEMPOTENCY_KEY_LENGTH:
-        raise ValueError(
-            f"idempotency_key is {len(key)} characters long; the limit is "
-            f"{MAX_IDEMPOTENCY_KEY_LENGTH}."
-        )
-
-
-def _messages(message: UserInput) -> list[Message]:
-    if isinstance(message, str):
-        return [Message(role="user", contents=[message])]
-    if isinstance(message, Message):
-        return [message]
-    messages = list(message)
-    if not messages:
-        raise ValueError("A turn needs at least one input message; got an empty list.")
-    return messages
+            raise MessageNotStoredError(opened.conversation_id, reason) from error
 
 
 @dataclass(frozen=True)
@@ -979,26 +935,3 @@ def _decode(kind: type[Any], raw: Any, conversation_id: str) -> Any:
         raise CorruptConversationError(
             conversation_id, f"the hosting state is not valid ({error.detail})"
         ) from error
-
-
-def _by_request_id(
-    answers: Mapping[str, Content], pending: Sequence[Content]
-) -> dict[str, Content]:
-    """``answers`` keyed by request id; an external call's answer may be keyed by its call id."""
-    by_call = {
-        str(request.call_id): str(request.id)
-        for request in pending
-        if request.type == "function_call" and request.call_id is not None
-    }
-    return {by_call.get(key, key): answer for key, answer in answers.items()}
-
-
-def _turn_result(
-    conversation_id: str, host: GroupChatHost, events: list[WorkflowEvent[Any]]
-) -> HandoffTurnResult:
-    for event in reversed(events):
-        if event.type == HANDOFF_TURN_EVENT and isinstance(event.data, HandoffTurnResult):
-            return event.data
-    if host.pending_requests:
-        raise PendingRequestsError(conversation_id, host.pending_requests)
-    raise HandoffBuilderError(f"The turn of conversation {conversation_id!r} produced no result.")

@@ -17,6 +17,7 @@ so ``except ValueError`` keeps working for configuration mistakes::
     ├── LeaseLostError(HandoffBuilderError, RuntimeError)            another worker took the turn
     ├── StoreUnavailableError(HandoffBuilderError, ConnectionError)  the store cannot be reached
     ├── PendingRequestsError(HandoffBuilderError, RuntimeError)     a hosted turn waits for answers
+    ├── UnexpectedAnswersError(HandoffBuilderError, ValueError)     answers nothing waits for
     ├── MessageNotStoredError(HandoffBuilderError, RuntimeError)    a message was refused, unstored
     ├── MessageTooLargeError(HandoffBuilderError, ValueError)       an input over the size limit
     ├── InvalidMessageError(HandoffBuilderError, ValueError)       a served run's input is not valid
@@ -54,6 +55,7 @@ __all__ = [
     "SchemaVersionError",
     "ScriptExhaustedError",
     "StoreUnavailableError",
+    "UnexpectedAnswersError",
 ]
 
 
@@ -245,6 +247,30 @@ class PayloadTooLargeError(HandoffBuilderError, ValueError):
             "large document elsewhere and send a reference to it), or delete the conversation "
             "and start a new one."
         )
+
+
+class UnexpectedAnswersError(HandoffBuilderError, ValueError):
+    """Answers given to a hosted conversation that waits for none of them; nothing ran.
+
+    ``unknown`` holds the ids of the answers no request of the conversation has; ``waiting``
+    the ids of the requests it does wait for (empty: it waits for no answers, send a message
+    instead).
+    """
+
+    def __init__(
+        self, conversation_id: str, unknown: Sequence[str], waiting: Sequence[str]
+    ) -> None:
+        self.conversation_id = conversation_id
+        self.unknown: tuple[str, ...] = tuple(unknown)
+        self.waiting: tuple[str, ...] = tuple(waiting)
+        if not self.waiting:
+            text = f"Conversation {conversation_id!r} waits for no answers; use send()."
+        else:
+            text = (
+                f"Conversation {conversation_id!r} waits for no request with id "
+                f"{', '.join(map(repr, self.unknown))}; it waits for {list(self.waiting)}."
+            )
+        super().__init__(text)
 
 
 class MessageNotStoredError(HandoffBuilderError, RuntimeError):

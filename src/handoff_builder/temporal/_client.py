@@ -30,19 +30,19 @@ from temporalio.worker import Worker
 
 from handoff_builder._builder import HandoffWorkflowBuilder
 from handoff_builder._events import HANDOFF_EVENT, HANDOFF_TURN_EVENT, HandoffTurnResult
-from handoff_builder._hosting import (
-    DEFAULT_IDLE_TIMEOUT,
+from handoff_builder._hosting import DEFAULT_IDLE_TIMEOUT, idle_timeout_of
+from handoff_builder._lifecycle import (
     DEFAULT_MAX_TURN_RETRIES,
     UserInput,
-    _check_key,  # pyright: ignore[reportPrivateUsage]
-    idle_timeout_of,
+    check_idempotency_key,
+    user_messages,
 )
-from handoff_builder._hosting import _messages as messages_of  # pyright: ignore[reportPrivateUsage]
 from handoff_builder.exceptions import (
     ConversationBusyError,
     HandoffBuilderError,
     PayloadTooLargeError,
     PendingRequestsError,
+    UnexpectedAnswersError,
 )
 from handoff_builder.stores import check_conversation_id
 
@@ -249,7 +249,7 @@ class TemporalConversationHost:
                 would not fit fails the turn with it.
         """
         check_conversation_id(conversation_id)
-        payload = UserInputPayload(messages=[m.to_dict() for m in messages_of(message)])
+        payload = UserInputPayload(messages=[m.to_dict() for m in user_messages(message)])
         await self._refuse_if_too_large(conversation_id, "the message", payload)
         client: Any = self.client  # its overloads are partly untyped
 
@@ -501,7 +501,7 @@ def _update_id(idempotency_key: str | None) -> str | None:
     """The Update's id for a call: the client's key, marked as one (``None``: a fresh id)."""
     if idempotency_key is None:
         return None
-    _check_key(idempotency_key)
+    check_idempotency_key(idempotency_key)
     return KEY_PREFIX + idempotency_key
 
 
@@ -534,7 +534,8 @@ def _error(conversation_id: str, error: Exception) -> Exception:
             details = cast(list[dict[str, Any]], cause.details[0] if cause.details else [])
             return PendingRequestsError(conversation_id, contents(details))
         if cause.type in (NOTHING_PENDING, UNKNOWN_REQUEST):
-            return HandoffBuilderError(cause.message)
+            unknown, waiting = cause.details
+            return UnexpectedAnswersError(conversation_id, unknown, waiting)
         if cause.type == PAYLOAD_TOO_LARGE:
             what, size, limit = cause.details
             return PayloadTooLargeError(conversation_id, str(what), int(size), int(limit))

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import contextvars
 import logging
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -28,7 +28,13 @@ from typing_extensions import override
 
 from handoff_builder._builder import HandoffWorkflowBuilder
 from handoff_builder._events import HandoffTurnResult, TurnAbandonedEvent
-from handoff_builder._host import GroupChatHost, ReissueRequests, Resolved, ResumeTurn, UserTurn
+from handoff_builder._host import GroupChatHost, ReissueRequests, Resolved, UserTurn
+from handoff_builder._lifecycle import (
+    KEPT_RECEIPTS,
+    answers_by_request,
+    finish_interrupted,
+    turn_result,
+)
 from handoff_builder._participant import AgentRun
 from handoff_builder._state import HostState, decode_host_state
 from handoff_builder._telemetry import QUIET_WHILE
@@ -39,6 +45,7 @@ from handoff_builder.exceptions import (
     HandoffConfigurationError,
     PayloadTooLargeError,
     PendingRequestsError,
+    UnexpectedAnswersError,
 )
 
 from ._payloads import (
@@ -61,7 +68,6 @@ ACTIVITY_NAME = "handoff_builder.invoke_agent"
 RESOLVE_ACTIVITY_NAME = "handoff_builder.resolve_answers"
 
 KEY_PREFIX = "key:"  # an Update id that is a client's idempotency key
-KEPT_RECEIPTS = 64  # keyed outcomes a conversation keeps across runs
 
 # ApplicationError types the client turns back into this package's errors.
 PENDING = "PendingRequests"
@@ -458,9 +464,10 @@ class ConversationWorkflow:
             key = _client_key()
             if key in self._receipts:  # a client's retry, in this run or an earlier one
                 return TurnOutcome.model_validate(self._receipts[key])
-            if self._host.pending_requests:
-                raise _pending(self._host)
-            recovered = await self._finish_interrupted()
+            try:
+                recovered = await finish_interrupted(self, self._start.max_turn_retries)
+            except PendingRequestsError:
+                raise _pending(self._host) from None
             turn = UserTurn(
                 [Message.from_dict(item) for item in message.messages],
                 return_to_previous=not self._idle,
@@ -485,22 +492,15 @@ class ConversationWorkflow:
             if key in self._receipts:
                 return TurnOutcome.model_validate(self._receipts[key])
             host = self._host
-            if not host.pending_requests:
+            given = {key: Content.from_dict(value) for key, value in answers.answers.items()}
+            try:
+                responses = answers_by_request(self._conversation_id, given, host.pending_requests)
+            except UnexpectedAnswersError as error:  # the caller's mistake: nothing ran
+                kind = UNKNOWN_REQUEST if error.waiting else NOTHING_PENDING
+                details = (list(error.unknown), list(error.waiting))
                 raise ApplicationError(
-                    f"Conversation {self._conversation_id!r} waits for no answers; use send().",
-                    type=NOTHING_PENDING,
-                    non_retryable=True,
-                )
-            responses = _by_request_id(answers.answers, host.pending_requests)
-            waiting = {str(request.id) for request in host.pending_requests}
-            unknown = sorted(set(responses) - waiting)
-            if unknown:
-                raise ApplicationError(
-                    f"Conversation {self._conversation_id!r} waits for no request with id "
-                    f"{', '.join(map(repr, unknown))}; it waits for {sorted(waiting)}.",
-                    type=UNKNOWN_REQUEST,
-                    non_retryable=True,
-                )
+                    str(error), *details, type=kind, non_retryable=True
+                ) from None
             before = Carried(  # a failure goes back to waiting for these answers
                 history=[message.to_dict() for message in host.history], host=host.snapshot()
             )
@@ -747,26 +747,41 @@ class ConversationWorkflow:
             Carried(history=[m.to_dict() for m in host.history], host=host.snapshot())
         )
 
-    async def _finish_interrupted(self) -> HandoffTurnResult | None:
-        """A turn an earlier failure left open: retried, or given up past the retries."""
-        host = self._host
-        if not host.turn_open or host.next_agent is None:
-            return None
-        if self._failures <= self._start.max_turn_retries:
-            result = self._result(await self._attempt(ResumeTurn()))
+    # -- the lifecycle's backend (a TurnBackend) ------------------------------------------------
+
+    @property
+    def conversation_id(self) -> str:
+        return self._conversation_id
+
+    @property
+    def host(self) -> GroupChatHost:
+        return self._host
+
+    @property
+    def failures(self) -> int:
+        return self._failures
+
+    @property
+    def last_error(self) -> str | None:
+        return self._last_error
+
+    async def attempt(self, command: object) -> list[Any]:
+        """Run ``command``; a failure is counted and the turn goes back to where the call began."""
+        events = await self._attempt(command)
+        if not self._host.turn_open:
             self._failures, self._last_error = 0, None
-            if result is None and self._host.pending_requests:  # it waits for a person now
-                raise _pending(self._host)
-            return result
-        event = TurnAbandonedEvent("failed", host.next_agent, self._failures, self._last_error)
+        return events
+
+    async def restore(self) -> None:
+        """Nothing to do: a failed attempt already went back (``_turn_failed``)."""
+
+    async def give_up(self, event: TurnAbandonedEvent) -> HandoffTurnResult:
         self._failures, self._last_error = 0, None
-        return host.abandon_turn(event)
+        return self._host.abandon_turn(event)
 
     def _result(self, events: list[Any]) -> HandoffTurnResult | None:
-        from handoff_builder._hosting import _turn_result  # pyright: ignore[reportPrivateUsage]
-
         try:
-            return _turn_result(self._conversation_id, self._host, events)
+            return turn_result(self._conversation_id, self._host, events)
         except PendingRequestsError:
             return None
 
@@ -798,14 +813,6 @@ def _pending(host: GroupChatHost) -> ApplicationError:
 
 def _state(raw: dict[str, Any], conversation_id: str) -> HostState:
     return decode_host_state(raw, f"Conversation {conversation_id!r}")
-
-
-def _by_request_id(
-    answers: Mapping[str, dict[str, Any]], pending: list[Content]
-) -> dict[str, Content]:
-    from handoff_builder._hosting import _by_request_id as by_id  # pyright: ignore[reportPrivateUsage]
-
-    return by_id({key: Content.from_dict(value) for key, value in answers.items()}, pending)
 
 
 def _described(error: BaseException) -> str:
