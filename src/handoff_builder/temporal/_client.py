@@ -63,12 +63,11 @@ from ._workflow import (
     PAYLOAD_TOO_LARGE,
     PENDING,
     UNKNOWN_REQUEST,
+    AgentActivities,
     AgentCallOptions,
     ConversationWorkflow,
     heartbeat_throttle,
-    invoke_agent,
     register,
-    resolve_answers,
 )
 
 DEFAULT_TURNS_PER_RUN = 100
@@ -121,12 +120,13 @@ def conversation_worker(
     """
     options = agent_calls or AgentCallOptions()
     register(task_queue, builder, options)
+    calls = AgentActivities(builder)
     kwargs.setdefault("max_heartbeat_throttle_interval", heartbeat_throttle(options))
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[ConversationWorkflow],
-        activities=[invoke_agent, resolve_answers],
+        activities=[calls.invoke_agent, calls.resolve_answers],
         **kwargs,
     )
 

@@ -16,7 +16,7 @@ import logging
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from agent_framework import AgentResponse, Content, Message, Workflow
 from temporalio import activity, workflow
@@ -119,14 +119,15 @@ def _default_retry() -> RetryPolicy:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Registered:
+    """What a conversation workflow needs of its worker: the builder and its calls' options."""
+
     builder: HandoffWorkflowBuilder
     options: AgentCallOptions
-    free: list[GroupChatHost]  # built hosts for the activity, reused one call at a time
 
 
-_REGISTERED: dict[str, _Registered] = {}
+_REGISTERED: dict[str, _Registered] = {}  # by task queue: a workflow takes no constructor input
 
 
 def _replaying() -> bool:
@@ -184,7 +185,7 @@ def register(task_queue: str, builder: HandoffWorkflowBuilder, options: AgentCal
     if problems:
         raise HandoffConfigurationError(problems)
     _host_of(builder.build())  # every problem of the builder now, not in the first turn
-    _REGISTERED[task_queue] = _Registered(builder, options, [])
+    _REGISTERED[task_queue] = _Registered(builder, options)
     _quiet_while_replaying()  # the loggers the build created too
 
 
@@ -206,24 +207,72 @@ def _host_of(built: Workflow) -> GroupChatHost:
     return host
 
 
-# -- the activity ---------------------------------------------------------------------------------
+# -- the activities -------------------------------------------------------------------------------
 
 
-@activity.defn(name=ACTIVITY_NAME)
-async def invoke_agent(call: AgentCall) -> AgentCallResult:
-    """Run one agent on the conversation as it stood: its messages and reviewed handoff calls."""
-    async with _replica(call) as host:
-        run = await host.invoke(call.agent, closed=call.closed)
-    return _fitting(call, f"the reply of agent {call.agent!r}", encode_run(run))
+class AgentActivities:
+    """The agent calls of one builder's conversations, as the activities of a worker.
+
+    The workflow decides; these run the agents, on hosts of this worker built from ``builder``
+    and loaded with the conversation as the call gives it. :func:`conversation_worker` makes
+    one per worker and registers its two methods.
+    """
+
+    def __init__(self, builder: HandoffWorkflowBuilder) -> None:
+        self._builder = builder
+        self._free: list[GroupChatHost] = []  # built hosts, reused one call at a time
+
+    @activity.defn(name=ACTIVITY_NAME)
+    async def invoke_agent(self, call: AgentCall) -> AgentCallResult:
+        """Run one agent on the conversation as it stood: its messages and reviewed handoffs."""
+        async with self._replica(call) as host:
+            run = await host.invoke(call.agent, closed=call.closed)
+        return _fitting(call, f"the reply of agent {call.agent!r}", encode_run(run))
+
+    @activity.defn(name=RESOLVE_ACTIVITY_NAME)
+    async def resolve_answers(self, call: AgentCall) -> AgentCallResult:
+        """Carry out the answered requests of the waiting agent (approved tools run here)."""
+        async with self._replica(call) as host:
+            messages, calls, verdict = await host.resolve()
+        run = AgentRun(AgentResponse(messages=messages), calls, frozenset(), verdict)
+        return _fitting(call, f"the approved calls of agent {call.agent!r}", encode_run(run))
+
+    @contextlib.asynccontextmanager
+    async def _replica(self, call: AgentCall) -> AsyncGenerator[GroupChatHost, None]:
+        """A host of this worker loaded with the conversation as it stood, heartbeating."""
+        host = self._free.pop() if self._free else _host_of(self._builder.build())
+        try:
+            try:
+                history = [Message.from_dict(item) for item in call.history]
+                host.load(history, _state(call.host, call.conversation_id))
+            except (CorruptStateError, ValueError, TypeError, KeyError) as error:
+                raise ApplicationError(
+                    f"The state of conversation {call.conversation_id!r} does not load: {error}",
+                    type=CONFIGURATION,
+                    non_retryable=True,
+                ) from error
+            host.conversation_id = call.conversation_id
+            scope = f"{call.conversation_id}/{len(call.history)}/{activity.info().activity_type}"
+            counts = _TOOL_CALLS.set(({}, scope))
+            try:
+                if activity.info().is_local:
+                    yield host  # a local activity cannot heartbeat: its workflow task lives on
+                else:
+                    async with _heartbeating():
+                        yield host
+            finally:
+                _TOOL_CALLS.reset(counts)
+        finally:
+            if host.model_calls is not None:  # recorded here, for span events only: keep none
+                host.model_calls.clear()
+            self._free.append(host)
 
 
-@activity.defn(name=RESOLVE_ACTIVITY_NAME)
-async def resolve_answers(call: AgentCall) -> AgentCallResult:
-    """Carry out the answered requests of the waiting agent (approved tools run here)."""
-    async with _replica(call) as host:
-        messages, calls, verdict = await host.resolve()
-    run = AgentRun(AgentResponse(messages=messages), calls, frozenset(), verdict)
-    return _fitting(call, f"the approved calls of agent {call.agent!r}", encode_run(run))
+CallKind = Literal["invoke", "resolve"]
+"""An agent call's kind; it is part of its activity's id (``{n}:{kind}:{agent}``)."""
+INVOKE: CallKind = "invoke"
+RESOLVE: CallKind = "resolve"
+_ACTIVITIES = {INVOKE: AgentActivities.invoke_agent, RESOLVE: AgentActivities.resolve_answers}
 
 
 def _fitting(call: AgentCall, what: str, result: AgentCallResult) -> AgentCallResult:
@@ -236,38 +285,6 @@ def _fitting(call: AgentCall, what: str, result: AgentCallResult) -> AgentCallRe
             non_retryable=True,
         )  # fmt: skip
     return result
-
-
-@contextlib.asynccontextmanager
-async def _replica(call: AgentCall) -> AsyncGenerator[GroupChatHost, None]:
-    """A host of this worker loaded with the conversation as it stood, heartbeating."""
-    registered = _registered(activity.info().task_queue)
-    host = registered.free.pop() if registered.free else _host_of(registered.builder.build())
-    try:
-        try:
-            history = [Message.from_dict(item) for item in call.history]
-            host.load(history, _state(call.host, call.conversation_id))
-        except (CorruptStateError, ValueError, TypeError, KeyError) as error:
-            raise ApplicationError(
-                f"The state of conversation {call.conversation_id!r} does not load: {error}",
-                type=CONFIGURATION,
-                non_retryable=True,
-            ) from error
-        host.conversation_id = call.conversation_id
-        scope = f"{call.conversation_id}/{len(call.history)}/{activity.info().activity_type}"
-        counts = _TOOL_CALLS.set(({}, scope))
-        try:
-            if activity.info().is_local:
-                yield host  # a local activity cannot heartbeat: its workflow task is kept alive
-            else:
-                async with _heartbeating():
-                    yield host
-        finally:
-            _TOOL_CALLS.reset(counts)
-    finally:
-        if host.model_calls is not None:  # recorded here, for span events only: keep nothing
-            host.model_calls.clear()
-        registered.free.append(host)
 
 
 _TOOL_CALLS: contextvars.ContextVar[tuple[dict[str, int], str]] = contextvars.ContextVar(
@@ -626,18 +643,18 @@ class ConversationWorkflow:
 
     async def invoke(self, name: str, closed: bool, seconds: float | None) -> AgentRun:  # noqa: FBT001 - AgentInvoker
         """The host's agent call, as an activity (``seconds``: the turn's deadline)."""
-        result = await self._activity(invoke_agent, name, closed=closed, seconds=seconds)
+        result = await self._activity(INVOKE, name, closed=closed, seconds=seconds)
         return decode_run(self._host, name, result)
 
     async def resolve(self, seconds: float | None) -> Resolved:
         """The host's approved calls carried out, as an activity."""
         agent = str(self._host.pending_agent)
-        result = await self._activity(resolve_answers, agent, seconds=seconds)
+        result = await self._activity(RESOLVE, agent, seconds=seconds)
         run = decode_run(self._host, agent, result)
         return list(run.response.messages), run.calls, run.verdict
 
     async def _activity(
-        self, kind: Any, agent: str, *, closed: bool = False, seconds: float | None = None
+        self, kind: CallKind, agent: str, *, closed: bool = False, seconds: float | None = None
     ) -> AgentCallResult:
         """One activity for ``agent``, within ``seconds``.
 
@@ -645,7 +662,7 @@ class ConversationWorkflow:
         decides differently) fails with a nondeterminism error instead of mixing them up.
         """
         call = self._call(agent, closed=closed)
-        if kind is invoke_agent:  # a failed turn goes on from here (resolve's answers are not)
+        if kind == INVOKE:  # a failed turn goes on from here (resolve's answers are not)
             self._checkpoint = Carried(history=call.history, host=call.host)
         size, limit = payload_size(call), self._start.payload_limit
         if size > limit:  # Temporal would refuse the command, and the workflow task with it
@@ -655,18 +672,18 @@ class ConversationWorkflow:
         self._calls += 1
         options = self._registered.options
         limit = None if seconds is None else timedelta(seconds=max(seconds, 0.001))
-        activity_id = f"{self._calls}:{'invoke' if kind is invoke_agent else 'resolve'}:{agent}"
+        activity_id = f"{self._calls}:{kind}:{agent}"
         try:
             if self._start.local_activities:  # no deadline: see AgentCallOptions
-                return await workflow.execute_local_activity(
-                    kind,
+                return await workflow.execute_local_activity_method(
+                    _ACTIVITIES[kind],
                     call,
                     activity_id=activity_id,
                     start_to_close_timeout=options.start_to_close,
                     retry_policy=options.retry,
                 )
-            return await workflow.execute_activity(
-                kind,
+            return await workflow.execute_activity_method(
+                _ACTIVITIES[kind],
                 call,
                 activity_id=activity_id,
                 start_to_close_timeout=options.start_to_close,
@@ -839,10 +856,10 @@ def _innermost(error: BaseException, kind: type[BaseException] = BaseException) 
 __all__ = [
     "ACTIVITY_NAME",
     "WORKFLOW_NAME",
+    "AgentActivities",
     "AgentCallOptions",
     "ConversationWorkflow",
     "HandoffBuilderError",
     "contents",
-    "invoke_agent",
     "register",
 ]
