@@ -140,11 +140,13 @@ def payload_label(model: type[BaseModel]) -> str:
 
 
 @functools.lru_cache(maxsize=256)
+@functools.cache
 def declares_strict(model: type[BaseModel]) -> bool:
     """True when a tool that takes ``model`` is declared ``"strict": true`` (its schema allows it).
 
     Such a tool's arguments are validated in strict mode: a provider that enforces the schema sends
-    nothing else, and one that does not must not have its mistakes converted silently.
+    nothing else, and one that does not must not have its mistakes converted silently. Known once
+    per model: building its JSON schema costs more than a handoff's own bookkeeping.
     """
     return is_strict_schema(model.model_json_schema())
 
