@@ -18,6 +18,7 @@ from typing import cast
 from agent_framework import Agent, Message
 from typing_extensions import override
 
+from ._caps import CAPS, HOP_CAPS, HUMAN_TAKES_OVER, CapKind
 from ._decision import (
     FOLLOWED_OUTCOMES,
     HOST_NOTE_AUTHOR,
@@ -75,7 +76,6 @@ AWAITING_NOT_PERFORMED_RESULT = (
     "Not performed: only one handoff per response is followed ({followed} waits for a person's "
     "approval)."
 )
-_HUMAN_TAKES_OVER = "A human colleague will take over the conversation."
 NO_VERDICT = "The reviewer neither approved the reply nor said what must change."
 SAFE_AGENT_NOTE = (
     "The conversation was passed to you ({agent}) because {why}. Answer the user yourself in "
@@ -86,27 +86,6 @@ SAFE_AGENT_NO_HANDOFF = (
     "Error: {tool} was not called: you were given the conversation to answer the user yourself, "
     "without handing off."
 )
-SAFE_AGENT_REASONS: dict[EscalationReason, str] = {
-    "handoff_cap": "the limit of {limit} handoffs for this user message was reached",
-    "max_iterations": "this user message used all {limit} agent invocations it is allowed",
-    "rejected_handoffs": "{limit} handoff attempts were refused for this user message",
-    "blocked_handoff": "a handoff was refused",
-    "tool_limit": "the agent before you reached its limit of tool calls without an answer",
-}
-CAP_RESULTS: dict[EscalationReason, str] = {
-    "handoff_cap": (
-        "Not transferred: the limit of {limit} handoffs for this user message was reached. "
-        "A human colleague will take over the conversation."
-    ),
-    "max_iterations": (
-        "Not transferred: this user message used all {limit} agent invocations it is allowed. "
-        "A human colleague will take over the conversation."
-    ),
-    "rejected_handoffs": (
-        "Not transferred: {limit} handoff attempts were already refused for this user message. "
-        "A human colleague will take over the conversation."
-    ),
-}
 _FRESH_TURN = HandoffState(invocations=1)  # frozen; its dict is never changed in place
 
 
@@ -199,12 +178,11 @@ class HandoffManager(GroupChatManager):
             reason, text = refusal
             refused = state.rejected + sum(1 for call in earlier if call.outcome == "rejected")
             if refused >= self.settings.max_rejected_handoffs:
-                return self._cap_call(request, "rejected_handoffs", reason)
+                return self._cap_call(request, CAPS["rejected_handoffs"], reason)
             return _call(request, "rejected", text, blocked=reason)
-        if state.handoffs >= self.settings.max_handoffs_per_turn:
-            return self._cap_call(request, "handoff_cap")
-        if state.invocations >= self.max_iterations:
-            return self._cap_call(request, "max_iterations")
+        for cap in HOP_CAPS:
+            if cap.reached(self.settings, state):
+                return self._cap_call(request, cap)
         return _call(request, "transferred", TRANSFERRED_RESULT)
 
     def _refusal(self, request: HandoffRequest) -> tuple[BlockReason, str] | None:
@@ -224,24 +202,17 @@ class HandoffManager(GroupChatManager):
         return None
 
     def _cap_call(
-        self, request: HandoffRequest, cap: EscalationReason, blocked: BlockReason | None = None
+        self, request: HandoffRequest, cap: CapKind, blocked: BlockReason | None = None
     ) -> HandoffCall:
-        text = CAP_RESULTS[cap].format(limit=self._limit(cap))
-        outcome = self.settings.cap_outcomes.get(cap, CapOutcome.ESCALATE)
+        if cap.result is None:  # pragma: no cover - the table gives every cap a call trips one
+            raise ValueError(f"No handoff call trips the {cap.name} cap.")
+        text = cap.result.format(limit=cap.limit_in(self.settings))
+        outcome = self.settings.cap_outcomes.get(cap.name, CapOutcome.ESCALATE)
         if outcome == CapOutcome.RETURN_TO_USER:
-            text = text.replace(_HUMAN_TAKES_OVER, "Answer the user yourself now.")
+            text = text.replace(HUMAN_TAKES_OVER, "Answer the user yourself now.")
         elif outcome != CapOutcome.ESCALATE:
-            text = text.replace(_HUMAN_TAKES_OVER, f"The conversation goes to {outcome}.")
-        return _call(request, "escalated", text, blocked=blocked, escalation=cap)
-
-    def _limit(self, cap: EscalationReason) -> int:
-        if cap == "handoff_cap":
-            return self.settings.max_handoffs_per_turn
-        if cap == "rejected_handoffs":
-            return self.settings.max_rejected_handoffs
-        if cap in ("blocked_handoff", "tool_limit"):
-            return 0  # not a count: the first blocked handoff, or agent_framework's limit
-        return self.max_iterations
+            text = text.replace(HUMAN_TAKES_OVER, f"The conversation goes to {outcome}.")
+        return _call(request, "escalated", text, blocked=blocked, escalation=cap.name)
 
     # -- decisions --------------------------------------------------------------------------------
 
@@ -311,9 +282,11 @@ class HandoffManager(GroupChatManager):
         Returning to the user after a handoff call tripped the cap lets the caller answer once
         more, without handoff tools: the call ended its run before it could write a reply.
         """
+        kind = CAPS[cap]
         outcome = self.settings.cap_outcomes.get(cap, CapOutcome.ESCALATE)
-        limit = self._limit(cap)
-        count = self._count(cap)
+        limit = kind.limit_in(self.settings)
+        shown = kind.step_limit(self.settings)
+        count = kind.count_in(self._state)
         if outcome == CapOutcome.ESCALATE:
             return self._escalate(cap, speaker, events, call, target)
         if outcome == CapOutcome.RETURN_TO_USER and call is not None:
@@ -321,23 +294,15 @@ class HandoffManager(GroupChatManager):
             outcome = speaker
         if outcome == CapOutcome.RETURN_TO_USER:
             reached = LimitReachedEvent(cap, speaker, limit)
-            step = RoutingStep("limit", "code", cap, speaker, None, _counted(cap, limit), count)
+            step = RoutingStep("limit", "code", cap, speaker, None, shown, count)
             return EndTurn(cast(TurnStatus, cap), events=(*events, reached), step=step)
         safe = str(outcome)
         self._update(forced=(safe, cap))
-        step = RoutingStep("route", "code", cap, speaker, safe, _counted(cap, limit), count)
-        note = SAFE_AGENT_NOTE.format(agent=safe, why=SAFE_AGENT_REASONS[cap].format(limit=limit))
+        step = RoutingStep("route", "code", cap, speaker, safe, shown, count)
+        note = SAFE_AGENT_NOTE.format(agent=safe, why=kind.safe_agent_reason.format(limit=limit))
         return NextAgent(
             safe, input=(_host_note(note),), events=tuple(events), step=step, last=True
         )
-
-    def _count(self, cap: EscalationReason) -> int | None:
-        state = self._state
-        return {
-            "handoff_cap": state.handoffs,
-            "max_iterations": state.invocations,
-            "rejected_handoffs": state.rejected,
-        }.get(cap)
 
     def _update(self, **changes: object) -> None:
         self._state = replace(self._state, **changes)
@@ -453,12 +418,9 @@ class HandoffManager(GroupChatManager):
             return EndTurn(events=(*events, blocked), step=RoutingStep("end", "code", by, speaker))
         target = found
         state = self._state
-        for cap, count, limit in (
-            ("handoff_cap", state.handoffs, self.settings.max_handoffs_per_turn),
-            ("max_iterations", state.invocations, self.max_iterations),
-        ):
-            if count >= limit:
-                return self._at_cap(cast(EscalationReason, cap), speaker, events, target=target)
+        for cap in HOP_CAPS:
+            if cap.reached(self.settings, state):
+                return self._at_cap(cap.name, speaker, events, target=target)
         handoff = HandoffEvent(speaker, target, "", by, "", "handoff", None, "code")
         self._update(invocations=state.invocations + 1, handoffs=state.handoffs + 1)
         step = RoutingStep("route", "code", by, speaker, target)
@@ -542,7 +504,7 @@ class HandoffManager(GroupChatManager):
         escalation = EscalationEvent(
             cap,
             speaker,
-            self._limit(cap),
+            CAPS[cap].limit_in(self.settings),
             (call.route.target or None) if call else target,  # "": no such handoff
             call.argument if call else None,
         )
@@ -609,15 +571,6 @@ def _call(
         request.payload,
         request.arguments if blocked is not None or escalation is not None else "",
     )
-
-
-def _counted(cap: EscalationReason, limit: int) -> int | None:
-    """A cap's limit for its step.
-
-    None for a blocked handoff (the first one takes the outcome) and for agent_framework's tool
-    limit (not ours).
-    """
-    return None if cap in ("blocked_handoff", "tool_limit") else limit
 
 
 def _host_note(text: str) -> Message:

@@ -29,6 +29,7 @@ from typing_extensions import Self, override
 if TYPE_CHECKING:
     from opentelemetry.trace import SpanContext
 
+from ._caps import CAPS
 from ._decision import (
     AgentReply,
     Decision,
@@ -869,10 +870,11 @@ class GroupChatHost(Executor):
                 steps.append(RoutingStep(kind, "code", by, source, decision.agent))
         elif isinstance(decision, Escalate):
             escalation = decision.escalation
-            count = {"handoff_cap": len(turn.handoffs), "max_iterations": turn.invocations}
+            cap = CAPS.get(escalation.reason)
+            count = cap.turn_count(turn) if cap is not None else None
             steps.append(
                 RoutingStep("escalate", "code", escalation.reason, source or escalation.agent,
-                            None, escalation.limit, count.get(escalation.reason))
+                            None, escalation.limit, count)
             )  # fmt: skip
         else:
             steps.append(_end_step(decision, source, type(self._manager).__name__))
