@@ -53,15 +53,8 @@ from ._delegation import (
     settle_waiting,
 )
 from ._events import (
-    HANDOFF_BLOCKED_EVENT,
-    HANDOFF_DELEGATION_EVENT,
-    HANDOFF_ESCALATED_EVENT,
-    HANDOFF_EVENT,
     HANDOFF_INTERMEDIATE_EVENT,
-    HANDOFF_LIMIT_EVENT,
-    HANDOFF_TIMEOUT_EVENT,
     HANDOFF_TURN_EVENT,
-    DelegationEvent,
     EscalationEvent,
     HandoffBlockedEvent,
     HandoffEvent,
@@ -181,14 +174,6 @@ for _command in (UserTurn, ResumeTurn, ReissueRequests, _Hop):
     register_checkpoint_type(_command)
 
 HostContext = WorkflowContext[_Hop, HandoffTurnResult | AgentResponseUpdate]
-
-_EVENT_TYPES: dict[type[Any], str] = {
-    TurnTimeoutEvent: HANDOFF_TIMEOUT_EVENT,
-    HandoffEvent: HANDOFF_EVENT,
-    HandoffBlockedEvent: HANDOFF_BLOCKED_EVENT,
-    EscalationEvent: HANDOFF_ESCALATED_EVENT,
-    DelegationEvent: HANDOFF_DELEGATION_EVENT,
-}
 
 
 def _same(a: Message, b: Message) -> bool:
@@ -1212,8 +1197,7 @@ class GroupChatHost(Executor):
             if isinstance(event, str):
                 await ctx.add_event(WorkflowEvent.warning(event))
                 continue
-            kind = _EVENT_TYPES.get(type(event), HANDOFF_LIMIT_EVENT)
-            await ctx.add_event(WorkflowEvent(cast(Any, kind), data=event))
+            await ctx.add_event(WorkflowEvent(cast(Any, event.event_type), data=event))
 
     async def _end_turn(
         self,
