@@ -69,11 +69,12 @@ HISTORY_MODES: tuple[HistoryMode, ...] = ("none", "full", "filtered")
 DELEGATE_TOOL_PREFIX = "ask_"
 DEFAULT_MAX_DELEGATION_DEPTH = 3
 """How deep delegations nest by default: a participant's expert's expert's expert."""
-APPROVAL_ID_PREFIX = "delegation-approval-"
+DELEGATE_APPROVAL_ID_PREFIX = "delegation-approval-"
+"""How the id of a delegate call's approval request starts (stored in pending state)."""
 
 NO_ANSWER_RESULT = "{expert} gave no answer."
 FAILED_RESULT = "Error: {expert} could not answer ({error}). Carry on without its answer."
-DECLINED_RESULT = (
+DELEGATE_DECLINED_RESULT = (
     "Not asked: the person who reviewed it declined the call to {tool}. Carry on without it."
 )
 REFUSED_RESULT = "Error: {tool} was not called: {problem}."
@@ -152,7 +153,7 @@ def final_text(messages: Sequence[Message], expert: str) -> str:
     return NO_ANSWER_RESULT.format(expert=expert)
 
 
-def call_result(call_id: str, result: str, author: str) -> Message:
+def delegate_result(call_id: str, result: str, author: str) -> Message:
     """The tool message that answers a delegate call."""
     return Message(
         role="tool",
@@ -239,7 +240,7 @@ class Delegations:
                 call_id=call_id, name=route.tool_name, arguments=payload_json(payload)
             )
             request = Content.from_function_approval_request(
-                id=APPROVAL_ID_PREFIX + call_id, function_call=call
+                id=DELEGATE_APPROVAL_ID_PREFIX + call_id, function_call=call
             )
             return self._wait(Suspension((frame,), (request,)), frame)
         return await self.run(frame)
@@ -330,7 +331,7 @@ class Delegations:
 
     def decline(self, frame: DelegationFrame) -> str:
         """A person declined ``frame``'s delegate call (``approval=True``): the caller is told."""
-        result = DECLINED_RESULT.format(tool=frame.tool_name)
+        result = DELEGATE_DECLINED_RESULT.format(tool=frame.tool_name)
         self._record(frame, result, "declined", frame.messages)
         return result
 
@@ -352,7 +353,7 @@ class Delegations:
                 return answer
             parent = outer.pop()
             self.suspension = None
-            messages = (*parent.messages, call_result(current.call_id, answer, parent.expert))
+            messages = (*parent.messages, delegate_result(current.call_id, answer, parent.expert))
             answer = await self.run(replace(parent, messages=messages))
             current = parent
 

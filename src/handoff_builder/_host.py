@@ -48,8 +48,8 @@ from ._delegation import (
     HistoryMode,
     Suspension,
     call_id_of,
-    call_result,
     delegate_key,
+    delegate_result,
     settle_waiting,
 )
 from ._events import (
@@ -1169,7 +1169,7 @@ class GroupChatHost(Executor):
             return None
         self._pending = PendingRequests()
         outer = frames[0]
-        return [call_result(outer.call_id, str(result), outer.caller)]
+        return [delegate_result(outer.call_id, str(result), outer.caller)]
 
     def _gate_for(self, participant: Participant, *, closed: bool = False) -> HandoffGate:
         """What the participant's edges allow in this run, asked with the conversation so far."""

@@ -29,13 +29,13 @@ from ._review import ONE_VERDICT_RESULT, REVIEW_TOOL_KINDS, judge
 from ._routes import HandoffRoute
 from ._state import Continuation, DelegationFrame, PendingState
 from ._telemetry import handoff_span, settle_handoff_span
-from ._tools import HandoffReviewer, call_result, handoff_request
+from ._tools import HandoffReviewer, handoff_request, handoff_result
 
 if TYPE_CHECKING:
     from ._delegation import Delegations
 
 REJECTED_RESULT = "Error: the user did not approve this call, so it was not made."
-DECLINED_RESULT = (
+HANDOFF_DECLINED_RESULT = (
     "Not transferred: the handoff to {target} was declined by the person who reviewed it. "
     "Carry on with the user yourself."
 )
@@ -223,7 +223,7 @@ class PendingRequests:
             results.append(
                 Content.from_function_result(call_id=str(call.call_id), result=reviewed.result)
                 if reviewed.outcome == "rejected"
-                else call_result(reviewed)
+                else handoff_result(reviewed)
             )
         # The answers are the user's, about this agent's calls: other agents' views filter them
         # with those calls.
@@ -332,7 +332,7 @@ async def _answered_handoff(
     request = handoff_request(route, str(call.call_id), call.arguments)
     if not answer.approved:
         reason = (answer.additional_properties or {}).get(DECLINE_REASON_KEY)
-        text = DECLINED_RESULT.format(target=route.target)
+        text = HANDOFF_DECLINED_RESULT.format(target=route.target)
         if isinstance(reason, str) and reason.strip():
             text = f"{text} The reviewer said: {reason.strip()}"
         return HandoffCall(

@@ -40,7 +40,8 @@ from ._strays import RefusalTool, RunHandoffs
 from ._telemetry import handoff_span, settle_handoff_span
 from .exceptions import HandoffHookError
 
-APPROVAL_ID_PREFIX = "handoff-approval-"
+HANDOFF_APPROVAL_ID_PREFIX = "handoff-approval-"
+"""How the id of a handoff call's approval request starts (stored in pending state)."""
 
 
 class HandoffReviewer(Protocol):
@@ -59,7 +60,7 @@ def handoff_request(route: HandoffRoute, call_id: str, arguments: Any) -> Handof
     return HandoffRequest(route, call_id, payload, arguments, problem)
 
 
-def call_result(call: HandoffCall) -> Content:
+def handoff_result(call: HandoffCall) -> Content:
     """The function result of a settled handoff call, carrying the call's record."""
     return Content.from_function_result(
         call_id=call.call_id, result=call.result, additional_properties=handoff_record(call)
@@ -72,7 +73,7 @@ def approval_request(call: HandoffCall, arguments: str) -> Content:
         call_id=call.call_id, name=call.route.tool_name, arguments=arguments
     )
     return Content.from_function_approval_request(
-        id=APPROVAL_ID_PREFIX + call.call_id, function_call=function_call
+        id=HANDOFF_APPROVAL_ID_PREFIX + call.call_id, function_call=function_call
     )
 
 
@@ -171,7 +172,7 @@ class HandoffToolMiddleware(FunctionMiddleware):
         if call.outcome == "awaiting_approval":
             context.result = approval_request(call, request.arguments)
             return
-        raise MiddlewareTermination(call.result, result=call_result(call))
+        raise MiddlewareTermination(call.result, result=handoff_result(call))
 
     async def decide(self, request: HandoffRequest) -> HandoffCall:
         """Review the call, let the edge's gate admit it, and record it as made."""

@@ -68,8 +68,8 @@ class ConversationStart(BaseModel):
     carried: Carried | None = None
 
 
-class UserInput(BaseModel):
-    """A user turn: its messages."""
+class UserInputPayload(BaseModel):
+    """A user turn: its messages (``ConversationHost``'s ``UserInput``, as it crosses Temporal)."""
 
     messages: list[dict[str, Any]]
 

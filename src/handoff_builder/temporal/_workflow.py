@@ -48,7 +48,7 @@ from ._payloads import (
     Carried,
     ConversationStart,
     TurnOutcome,
-    UserInput,
+    UserInputPayload,
     contents,
     decode_run,
     encode_run,
@@ -452,7 +452,7 @@ class ConversationWorkflow:
     # -- updates and queries --------------------------------------------------------------------
 
     @workflow.update
-    async def send(self, message: UserInput) -> TurnOutcome:
+    async def send(self, message: UserInputPayload) -> TurnOutcome:
         """Run one user turn; its result, or the requests it waits for."""
         async with self._turn():
             key = _client_key()
@@ -472,7 +472,7 @@ class ConversationWorkflow:
             return self._receipted(key, outcome)
 
     @send.validator
-    def _check_send(self, message: UserInput) -> None:
+    def _check_send(self, message: UserInputPayload) -> None:
         if not message.messages:
             raise ValueError("A turn needs at least one message.")
         self._refuse_if_too_large("the conversation with this message", message)
@@ -560,7 +560,7 @@ class ConversationWorkflow:
                 non_retryable=True,
             )
 
-    def _refuse_if_too_large(self, what: str, joining: UserInput | Answers) -> None:
+    def _refuse_if_too_large(self, what: str, joining: UserInputPayload | Answers) -> None:
         """Refuse an Update whose input would make the next agent call too large a payload."""
         size = payload_size(self._call(self._host.speaker or "")) + payload_size(joining)
         if size > self._start.payload_limit:
