@@ -219,7 +219,7 @@ class NextAgent:
     input: tuple[Message, ...] = ()
     events: tuple[Event, ...] = ()
     step: RoutingStep | None = None  # who decided it; the host names it when a manager does not
-    last: bool = False  # a safe agent: it runs once, with no handoff tools, past every cap
+    no_handoffs: bool = False  # a safe agent: it runs once, with no handoff tools, past every cap
 
 
 @dataclass(frozen=True)

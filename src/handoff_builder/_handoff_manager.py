@@ -160,8 +160,8 @@ class HandoffManager(GroupChatManager):
         A call to a handoff the agent does not have in this run is always refused (a refused
         attempt, even beside a call that stands).
         """
-        forced = self._state.forced
-        if forced is not None and request.route.source == forced[0]:  # a safe agent's run
+        safe = self._state.safe_agent
+        if safe is not None and request.route.source == safe[0]:  # a safe agent's run
             text = SAFE_AGENT_NO_HANDOFF.format(tool=request.route.tool_name)
             return _call(request, "rejected", text, blocked=request.blocked or "disabled")
         followed = next((c for c in earlier if c.outcome in FOLLOWED_OUTCOMES), None)
@@ -238,13 +238,13 @@ class HandoffManager(GroupChatManager):
         stopped = "tool_limit" if reply.tool_limit else tally.cap
         if stopped is not None:
             return self._at_cap(stopped, speaker, events, tally.tripped)
-        forced = self._state.forced
-        if forced is not None and forced[0] == speaker:
-            if reply.unfinished:  # it waits for answers: it carries on, closed, past every cap
-                return NextAgent(speaker, events=tuple(events), last=True)
+        safe = self._state.safe_agent
+        if safe is not None and safe[0] == speaker:
+            if reply.unfinished:  # it waits for answers: it carries on, no handoffs, past caps
+                return NextAgent(speaker, events=tuple(events), no_handoffs=True)
             # The safe agent answered: the turn ends with its reply, as the cap's outcome.
             step = RoutingStep("end", "code", "safe_agent", speaker)
-            return EndTurn(cast(TurnStatus, forced[1]), events=tuple(events), step=step)
+            return EndTurn(cast(TurnStatus, safe[1]), events=tuple(events), step=step)
         if tally.accepted is not None:
             decision = self._hand_over(tally.accepted, events)
         elif self._blocked_outcome(events):
@@ -262,7 +262,10 @@ class HandoffManager(GroupChatManager):
 
     def _blocked_outcome(self, events: list[Event]) -> bool:
         """A blocked handoff (not one a person declined) with an outcome of its own."""
-        if "blocked_handoff" not in self.settings.cap_outcomes or self._state.forced is not None:
+        if (
+            "blocked_handoff" not in self.settings.cap_outcomes
+            or self._state.safe_agent is not None
+        ):
             return False
         return any(
             isinstance(event, HandoffBlockedEvent) and event.reason != "declined"
@@ -297,11 +300,11 @@ class HandoffManager(GroupChatManager):
             step = RoutingStep("limit", "code", cap, speaker, None, shown, count)
             return EndTurn(cast(TurnStatus, cap), events=(*events, reached), step=step)
         safe = str(outcome)
-        self._update(forced=(safe, cap))
+        self._update(safe_agent=(safe, cap))
         step = RoutingStep("route", "code", cap, speaker, safe, shown, count)
         note = SAFE_AGENT_NOTE.format(agent=safe, why=kind.safe_agent_reason.format(limit=limit))
         return NextAgent(
-            safe, input=(_host_note(note),), events=tuple(events), step=step, last=True
+            safe, input=(_host_note(note),), events=tuple(events), step=step, no_handoffs=True
         )
 
     def _update(self, **changes: object) -> None:

@@ -98,7 +98,7 @@ _T = TypeVar("_T")
 class HandoffGate:
     """Asks one run's edges what they allow; made by the host for each agent run."""
 
-    __slots__ = ("_conversation", "_conversation_id", "_policies", "closed", "timeout")
+    __slots__ = ("_conversation", "_conversation_id", "_policies", "no_handoffs", "timeout")
 
     def __init__(
         self,
@@ -106,13 +106,13 @@ class HandoffGate:
         conversation: Sequence[Message],
         conversation_id: str | None,
         *,
-        closed: bool = False,
+        no_handoffs: bool = False,
         timeout: float | None = DEFAULT_HOOK_TIMEOUT,
     ) -> None:
         self._policies = policies
         self._conversation = conversation
         self._conversation_id = conversation_id
-        self.closed = closed
+        self.no_handoffs = no_handoffs
         """No handoff tool is offered in this run (a safe agent's run)."""
         self.timeout = timeout
         """Seconds a hook may take to answer (``None``: no limit of its own)."""
@@ -143,7 +143,7 @@ class HandoffGate:
 
         The predicates are asked together; the first to fail stops the others and is raised.
         """
-        if self.closed:
+        if self.no_handoffs:
             return frozenset(route.tool_name for route in routes)
         off = {route.tool_name for route in routes if self._policy(route).is_enabled is False}
         asked = [

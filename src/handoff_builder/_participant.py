@@ -156,10 +156,10 @@ class Participant:
     async def handoffs(self, gate: HandoffGate) -> RunHandoffs:
         """The agent's handoffs in a run that ``gate`` admits: those offered, and the others.
 
-        A handoff whose ``is_enabled`` says no is not offered; a closed gate offers none.
+        A handoff whose ``is_enabled`` says no is not offered; a ``no_handoffs`` gate offers none.
         """
         disabled = frozenset[str]()
-        if self.routes and (self.policies or gate.closed):
+        if self.routes and (self.policies or gate.no_handoffs):
             disabled = await gate.disabled(list(self.routes.values()))
         offered = {name: r for name, r in self.routes.items() if name not in disabled}
         return RunHandoffs(self.name, self.routes, offered, self.elsewhere)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from agent_framework import AgentResponse, Content, Message
-from pydantic import BaseModel, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from temporalio.api.common.v1 import Payloads
 from temporalio.contrib.pydantic import pydantic_data_converter
 
@@ -96,9 +96,13 @@ class AgentCall(BaseModel):
     handoff tools, and the payload limit its result must keep to.
     """
 
+    model_config = ConfigDict(serialize_by_alias=True)
+
     conversation_id: str
     agent: str
-    closed: bool
+    no_handoffs: bool = Field(
+        validation_alias=AliasChoices("no_handoffs", "closed"), serialization_alias="closed"
+    )  # "closed" on the wire, as workers before 0.2 read it
     history: list[dict[str, Any]]
     host: dict[str, Any]
     payload_limit: int = DEFAULT_PAYLOAD_LIMIT  # that of the result, too

@@ -207,7 +207,7 @@ def _host_of(built: Workflow) -> GroupChatHost:
 async def invoke_agent(call: AgentCall) -> AgentCallResult:
     """Run one agent on the conversation as it stood: its messages and reviewed handoff calls."""
     async with _replica(call) as host:
-        run = await host.invoke(call.agent, closed=call.closed)
+        run = await host.invoke(call.agent, no_handoffs=call.no_handoffs)
     return _fitting(call, f"the reply of agent {call.agent!r}", encode_run(run))
 
 
@@ -624,9 +624,9 @@ class ConversationWorkflow:
                 self._turns += 1
                 self._arm_idle_timer()
 
-    async def invoke(self, name: str, closed: bool, seconds: float | None) -> AgentRun:  # noqa: FBT001 - AgentInvoker
+    async def invoke(self, name: str, no_handoffs: bool, seconds: float | None) -> AgentRun:  # noqa: FBT001 - AgentInvoker
         """The host's agent call, as an activity (``seconds``: the turn's deadline)."""
-        result = await self._activity(invoke_agent, name, closed=closed, seconds=seconds)
+        result = await self._activity(invoke_agent, name, no_handoffs=no_handoffs, seconds=seconds)
         return decode_run(self._host, name, result)
 
     async def resolve(self, seconds: float | None) -> Resolved:
@@ -637,14 +637,14 @@ class ConversationWorkflow:
         return list(run.response.messages), run.calls, run.verdict
 
     async def _activity(
-        self, kind: Any, agent: str, *, closed: bool = False, seconds: float | None = None
+        self, kind: Any, agent: str, *, no_handoffs: bool = False, seconds: float | None = None
     ) -> AgentCallResult:
         """One activity for ``agent``, within ``seconds``.
 
         Its id names the agent, so that a replay that would call another agent (a route that
         decides differently) fails with a nondeterminism error instead of mixing them up.
         """
-        call = self._call(agent, closed=closed)
+        call = self._call(agent, no_handoffs=no_handoffs)
         if kind is invoke_agent:  # a failed turn goes on from here (resolve's answers are not)
             self._checkpoint = Carried(history=call.history, host=call.host)
         size, limit = payload_size(call), self._start.payload_limit
@@ -691,12 +691,12 @@ class ConversationWorkflow:
                 raise DeadlinePassedError(f"no result within {seconds:g} s") from error
             raise
 
-    def _call(self, agent: str, *, closed: bool = False) -> AgentCall:
+    def _call(self, agent: str, *, no_handoffs: bool = False) -> AgentCall:
         """A call of ``agent`` on the conversation as it stands, for the activity."""
         return AgentCall(
             conversation_id=self._conversation_id,
             agent=agent,
-            closed=closed,
+            no_handoffs=no_handoffs,
             history=[message.to_dict() for message in self._host.history],
             host=self._host.snapshot(),
             payload_limit=self._start.payload_limit,
