@@ -586,7 +586,7 @@ class HandoffWorkflowBuilder:
         ``factory`` is called once per ``build()`` with the compiled
         :class:`~handoff_builder.ManagerSettings` (agents, routes, caps) and returns the manager;
         a :class:`~handoff_builder.HandoffManager` subclass is such a factory. The agents keep
-        their handoff tools, and the manager reviews their calls. Hosted conversations
+        their handoff tools, and the manager vets their calls. Hosted conversations
         (``ConversationHost``) run the manager too.
         """
         check_function(

@@ -1,8 +1,8 @@
 """:class:`HandoffManager`: follows handoff calls, within the caps. Pure: no I/O of its own.
 
-While an agent runs, each handoff call it makes is reviewed (:meth:`HandoffManager.review_handoff`)
+While an agent runs, each handoff call it makes is vetted (:meth:`HandoffManager.vet_handoff`)
 and gets its tool result at once: ``Transferred.``, a tool error the agent can act on, or the cap
-message. After the run, :meth:`HandoffManager.decide` turns the reply and its reviewed calls into
+message. After the run, :meth:`HandoffManager.decide` turns the reply and its vetted calls into
 one decision. The manager's counters are one frozen :class:`~handoff_builder._state.HandoffState`,
 replaced at each decision.
 """
@@ -152,9 +152,7 @@ class HandoffManager(GroupChatManager):
     # -- while an agent runs --------------------------------------------------------------------
 
     @override
-    def review_handoff(
-        self, request: HandoffRequest, earlier: Sequence[HandoffCall]
-    ) -> HandoffCall:
+    def vet_handoff(self, request: HandoffRequest, earlier: Sequence[HandoffCall]) -> HandoffCall:
         """Accept the call, refuse it with a tool error, or stop the turn at a cap.
 
         A call to a handoff the agent does not have in this run is always refused (a refused
@@ -311,7 +309,7 @@ class HandoffManager(GroupChatManager):
         self._state = replace(self._state, **changes)
 
     def _tally(self, reply: AgentReply) -> _Tally:
-        """What the reply's reviewed handoff calls add up to."""
+        """What the reply's vetted handoff calls add up to."""
         tally = _Tally(events=[], rejected=self._state.rejected)
         skipped: list[HandoffCall] = []
         for call in reply.handoff_calls:

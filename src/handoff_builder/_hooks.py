@@ -159,21 +159,21 @@ class HandoffGate:
         )
         return frozenset(off)
 
-    async def review(
+    async def vet(
         self,
         request: HandoffRequest,
         earlier: Sequence[HandoffCall],
-        reviewer: Callable[[HandoffRequest, Sequence[HandoffCall]], HandoffCall],
+        vetter: Callable[[HandoffRequest, Sequence[HandoffCall]], HandoffCall],
         *,
         approved: bool = False,
     ) -> HandoffCall:
-        """The manager's review of the call (``reviewer``), then, if it goes, the edge's say.
+        """The manager's verdict on the call (``vetter``), then, if it goes, the edge's say.
 
         A call the edge refuses keeps the arguments it was made with, for its blocked event. A
         call to a handoff the agent does not have (``request.blocked``) is refused, or stops the
-        turn at a cap, whatever the reviewer says.
+        turn at a cap, whatever the vetter says.
         """
-        call = reviewer(request, earlier)
+        call = vetter(request, earlier)
         if request.blocked is not None and call.outcome not in ("rejected", "escalated"):
             return refused_call(request)
         if call.outcome != "transferred":

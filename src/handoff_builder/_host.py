@@ -170,7 +170,7 @@ class _Hop(_Command):
     no_handoffs: bool = False  # run it with no handoff tools (a safe agent)
 
     def __getstate__(self) -> dict[str, Any]:
-        # Pickled into checkpoints under the flag's earlier name, which releases before 0.2 read.
+        # Pickled into checkpoints under the flag's earlier name, which earlier releases read.
         return {"agent": self.agent, "closed": self.no_handoffs}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -571,7 +571,7 @@ class GroupChatHost(Executor):
         run = participant.run(
             await self._agent_view(name),
             self._update_sink(name, ctx),
-            self._manager.review_handoff,
+            self._manager.vet_handoff,
             self._gate_for(participant, no_handoffs=no_handoffs),
             delegations,
         )
@@ -592,7 +592,7 @@ class GroupChatHost(Executor):
         """Run agent ``name`` once on the conversation as it stands, and return its run.
 
         What :attr:`invoker` stands for, done here: the agent gets its view, its handoff calls are
-        reviewed by this host's manager (with its saved counters) and admitted by its gate. The
+        vetted by this host's manager (with its saved counters) and admitted by its gate. The
         conversation is not changed: the host that invoked it takes the run and decides.
         """
         participant = self._participants.get(name)
@@ -600,13 +600,13 @@ class GroupChatHost(Executor):
             raise ValueError(f"No agent named {name!r} in this workflow.")
         view = await self._agent_view(name)
         gate = self._gate_for(participant, no_handoffs=no_handoffs)
-        return await participant.run(view, None, self._manager.review_handoff, gate, None)
+        return await participant.run(view, None, self._manager.vet_handoff, gate, None)
 
     async def resolve(self) -> Resolved:
         """Carry out the answered requests of the waiting agent.
 
         Returns the messages that settle them (approved tools run, declined ones refused), its
-        answered handoff calls, reviewed, and a reviewer's verdict among them. What
+        answered handoff calls, vetted, and a reviewer's verdict among them. What
         :attr:`invoker` stands for, done here; the conversation is not changed.
         """
         pending = self._pending
@@ -616,7 +616,7 @@ class GroupChatHost(Executor):
         gate = self._gate_for(participant, no_handoffs=then.no_handoffs and then.agent == name)
         verdicts: list[ReviewVerdict] = []
         messages, calls = await pending.resolve(
-            participant, self._manager.review_handoff, gate, verdicts=verdicts
+            participant, self._manager.vet_handoff, gate, verdicts=verdicts
         )
         return messages, calls, verdicts[0] if verdicts else None
 
@@ -1078,7 +1078,7 @@ class GroupChatHost(Executor):
         else:
             messages, calls = await pending.resolve(
                 participant,
-                self._manager.review_handoff,
+                self._manager.vet_handoff,
                 gate,
                 delegations=delegations,
                 verdicts=verdicts,
@@ -1165,7 +1165,7 @@ class GroupChatHost(Executor):
             expert = self._experts[inner.expert]
             nested = Delegations(delegations.scope, inner.depth, delegations.records)
             resolved, _ = await pending.resolve(
-                expert, self._manager.review_handoff, self._gate_for(expert), delegations=nested
+                expert, self._manager.vet_handoff, self._gate_for(expert), delegations=nested
             )
             moved = replace(inner, messages=(*inner.messages, *resolved))
             if nested.suspension is not None:  # an approved delegate of the expert waits in turn

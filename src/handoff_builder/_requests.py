@@ -9,7 +9,7 @@ response, the agent it handed off to.
 
 Approved calls are executed here, with the agent's own tool, and their results recorded as the
 call's function result; rejected calls get an error result. An approved **handoff** call (it asks
-for approval when it shares a response with a call that does) is reviewed like any handoff call
+for approval when it shares a response with a call that does) is vetted like any handoff call
 and routes when it is accepted. The agent then sees a complete transcript (each call with its
 result) and needs no session of its own.
 """
@@ -29,7 +29,7 @@ from ._review import ONE_VERDICT_RESULT, REVIEW_TOOL_KINDS, judge
 from ._routes import HandoffRoute
 from ._state import Continuation, DelegationFrame, PendingState
 from ._telemetry import handoff_span, settle_handoff_span
-from ._tools import HandoffReviewer, handoff_request, handoff_result
+from ._tools import HandoffVetter, handoff_request, handoff_result
 
 if TYPE_CHECKING:
     from ._delegation import Delegations
@@ -174,15 +174,15 @@ class PendingRequests:
     async def resolve(
         self,
         participant: Participant,
-        review: HandoffReviewer,
+        vet: HandoffVetter,
         gate: HandoffGate,
         *,
         delegations: Delegations | None = None,
         verdicts: list[ReviewVerdict] | None = None,
     ) -> tuple[list[Message], tuple[HandoffCall, ...]]:
-        """Messages that settle every request, and the answered handoff calls, reviewed.
+        """Messages that settle every request, and the answered handoff calls, vetted.
 
-        An approved handoff call is reviewed (and its ``on_handoff`` asked) like one made just
+        An approved handoff call is vetted (and its ``on_handoff`` asked) like one made just
         now; a declined one gets a result that says so, with the reviewer's reason. A call to a
         handoff the agent does not have was refused with the reply that made it: approved or
         not, it gets that refusal as its result. A delegate
@@ -217,13 +217,13 @@ class PendingRequests:
                 continue
             with handoff_span(route, str(call.call_id)) as span:
                 before = (*earlier, *calls)
-                reviewed = await _answered_handoff(route, call, answer, review, gate, before)
-                settle_handoff_span(span, reviewed)
-            calls.append(reviewed)
+                vetted = await _answered_handoff(route, call, answer, vet, gate, before)
+                settle_handoff_span(span, vetted)
+            calls.append(vetted)
             results.append(
-                Content.from_function_result(call_id=str(call.call_id), result=reviewed.result)
-                if reviewed.outcome == "rejected"
-                else handoff_result(reviewed)
+                Content.from_function_result(call_id=str(call.call_id), result=vetted.result)
+                if vetted.outcome == "rejected"
+                else handoff_result(vetted)
             )
         # The answers are the user's, about this agent's calls: other agents' views filter them
         # with those calls.
@@ -325,7 +325,7 @@ async def _answered_handoff(
     route: HandoffRoute,
     call: Content,
     answer: Content,
-    review: HandoffReviewer,
+    vet: HandoffVetter,
     gate: HandoffGate,
     earlier: Sequence[HandoffCall],
 ) -> HandoffCall:
@@ -339,7 +339,7 @@ async def _answered_handoff(
             route, request.argument, request.call_id, "rejected", text, "declined",
             payload=request.payload, arguments=request.arguments,
         )  # fmt: skip
-    return await gate.review(request, earlier, review, approved=True)
+    return await gate.vet(request, earlier, vet, approved=True)
 
 
 def decline(request: Content, reason: str | None = None) -> Content:

@@ -7,7 +7,7 @@ Three things are persisted:
 * a finished turn (:class:`TurnRecord`): where its messages are in the conversation and how it
   ended, kept for a hosted call's idempotency key and sent back by a Temporal worker; every
   :class:`~handoff_builder.HandoffTurnResult` is read from one;
-* on the function result of every reviewed handoff call, a small record of what became of it
+* on the function result of every vetted handoff call, a small record of what became of it
   (:func:`handoff_record`), so that each agent's view can show a handoff to the agent that
   receives it, wherever the history is loaded from.
 
@@ -459,7 +459,7 @@ class RecordedHandoff(NamedTuple):
 
 
 def handoff_record(call: HandoffCall) -> dict[str, Any]:
-    """The ``additional_properties`` of the function result of a reviewed handoff call.
+    """The ``additional_properties`` of the function result of a vetted handoff call.
 
     For an edge with a payload it also holds the payload (as JSON) and its label.
     """

@@ -102,14 +102,14 @@ class AgentCall(BaseModel):
     agent: str
     no_handoffs: bool = Field(
         validation_alias=AliasChoices("no_handoffs", "closed"), serialization_alias="closed"
-    )  # "closed" on the wire, as workers before 0.2 read it
+    )  # "closed" on the wire, as workers of earlier releases read it
     history: list[dict[str, Any]]
     host: dict[str, Any]
     payload_limit: int = DEFAULT_PAYLOAD_LIMIT  # that of the result, too
 
 
 class CallRecord(BaseModel):
-    """One reviewed handoff call of an agent invocation."""
+    """One vetted handoff call of an agent invocation."""
 
     tool: str
     argument: str
@@ -133,7 +133,7 @@ class VerdictRecord(BaseModel):
 class AgentCallResult(BaseModel):
     """What the activity returns.
 
-    The agent's messages, its reviewed handoff calls, the handoffs it was not offered, and
+    The agent's messages, its vetted handoff calls, the handoffs it was not offered, and
     whether its tool loop stopped at agent_framework's limit without an answer.
     """
 

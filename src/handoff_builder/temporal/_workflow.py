@@ -4,7 +4,7 @@ The workflow runs the compiled handoff workflow itself: the host, the manager, t
 counters, deterministic code with no I/O. The host's :attr:`~GroupChatHost.invoker` sends each
 agent call to the ``invoke_agent`` activity, which runs the agent in a worker on a host loaded
 with the conversation and the host's state as they stood, and returns the agent's messages and
-its reviewed handoff calls; the decision is made back in the workflow.
+its vetted handoff calls; the decision is made back in the workflow.
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ def _host_of(built: Workflow) -> GroupChatHost:
 
 @activity.defn(name=ACTIVITY_NAME)
 async def invoke_agent(call: AgentCall) -> AgentCallResult:
-    """Run one agent on the conversation as it stood: its messages and reviewed handoff calls."""
+    """Run one agent on the conversation as it stood: its messages and vetted handoff calls."""
     async with _replica(call) as host:
         run = await host.invoke(call.agent, no_handoffs=call.no_handoffs)
     return _fitting(call, f"the reply of agent {call.agent!r}", encode_run(run))
