@@ -49,12 +49,7 @@ from ._events import (
     TurnStatus,
     TurnTimeoutEvent,
 )
-from ._handoff_manager import (
-    DEFAULT_AUTONOMOUS_PROMPT,
-    DEFAULT_AUTONOMOUS_TURN_LIMIT,
-    AutonomousMode,
-    HandoffManager,
-)
+from ._handoff_manager import HandoffManager
 from ._hooks import DEFAULT_HOOK_TIMEOUT, HandoffContext, HandoffHook, HandoffPredicate
 from ._host import (
     DEFAULT_AGENT_TIMEOUT,
@@ -73,9 +68,12 @@ from ._instructions import DEFAULT_HANDOFF_INSTRUCTIONS, HANDOFF_TOOLS_PLACEHOLD
 from ._lint import LintFinding, LintSeverity
 from ._logging import DEFAULT_LOGGED_ARGUMENT_LENGTH
 from ._manager import (
+    DEFAULT_AUTONOMOUS_PROMPT,
+    DEFAULT_AUTONOMOUS_TURN_LIMIT,
     DEFAULT_MAX_HANDOFFS_PER_TURN,
     DEFAULT_MAX_ITERATIONS,
     DEFAULT_MAX_REJECTED_HANDOFFS,
+    AutonomousMode,
     CapOutcome,
     CodeRoute,
     GroupChatManager,

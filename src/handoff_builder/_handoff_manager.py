@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import cast
 
 from agent_framework import Agent, Message
@@ -49,17 +49,9 @@ from ._review import Review
 from ._state import HandoffState, decode_handoff_state, encode_handoff_state
 from .exceptions import HandoffHookError
 
-__all__ = [
-    "DEFAULT_AUTONOMOUS_PROMPT",
-    "DEFAULT_AUTONOMOUS_TURN_LIMIT",
-    "AutonomousMode",
-    "HandoffManager",
-]
+__all__ = ["HandoffManager"]
 
 logger = logging.getLogger("handoff_builder")
-
-DEFAULT_AUTONOMOUS_TURN_LIMIT = 50
-DEFAULT_AUTONOMOUS_PROMPT = "User did not respond. Continue assisting autonomously."
 
 INVALID_PAYLOAD_ERROR = (
     "Error: the {noun} was not performed because its arguments are not valid: {problem}. Fix them "
@@ -87,39 +79,6 @@ SAFE_AGENT_NO_HANDOFF = (
     "without handing off."
 )
 _FRESH_TURN = HandoffState(invocations=1)  # frozen; its dict is never changed in place
-
-
-@dataclass(frozen=True)
-class AutonomousMode:
-    """Autonomous mode: an agent that replies without a handoff is run again, up to a limit.
-
-    Each continuation appends ``continuation_prompt`` (a user message, visible to every agent)
-    to the conversation. Counters are per agent and reset when that agent hands off, when its
-    loop ends, and on every new user message (.NET's semantics).
-    """
-
-    turn_limit: int = DEFAULT_AUTONOMOUS_TURN_LIMIT
-    continuation_prompt: str = DEFAULT_AUTONOMOUS_PROMPT
-    agents: frozenset[str] | None = None
-    agent_turn_limits: Mapping[str, int] = field(default_factory=dict[str, int])
-    agent_continuation_prompts: Mapping[str, str] = field(default_factory=dict[str, str])
-
-    def allows(self, agent: str) -> bool:
-        """True when ``agent`` loops autonomously (every agent when no allow-list was given)."""
-        return self.agents is None or agent in self.agents
-
-    def limit(self, agent: str) -> int:
-        """The agent's turn limit: its own, else the default."""
-        return self.agent_turn_limits.get(agent, self.turn_limit)
-
-    def prompt(self, agent: str) -> str:
-        """The agent's continuation prompt: its own, else the default."""
-        return self.agent_continuation_prompts.get(agent, self.continuation_prompt)
-
-    @property
-    def largest_limit(self) -> int:
-        """The largest turn limit any agent has."""
-        return max([self.turn_limit, *self.agent_turn_limits.values()])
 
 
 class HandoffManager(GroupChatManager):

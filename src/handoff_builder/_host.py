@@ -29,6 +29,15 @@ from typing_extensions import Self, override
 if TYPE_CHECKING:
     from opentelemetry.trace import SpanContext
 
+from ._calls import (
+    BESIDE_WAITING_RESULT,
+    call_id_of,
+    dangling_calls,
+    delegate_result,
+    requests_in,
+    settle,
+    unanswered,
+)
 from ._caps import CAPS
 from ._decision import (
     AgentReply,
@@ -47,9 +56,7 @@ from ._delegation import (
     DelegationScope,
     HistoryMode,
     Suspension,
-    call_id_of,
     delegate_key,
-    delegate_result,
     settle_waiting,
 )
 from ._events import (
@@ -73,14 +80,7 @@ from ._manager import GroupChatManager
 from ._model_inputs import ModelCallLog
 from ._participant import AgentRun, Participant
 from ._payloads import validate_arguments
-from ._requests import (
-    BESIDE_WAITING_RESULT,
-    PendingRequests,
-    dangling_calls,
-    requests_in,
-    settle,
-    unanswered,
-)
+from ._requests import PendingRequests
 from ._routes import HandoffRoute
 from ._state import (
     Continuation,

@@ -24,13 +24,15 @@ from ._decision import (
 from ._routes import HandoffRoute
 
 if TYPE_CHECKING:
-    from ._handoff_manager import AutonomousMode
     from ._review import Review
 
 __all__ = [
+    "DEFAULT_AUTONOMOUS_PROMPT",
+    "DEFAULT_AUTONOMOUS_TURN_LIMIT",
     "DEFAULT_MAX_HANDOFFS_PER_TURN",
     "DEFAULT_MAX_ITERATIONS",
     "DEFAULT_MAX_REJECTED_HANDOFFS",
+    "AutonomousMode",
     "CapOutcome",
     "CodeRoute",
     "GroupChatManager",
@@ -43,6 +45,8 @@ __all__ = [
 DEFAULT_MAX_ITERATIONS = 40
 DEFAULT_MAX_HANDOFFS_PER_TURN = 3
 DEFAULT_MAX_REJECTED_HANDOFFS = 3
+DEFAULT_AUTONOMOUS_TURN_LIMIT = 50
+DEFAULT_AUTONOMOUS_PROMPT = "User did not respond. Continue assisting autonomously."
 
 TerminationCondition = Callable[[Sequence[Message]], "bool | Awaitable[bool]"]
 """Called with the whole conversation after an agent reply without a handoff; true ends the turn."""
@@ -77,6 +81,39 @@ class CodeRoute:
     name: str  # what decided it, as the trace shows it: the function's or the target's name
     target: str | None = None
     function: RouteFunction | None = None
+
+
+@dataclass(frozen=True)
+class AutonomousMode:
+    """Autonomous mode: an agent that replies without a handoff is run again, up to a limit.
+
+    Each continuation appends ``continuation_prompt`` (a user message, visible to every agent)
+    to the conversation. Counters are per agent and reset when that agent hands off, when its
+    loop ends, and on every new user message (.NET's semantics).
+    """
+
+    turn_limit: int = DEFAULT_AUTONOMOUS_TURN_LIMIT
+    continuation_prompt: str = DEFAULT_AUTONOMOUS_PROMPT
+    agents: frozenset[str] | None = None
+    agent_turn_limits: Mapping[str, int] = field(default_factory=dict[str, int])
+    agent_continuation_prompts: Mapping[str, str] = field(default_factory=dict[str, str])
+
+    def allows(self, agent: str) -> bool:
+        """True when ``agent`` loops autonomously (every agent when no allow-list was given)."""
+        return self.agents is None or agent in self.agents
+
+    def limit(self, agent: str) -> int:
+        """The agent's turn limit: its own, else the default."""
+        return self.agent_turn_limits.get(agent, self.turn_limit)
+
+    def prompt(self, agent: str) -> str:
+        """The agent's continuation prompt: its own, else the default."""
+        return self.agent_continuation_prompts.get(agent, self.continuation_prompt)
+
+    @property
+    def largest_limit(self) -> int:
+        """The largest turn limit any agent has."""
+        return max([self.turn_limit, *self.agent_turn_limits.values()])
 
 
 @dataclass(frozen=True)
