@@ -171,6 +171,43 @@ async def test_max_iterations_and_rejected_handoffs_take_outcomes_too() -> None:
     )
 
 
+def why_safe(safe: Agent) -> str:
+    """Why the safe agent was told it has the conversation (its note, without the frame)."""
+    note = received(safe).rendered.splitlines()[-1]
+    prefix = "user[handoff_host]: The conversation was passed to you (safe) because "
+    suffix = ". Answer the user yourself in this reply: you cannot hand off now."
+    assert note.startswith(prefix)
+    assert note.endswith(suffix)
+    return note[len(prefix) : -len(suffix)]
+
+
+async def test_each_cap_tells_its_safe_agent_why_in_its_own_words() -> None:
+    """Each cap's reason, its limit, and the routing step with the limit and the count."""
+    worker = scripted_agent("worker", respond_with=lambda call: reply("more"))
+    safe = scripted_agent("safe", reply("Enough."))
+    builder = HandoffWorkflowBuilder(worker).with_autonomous_mode(turn_limit=10)
+    result = await outcome_of(builder.with_max_iterations(3, outcome=safe))
+    assert why_safe(safe) == "this user message used all 3 agent invocations it is allowed"
+    step = RoutingStep("route", "code", "max_iterations", "worker", "safe", 3, 3)
+    assert result.trace[-2] == step
+
+    keeps = scripted_agent("keeps", respond_with=lambda call: handoff_to("other", goal=""))
+    safe = scripted_agent("safe", reply("Enough."))
+    builder = HandoffWorkflowBuilder(keeps).with_handoff(keeps, scripted_agent("other"))
+    result = await outcome_of(builder.with_max_rejected_handoffs(2, outcome=safe))
+    assert why_safe(safe) == "2 handoff attempts were refused for this user message"
+    assert result.trace[-2] == RoutingStep(
+        "route", "code", "rejected_handoffs", "keeps", "safe", 2, 3
+    )
+
+    supervisor = scripted_agent("sup", call_tool("handoff_to_nowhere", goal="x"), reply("ok"))
+    safe = scripted_agent("safe", reply("Enough."))
+    builder = HandoffWorkflowBuilder(supervisor).with_handoff(supervisor, scripted_agent("inv"))
+    result = await outcome_of(builder.with_blocked_handoff_outcome(safe))
+    assert why_safe(safe) == "a handoff was refused"
+    assert result.trace[-2] == RoutingStep("route", "code", "blocked_handoff", "sup", "safe")
+
+
 async def test_a_hosted_safe_agent_interrupted_resumes_with_no_handoff_tools() -> None:
     store = InMemoryConversationStore()
     builder, _, _ = ping_pong()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -23,7 +24,11 @@ from handoff_builder import (
     EscalationEvent,
     GroupChatHost,
     GroupChatManager,
+    HandoffCall,
+    HandoffGoal,
     HandoffManager,
+    HandoffRequest,
+    HandoffRoute,
     HandoffTurnResult,
     HandoffWorkflowBuilder,
     ManagerSettings,
@@ -241,3 +246,91 @@ async def test_a_decisions_input_survives_the_wait_for_answers() -> None:
     assert second.get_outputs()[-1].messages[-1].text == "Found it."
     assert received(clerk).texts[-1] == "(the back office answered)"
     assert received(clerk).rendered.splitlines()[-2].endswith(": order 7")
+
+
+# -- review_handoff, the earlier name of vet_handoff -----------------------------------------------
+
+REFUSED = "Error: this manager refuses every handoff."
+
+
+def refuse(request: HandoffRequest) -> HandoffCall:
+    return HandoffCall(
+        request.route, request.argument, request.call_id, "rejected", REFUSED, "vetoed"
+    )
+
+
+def two_desks() -> tuple[HandoffWorkflowBuilder, Any, Any]:
+    triage = scripted_agent("triage", handoff_to("billing", goal="Refund."), reply("Mine, then."))
+    billing = scripted_agent("billing", reply("Refunded."))
+    return HandoffWorkflowBuilder(triage).with_handoff(triage, billing), triage, billing
+
+
+async def test_a_manager_that_overrides_review_handoff_warns_once_and_is_still_asked() -> None:
+    with pytest.warns(DeprecationWarning, match="OldStyle overrides") as warned:
+
+        class OldStyle(HandoffManager):
+            def review_handoff(  # pyright: ignore[reportImplicitOverride]
+                self, request: HandoffRequest, earlier: Sequence[HandoffCall]
+            ) -> HandoffCall:
+                return refuse(request)
+
+    assert [str(w.message) for w in warned] == [
+        "test_a_manager_that_overrides_review_handoff_warns_once_and_is_still_asked.<locals>."
+        "OldStyle overrides GroupChatManager.review_handoff, which is now vet_handoff: rename the "
+        "method (review_handoff goes in a later release)."
+    ]
+    assert warned[0].filename == __file__  # it points at the class, not at handoff_builder
+    builder, triage, billing = two_desks()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # running it warns no more
+        result = (await builder.with_manager(OldStyle).build().run("refund")).get_outputs()[-1]
+
+    assert (result.status, result.active_agent, result.text) == (
+        "completed",
+        "triage",
+        "Mine, then.",
+    )
+    assert REFUSED in received(triage).rendered
+    assert client_of(billing).calls == []
+
+
+async def test_an_old_override_that_calls_super_review_handoff_gets_the_managers_own_vetting() -> (
+    None
+):
+    """super().review_handoff() runs HandoffManager.vet_handoff: the handoff goes."""
+    asked: list[str] = []
+    with pytest.warns(DeprecationWarning, match="Counting overrides"):
+
+        class Counting(HandoffManager):
+            def review_handoff(  # pyright: ignore[reportImplicitOverride]
+                self, request: HandoffRequest, earlier: Sequence[HandoffCall]
+            ) -> HandoffCall:
+                asked.append(request.route.tool_name)
+                return super().review_handoff(request, earlier)
+
+    builder, _, _ = two_desks()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = (await builder.with_manager(Counting).build().run("refund")).get_outputs()[-1]
+
+    assert (result.active_agent, result.text) == ("billing", "Refunded.")
+    assert asked == ["handoff_to_billing"]
+
+
+def test_calling_review_handoff_warns_and_vets() -> None:
+    class Vetting(RoundRobin):
+        @override
+        def vet_handoff(
+            self, request: HandoffRequest, earlier: Sequence[HandoffCall]
+        ) -> HandoffCall:
+            return refuse(request)
+
+    route = HandoffRoute("triage", "billing", "handoff_to_billing", "")
+    request = HandoffRequest(route, "call_1", HandoffGoal(goal="Refund."))
+
+    with pytest.warns(DeprecationWarning, match="review_handoff is now vet_handoff") as warned:
+        call = Vetting(["triage"]).review_handoff(request, ())
+
+    assert (call.outcome, call.result) == ("rejected", REFUSED)
+    assert warned[0].filename == __file__

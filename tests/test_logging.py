@@ -6,7 +6,8 @@ import logging
 
 import pytest
 
-from handoff_builder import DEFAULT_LOGGED_ARGUMENT_LENGTH, HandoffWorkflowBuilder
+from handoff_builder import HandoffWorkflowBuilder
+from handoff_builder._logging import DEFAULT_LOGGED_ARGUMENT_LENGTH
 from handoff_builder.testing import call_tool, handoff_to, reply, scripted_agent
 from tests.helpers import run_turn
 

@@ -327,11 +327,11 @@ async def test_a_refused_call_beside_a_call_that_waits_for_approval(stream: bool
 async def test_a_manager_that_follows_every_call_cannot_follow_one_the_agent_lacks(
     stream: bool,
 ) -> None:
-    """The refusal is code's, whatever a manager's ``review_handoff`` returns."""
+    """The refusal is code's, whatever a manager's ``vet_handoff`` returns."""
 
     class FollowsEverything(HandoffManager):
         @override
-        def review_handoff(
+        def vet_handoff(
             self, request: HandoffRequest, earlier: Sequence[HandoffCall]
         ) -> HandoffCall:
             return HandoffCall(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from handoff_builder import (
 from handoff_builder.stores import InMemoryConversationStore
 from handoff_builder.testing import (
     assert_received,
+    call_tool,
     client_of,
     handoff_to,
     received,
@@ -260,3 +263,102 @@ async def test_a_failed_turn_stored_by_schema_3_is_abandoned_and_left_out_of_vie
     assert record is not None
     assert record.state["host"]["schema_version"] == 4
     assert record.state["host"]["left_out"] == [[2, 5]]  # the user's message to the results
+
+
+# -- the safe agent's flag: stored under the keys the release before wrote ------------------------
+
+
+@tool(approval_mode="always_require")
+def page_on_call(team: str) -> str:
+    return f"paged {team}"
+
+
+def safe_agent_desk(*safe_steps: Any) -> tuple[HandoffWorkflowBuilder, Any]:
+    """a and b hand off to each other; past one handoff, the safe agent answers."""
+    a = scripted_agent("a", handoff_to("b", goal="One."), reply("a answers"))
+    b = scripted_agent("b", handoff_to("a", goal="Two."), reply("b answers"))
+    safe = scripted_agent("safe", *safe_steps, tools=[page_on_call])
+    builder = HandoffWorkflowBuilder(a).with_handoff(a, b).with_handoff(b, a)
+    return builder.with_handoff(safe, a).with_max_handoffs_per_turn(1, outcome=safe), safe
+
+
+def keys_of(value: Any) -> Any:
+    """The shape of a JSON record: its keys, nested, without the values."""
+    if isinstance(value, dict):
+        return {key: keys_of(item) for key, item in value.items()}  # pyright: ignore[reportUnknownVariableType]
+    if isinstance(value, list):
+        return [keys_of(item) for item in value]  # pyright: ignore[reportUnknownVariableType]
+    return None
+
+
+async def test_a_safe_agent_waiting_stored_by_the_release_before_goes_on_without_handoffs() -> None:
+    """Stored as ``next_closed``, ``then.last`` and ``forced``: read as ``no_handoffs``."""
+    stored = data("conversation-schema-4-safe-agent-waiting.json")
+    host_state = stored["state"]["host"]
+    assert (host_state["next_closed"], host_state["pending"]["then"]["last"]) == (True, True)
+    assert host_state["manager"]["forced"] == ["safe", "handoff_cap"]
+    store = InMemoryConversationStore()
+    await store.append(
+        "c", start=0, messages=stored["messages"], state=stored["state"], expected_version=0
+    )
+    builder, safe = safe_agent_desk(reply("Paged SRE."))
+    host = ConversationHost(builder, store, idle_timeout=10**9)
+    [request] = await pending(host, "c")
+
+    turn = await host.respond(
+        "c", {request.id: request.to_function_approval_response(approved=True)}
+    )
+
+    assert (turn.status, turn.active_agent, turn.text) == ("handoff_cap", "safe", "Paged SRE.")
+    assert [call.tool_names for call in client_of(safe).calls] == [("page_on_call",)]
+
+
+async def test_a_safe_agent_interrupted_in_the_release_before_resumes_without_handoffs() -> None:
+    stored = data("conversation-schema-4-safe-agent-interrupted.json")
+    assert (stored["state"]["host"]["next"], stored["state"]["host"]["next_closed"]) == (
+        "safe",
+        True,
+    )
+    store = InMemoryConversationStore()
+    await store.append(
+        "c", start=0, messages=stored["messages"], state=stored["state"], expected_version=0
+    )
+    builder, safe = safe_agent_desk(reply("Back, safely."))
+
+    turn = await ConversationHost(builder, store).resume("c")
+
+    assert turn is not None
+    assert (turn.status, turn.text) == ("handoff_cap", "Back, safely.")
+    assert client_of(safe).calls[0].tool_names == ("page_on_call",)  # no handoff tool
+
+
+async def test_a_safe_agent_waiting_is_stored_under_the_keys_the_release_before_reads() -> None:
+    """Written now, the record has the shape the release before wrote: that release reads it."""
+    store = InMemoryConversationStore()
+    builder, _ = safe_agent_desk(call_tool("page_on_call", team="sre"))
+    with pytest.raises(PendingRequestsError):
+        await ConversationHost(builder, store).send("c", "go")
+
+    record = await store.load("c")
+    assert record is not None
+    written = record.state["host"]
+    before = data("conversation-schema-4-safe-agent-waiting.json")["state"]["host"]
+    assert keys_of(written) == keys_of(before)
+    assert (written["next_closed"], written["pending"]["then"]["last"]) == (True, True)
+    assert written["manager"]["forced"] == ["safe", "handoff_cap"]
+
+
+# A safe agent's hop, as the release before pickled it into a checkpoint: _Hop("safe", closed=True).
+HOP_PICKLED_BEFORE = (
+    "gAWVQwAAAAAAAACMFWhhbmRvZmZfYnVpbGRlci5faG9zdJSMBF9Ib3CUk5QpgZR9lCiMBWFnZW50lIwEc2FmZZSMBmNsb3N"
+    "lZJSIdWIu"
+)
+
+
+def test_a_hop_pickled_by_the_release_before_is_read_and_a_new_one_pickles_as_it_did() -> None:
+    from handoff_builder._host import _Hop  # pyright: ignore[reportPrivateUsage]
+
+    hop = pickle.loads(base64.b64decode(HOP_PICKLED_BEFORE))  # noqa: S301 - our own fixture
+    assert hop == _Hop("safe", no_handoffs=True)
+    again = pickle.dumps(_Hop("safe", no_handoffs=True), protocol=pickle.HIGHEST_PROTOCOL)
+    assert base64.b64encode(again).decode() == HOP_PICKLED_BEFORE

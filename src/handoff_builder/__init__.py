@@ -11,7 +11,7 @@ import typing as _typing
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
-from ._builder import HandoffWorkflowBuilder, Outcome
+from ._builder import HandoffWorkflowBuilder
 from ._decision import (
     AgentReply,
     Decision,
@@ -24,7 +24,7 @@ from ._decision import (
     ReviewVerdict,
     TurnStart,
 )
-from ._delegation import DEFAULT_MAX_DELEGATION_DEPTH, DelegateRoute, HistoryMode
+from ._delegation import DEFAULT_MAX_DELEGATION_DEPTH, HistoryMode
 from ._events import (
     HANDOFF_BLOCKED_EVENT,
     HANDOFF_DELEGATION_EVENT,
@@ -49,12 +49,7 @@ from ._events import (
     TurnStatus,
     TurnTimeoutEvent,
 )
-from ._handoff_manager import (
-    DEFAULT_AUTONOMOUS_PROMPT,
-    DEFAULT_AUTONOMOUS_TURN_LIMIT,
-    AutonomousMode,
-    HandoffManager,
-)
+from ._handoff_manager import HandoffManager
 from ._hooks import DEFAULT_HOOK_TIMEOUT, HandoffContext, HandoffHook, HandoffPredicate
 from ._host import (
     DEFAULT_AGENT_TIMEOUT,
@@ -64,18 +59,15 @@ from ._host import (
     GroupChatHost,
     Participant,
     ReissueRequests,
-    ResumeTurn,
-    TurnJournal,
     UserTurn,
 )
 from ._input_filters import HandoffInput, InputFilter
 from ._instructions import DEFAULT_HANDOFF_INSTRUCTIONS, HANDOFF_TOOLS_PLACEHOLDER
 from ._lint import LintFinding, LintSeverity
-from ._logging import DEFAULT_LOGGED_ARGUMENT_LENGTH
 from ._manager import (
-    DEFAULT_MAX_HANDOFFS_PER_TURN,
-    DEFAULT_MAX_ITERATIONS,
-    DEFAULT_MAX_REJECTED_HANDOFFS,
+    DEFAULT_AUTONOMOUS_PROMPT,
+    DEFAULT_AUTONOMOUS_TURN_LIMIT,
+    AutonomousMode,
     CapOutcome,
     CodeRoute,
     GroupChatManager,
@@ -85,10 +77,9 @@ from ._manager import (
 )
 from ._model_calls import ModelCall
 from ._model_inputs import DEFAULT_MAX_MODEL_CALLS, Redaction, redact_patterns
-from ._participant import AgentRun
 from ._payloads import DelegateTask, HandBackSummary, HandoffGoal, ReviewApproval, ReviewChanges
 from ._requests import decline
-from ._review import DEFAULT_MAX_REVIEW_ROUNDS, Review
+from ._review import Review
 from ._routes import HandoffRoute, hand_back_tool_name, handoff_tool_name
 from ._routing_updates import ROUTING_EVENT_PROPERTY
 from ._state import HandoffState
@@ -128,7 +119,7 @@ if _typing.TYPE_CHECKING:
         DEFAULT_MAX_INPUT_BYTES,
         ConversationHost,
     )
-    from ._lifecycle import DEFAULT_MAX_TURN_RETRIES, MAX_IDEMPOTENCY_KEY_LENGTH
+    from ._lifecycle import MAX_IDEMPOTENCY_KEY_LENGTH
 
 # name -> (module, attribute of it; None for the module itself)
 _LAZY: dict[str, tuple[str, str | None]] = {
@@ -139,11 +130,26 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "ABANDONED_TURN_PROPERTY": ("._hosting", "ABANDONED_TURN_PROPERTY"),
     "DEFAULT_IDLE_TIMEOUT": ("._hosting", "DEFAULT_IDLE_TIMEOUT"),
     "DEFAULT_MAX_INPUT_BYTES": ("._hosting", "DEFAULT_MAX_INPUT_BYTES"),
-    "DEFAULT_MAX_TURN_RETRIES": ("._lifecycle", "DEFAULT_MAX_TURN_RETRIES"),
     "MAX_IDEMPOTENCY_KEY_LENGTH": ("._lifecycle", "MAX_IDEMPOTENCY_KEY_LENGTH"),
     "stores": (".stores", None),
     "check_agui_request": ("._agui", "check_agui_request"),  # needs FastAPI (the serve extra)
     "agui_request_check": ("._agui", "agui_request_check"),
+}
+
+# Names that were exported before the public surface was curated (issue 23): still importable
+# from here, with a DeprecationWarning; not in __all__ nor dir(). name -> (module, why).
+_WITHDRAWN: dict[str, tuple[str, str]] = {
+    "ResumeTurn": ("._host", "the input ConversationHost sends to finish an interrupted turn"),
+    "TurnJournal": ("._host", "how ConversationHost saves a turn's progress"),
+    "AgentRun": ("._participant", "what Participant.run returns to the host"),
+    "DelegateRoute": ("._delegation", "a compiled delegate edge"),
+    "Outcome": ("._builder", "the type of a cap's outcome= (a CapOutcome or an agent)"),
+    "DEFAULT_LOGGED_ARGUMENT_LENGTH": ("._logging", "with_logging's default argument_length"),
+    "DEFAULT_MAX_HANDOFFS_PER_TURN": ("._manager", "with_max_handoffs_per_turn's default"),
+    "DEFAULT_MAX_ITERATIONS": ("._manager", "with_max_iterations's default"),
+    "DEFAULT_MAX_REJECTED_HANDOFFS": ("._manager", "with_max_rejected_handoffs's default"),
+    "DEFAULT_MAX_REVIEW_ROUNDS": ("._review", "with_review's default max_rounds"),
+    "DEFAULT_MAX_TURN_RETRIES": ("._lifecycle", "ConversationHost's default max_turn_retries"),
 }
 
 
@@ -156,10 +162,21 @@ except _PackageNotFoundError:  # pragma: no cover - a source tree that was never
 
 def __getattr__(name: str) -> object:
     """Import the hosting layer when one of its names is first asked for."""
-    if name not in _LAZY:
-        raise AttributeError(f"module 'handoff_builder' has no attribute {name!r}")
     from importlib import import_module
 
+    if name in _WITHDRAWN:
+        module_name, what = _WITHDRAWN[name]
+        import warnings
+
+        warnings.warn(
+            f"handoff_builder.{name} ({what}) is no longer part of the public API; it leaves "
+            "the package's namespace in a later release.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(import_module(module_name, __name__), name)
+    if name not in _LAZY:
+        raise AttributeError(f"module 'handoff_builder' has no attribute {name!r}")
     module_name, attribute = _LAZY[name]
     module = import_module(module_name, __name__)
     value = module if attribute is None else getattr(module, attribute)
@@ -180,15 +197,9 @@ __all__ = [
     "DEFAULT_HANDOFF_INSTRUCTIONS",
     "DEFAULT_HOOK_TIMEOUT",
     "DEFAULT_IDLE_TIMEOUT",
-    "DEFAULT_LOGGED_ARGUMENT_LENGTH",
     "DEFAULT_MAX_DELEGATION_DEPTH",
-    "DEFAULT_MAX_HANDOFFS_PER_TURN",
     "DEFAULT_MAX_INPUT_BYTES",
-    "DEFAULT_MAX_ITERATIONS",
     "DEFAULT_MAX_MODEL_CALLS",
-    "DEFAULT_MAX_REJECTED_HANDOFFS",
-    "DEFAULT_MAX_REVIEW_ROUNDS",
-    "DEFAULT_MAX_TURN_RETRIES",
     "DEFAULT_REVIEW_ESCALATION_MESSAGE",
     "DEFAULT_TURN_TIMEOUT",
     "HANDOFF_BLOCKED_EVENT",
@@ -204,7 +215,6 @@ __all__ = [
     "MAX_IDEMPOTENCY_KEY_LENGTH",
     "ROUTING_EVENT_PROPERTY",
     "AgentReply",
-    "AgentRun",
     "AutonomousMode",
     "CapOutcome",
     "CodeRoute",
@@ -215,7 +225,6 @@ __all__ = [
     "CorruptStateError",
     "DecidedBy",
     "Decision",
-    "DelegateRoute",
     "DelegateTask",
     "DelegationEvent",
     "DelegationOutcome",
@@ -262,13 +271,11 @@ __all__ = [
     "ModelCall",
     "ModelCallNotRecordedError",
     "NextAgent",
-    "Outcome",
     "Participant",
     "PayloadTooLargeError",
     "PendingRequestsError",
     "Redaction",
     "ReissueRequests",
-    "ResumeTurn",
     "Review",
     "ReviewApproval",
     "ReviewChanges",
@@ -281,7 +288,6 @@ __all__ = [
     "StoreUnavailableError",
     "TerminationCondition",
     "TurnAbandonedEvent",
-    "TurnJournal",
     "TurnStart",
     "TurnStatus",
     "TurnTimeoutEvent",

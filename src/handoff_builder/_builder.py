@@ -21,14 +21,19 @@ from ._arguments import (
 from ._compile import compile_workflow, to_mermaid
 from ._config import AutonomousSettings, BuildConfig, DelegateEdge, HandBack, ManagerFactory
 from ._delegation import HISTORY_MODES, HistoryMode
-from ._handoff_manager import DEFAULT_AUTONOMOUS_PROMPT, DEFAULT_AUTONOMOUS_TURN_LIMIT
 from ._hooks import DEFAULT_HOOK_TIMEOUT, EdgePolicy, HandoffHook, HandoffPredicate
 from ._host import DEFAULT_AGENT_TIMEOUT, DEFAULT_TURN_TIMEOUT
 from ._input_filters import InputFilter
 from ._instructions import DEFAULT_HANDOFF_INSTRUCTIONS
 from ._lint import LintFinding
 from ._logging import DEFAULT_LOGGED_ARGUMENT_LENGTH, ArgumentLogging
-from ._manager import CapOutcome, RouteFunction, TerminationCondition
+from ._manager import (
+    DEFAULT_AUTONOMOUS_PROMPT,
+    DEFAULT_AUTONOMOUS_TURN_LIMIT,
+    CapOutcome,
+    RouteFunction,
+    TerminationCondition,
+)
 from ._model_inputs import DEFAULT_MAX_MODEL_CALLS, ModelInputs, Redaction
 from ._plan import lint
 from ._review import DEFAULT_MAX_REVIEW_ROUNDS
@@ -586,7 +591,7 @@ class HandoffWorkflowBuilder:
         ``factory`` is called once per ``build()`` with the compiled
         :class:`~handoff_builder.ManagerSettings` (agents, routes, caps) and returns the manager;
         a :class:`~handoff_builder.HandoffManager` subclass is such a factory. The agents keep
-        their handoff tools, and the manager reviews their calls. Hosted conversations
+        their handoff tools, and the manager vets their calls. Hosted conversations
         (``ConversationHost``) run the manager too.
         """
         check_function(

@@ -11,7 +11,7 @@ from typing_extensions import override
 
 from ._config import BuildConfig
 from ._delegation import DelegateRoute, make_delegate_tool
-from ._handoff_manager import AutonomousMode, HandoffManager
+from ._handoff_manager import HandoffManager
 from ._hooks import EdgePolicy
 from ._host import (
     DEFAULT_ESCALATION_MESSAGE,
@@ -25,6 +25,7 @@ from ._lint import LintFinding
 from ._manager import (
     DEFAULT_MAX_HANDOFFS_PER_TURN,
     DEFAULT_MAX_ITERATIONS,
+    AutonomousMode,
     CapOutcome,
     GroupChatManager,
     ManagerSettings,

@@ -1,6 +1,6 @@
 """What a manager is given and what it decides: one agent reply in, one immutable decision out.
 
-The host runs an agent, collects its new messages and the handoff calls it made (each reviewed
+The host runs an agent, collects its new messages and the handoff calls it made (each vetted
 while the agent ran, see :class:`HandoffCall`), and hands them to the manager as an
 :class:`AgentReply`. The manager answers with one :data:`Decision`:
 
@@ -80,7 +80,7 @@ FOLLOWED_OUTCOMES: frozenset[str] = frozenset({"transferred", "escalated", "awai
 
 
 class HandoffRequest(NamedTuple):
-    """One handoff tool call as the model made it, its arguments validated, before review.
+    """One handoff tool call as the model made it, its arguments validated, before it is vetted.
 
     ``payload`` is the validated model (the built-in goal or summary, or the edge's payload);
     ``None`` when the arguments are invalid, and ``problem`` then names each bad field.
@@ -125,7 +125,7 @@ class HandoffRequest(NamedTuple):
 
 
 class HandoffCall(NamedTuple):
-    """One handoff tool call, as it was reviewed while the calling agent ran.
+    """One handoff tool call, as it was vetted while the calling agent ran.
 
     ``result`` is the tool result the agent received. ``blocked`` is the reason a refused call
     was refused; ``escalation`` is the cap a call tripped; ``payload`` the validated payload and
@@ -219,7 +219,7 @@ class NextAgent:
     input: tuple[Message, ...] = ()
     events: tuple[Event, ...] = ()
     step: RoutingStep | None = None  # who decided it; the host names it when a manager does not
-    last: bool = False  # a safe agent: it runs once, with no handoff tools, past every cap
+    no_handoffs: bool = False  # a safe agent: it runs once, with no handoff tools, past every cap
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, Protocol
 
 from agent_framework import (
+    AgentResponse,
     AgentResponseUpdate,
     Content,
     FunctionInvocationContext,
@@ -40,15 +41,20 @@ from agent_framework import (
 from pydantic import BaseModel
 from typing_extensions import override
 
+from ._calls import (
+    BESIDE_WAITING_RESULT,
+    call_id_of,
+    dangling_calls,
+    delegate_result,
+    requests_in,
+    settle,
+    unanswered,
+)
 from ._events import DelegationEvent, DelegationOutcome
 from ._payloads import DelegateTask, payload_label, validate_arguments
-from ._requests import BESIDE_WAITING_RESULT, dangling_calls, requests_in, settle, unanswered
 from ._state import DelegationFrame
 from ._telemetry import delegation_span, settle_delegation_span
 from ._tools import HandoffTool, schema_tool
-
-if TYPE_CHECKING:
-    from ._participant import Participant
 
 __all__ = [
     "DEFAULT_MAX_DELEGATION_DEPTH",
@@ -69,11 +75,12 @@ HISTORY_MODES: tuple[HistoryMode, ...] = ("none", "full", "filtered")
 DELEGATE_TOOL_PREFIX = "ask_"
 DEFAULT_MAX_DELEGATION_DEPTH = 3
 """How deep delegations nest by default: a participant's expert's expert's expert."""
-APPROVAL_ID_PREFIX = "delegation-approval-"
+DELEGATE_APPROVAL_ID_PREFIX = "delegation-approval-"
+"""How the id of a delegate call's approval request starts (stored in pending state)."""
 
 NO_ANSWER_RESULT = "{expert} gave no answer."
 FAILED_RESULT = "Error: {expert} could not answer ({error}). Carry on without its answer."
-DECLINED_RESULT = (
+DELEGATE_DECLINED_RESULT = (
     "Not asked: the person who reviewed it declined the call to {tool}. Carry on without it."
 )
 REFUSED_RESULT = "Error: {tool} was not called: {problem}."
@@ -117,6 +124,19 @@ class Suspension(NamedTuple):
     requests: tuple[Content, ...]
 
 
+class Expert(Protocol):
+    """An agent as it answers a delegated task (a :class:`~handoff_builder.Participant`)."""
+
+    async def run_delegated(
+        self,
+        messages: Sequence[Message],
+        on_update: Callable[[AgentResponseUpdate], Awaitable[None]] | None,
+        delegations: Delegations,
+    ) -> AgentResponse:
+        """One run on ``messages``: no handoff tools, its own delegates through ``delegations``."""
+        ...
+
+
 @dataclass
 class DelegationScope:
     """What delegations need from the host that runs the turn.
@@ -126,7 +146,7 @@ class DelegationScope:
     streaming); ``used`` counts each delegate's calls in this turn (``caller/tool``).
     """
 
-    experts: Mapping[str, Participant]
+    experts: Mapping[str, Expert]
     inputs: Callable[[str, HistoryMode, int], list[Message]]
     history_length: Callable[[], int]
     on_update: Callable[[str], Callable[[AgentResponseUpdate], Awaitable[None]] | None]
@@ -150,15 +170,6 @@ def final_text(messages: Sequence[Message], expert: str) -> str:
         if message.role == "assistant" and message.text.strip():
             return message.text
     return NO_ANSWER_RESULT.format(expert=expert)
-
-
-def call_result(call_id: str, result: str, author: str) -> Message:
-    """The tool message that answers a delegate call."""
-    return Message(
-        role="tool",
-        contents=[Content.from_function_result(call_id=call_id, result=result)],
-        author_name=author,
-    )
 
 
 def waiting_call(frame: DelegationFrame) -> Content:
@@ -239,7 +250,7 @@ class Delegations:
                 call_id=call_id, name=route.tool_name, arguments=payload_json(payload)
             )
             request = Content.from_function_approval_request(
-                id=APPROVAL_ID_PREFIX + call_id, function_call=call
+                id=DELEGATE_APPROVAL_ID_PREFIX + call_id, function_call=call
             )
             return self._wait(Suspension((frame,), (request,)), frame)
         return await self.run(frame)
@@ -330,7 +341,7 @@ class Delegations:
 
     def decline(self, frame: DelegationFrame) -> str:
         """A person declined ``frame``'s delegate call (``approval=True``): the caller is told."""
-        result = DECLINED_RESULT.format(tool=frame.tool_name)
+        result = DELEGATE_DECLINED_RESULT.format(tool=frame.tool_name)
         self._record(frame, result, "declined", frame.messages)
         return result
 
@@ -352,7 +363,7 @@ class Delegations:
                 return answer
             parent = outer.pop()
             self.suspension = None
-            messages = (*parent.messages, call_result(current.call_id, answer, parent.expert))
+            messages = (*parent.messages, delegate_result(current.call_id, answer, parent.expert))
             answer = await self.run(replace(parent, messages=messages))
             current = parent
 
@@ -381,13 +392,6 @@ class Delegations:
 def payload_json(payload: BaseModel | None) -> str:
     """A validated payload as the call's JSON arguments."""
     return payload.model_dump_json() if payload is not None else "{}"
-
-
-def call_id_of(request: Content) -> str | None:
-    """The call a request is about (an approval's function call, or the call itself)."""
-    if request.type == "function_approval_request" and request.function_call is not None:
-        return request.function_call.call_id
-    return request.call_id
 
 
 class DelegateToolMiddleware(FunctionMiddleware):

@@ -1,10 +1,16 @@
-"""Audit events and the per-turn result. All are small frozen dataclasses: data, not behaviour."""
+"""Audit events and the per-turn result. All are small frozen dataclasses: data, not behaviour.
+
+Each event class names the ``WorkflowEvent.type`` it is emitted under in its ``event_type``
+(a class attribute, not a field: it is not part of the event's JSON). The name is not ``kind``
+because :class:`HandoffEvent` and :class:`LimitReachedEvent` already have a ``kind`` field of
+their own (which edge; which limit).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from agent_framework import AgentResponse, Message
 from pydantic import BaseModel, PlainSerializer, PlainValidator, SkipValidation
@@ -150,6 +156,9 @@ class HandoffEvent:
     the edge's pydantic model (``None`` for an edge without one).
     """
 
+    event_type: ClassVar[str] = HANDOFF_EVENT
+    """The ``WorkflowEvent.type`` it is emitted under."""
+
     source: str
     target: str
     goal: str
@@ -189,6 +198,9 @@ class DelegationEvent:
     delegation of a participant, 2 for one its expert made, and so on.
     """
 
+    event_type: ClassVar[str] = HANDOFF_DELEGATION_EVENT
+    """The ``WorkflowEvent.type`` it is emitted under."""
+
     caller: str
     expert: str
     tool_name: str
@@ -213,6 +225,9 @@ class HandoffBlockedEvent:
     the approval). Calls to a handoff the agent does not have in its run are refused while it
     runs, like the others: the tool error names the handoff tools it has.
     """
+
+    event_type: ClassVar[str] = HANDOFF_BLOCKED_EVENT
+    """The ``WorkflowEvent.type`` it is emitted under."""
 
     source: str
     tool_name: str
@@ -239,6 +254,9 @@ class EscalationEvent:
     ``evidence`` is every round's feedback, in order.
     """
 
+    event_type: ClassVar[str] = HANDOFF_ESCALATED_EVENT
+    """The ``WorkflowEvent.type`` it is emitted under."""
+
     reason: EscalationReason
     agent: str
     limit: int
@@ -256,6 +274,9 @@ class LimitReachedEvent:
     outcome is :attr:`~handoff_builder.CapOutcome.RETURN_TO_USER` (``"handoff_cap"``,
     ``"max_iterations"``, ``"rejected_handoffs"``, ``"blocked_handoff"``).
     """
+
+    event_type: ClassVar[str] = HANDOFF_LIMIT_EVENT
+    """The ``WorkflowEvent.type`` it is emitted under."""
 
     kind: Literal[
         "autonomous_turns",
@@ -303,6 +324,9 @@ class TurnTimeoutEvent:
     passed. The conversation stays valid: nothing of the cancelled call was kept.
     """
 
+    event_type: ClassVar[str] = HANDOFF_TIMEOUT_EVENT
+    """The ``WorkflowEvent.type`` it is emitted under."""
+
     limit: Literal["agent_call", "turn"]
     agent: str
     seconds: float
@@ -317,6 +341,9 @@ class TurnAbandonedEvent:
     for, ``error`` the last failure (``"TypeName: message"``), when there was one. Requests the
     turn waited for were answered as not answered, so the history stays valid for every provider.
     """
+
+    event_type: ClassVar[str] = HANDOFF_TURN_ABANDONED_EVENT
+    """The ``WorkflowEvent.type`` it is emitted under."""
 
     reason: Literal["failed", "on_demand"]
     agent: str | None

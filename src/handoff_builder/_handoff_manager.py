@@ -1,8 +1,8 @@
 """:class:`HandoffManager`: follows handoff calls, within the caps. Pure: no I/O of its own.
 
-While an agent runs, each handoff call it makes is reviewed (:meth:`HandoffManager.review_handoff`)
+While an agent runs, each handoff call it makes is vetted (:meth:`HandoffManager.vet_handoff`)
 and gets its tool result at once: ``Transferred.``, a tool error the agent can act on, or the cap
-message. After the run, :meth:`HandoffManager.decide` turns the reply and its reviewed calls into
+message. After the run, :meth:`HandoffManager.decide` turns the reply and its vetted calls into
 one decision. The manager's counters are one frozen :class:`~handoff_builder._state.HandoffState`,
 replaced at each decision.
 """
@@ -12,12 +12,13 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import cast
 
 from agent_framework import Agent, Message
 from typing_extensions import override
 
+from ._caps import CAPS, HOP_CAPS, HUMAN_TAKES_OVER, CapKind
 from ._decision import (
     FOLLOWED_OUTCOMES,
     HOST_NOTE_AUTHOR,
@@ -48,17 +49,9 @@ from ._review import Review
 from ._state import HandoffState, decode_handoff_state, encode_handoff_state
 from .exceptions import HandoffHookError
 
-__all__ = [
-    "DEFAULT_AUTONOMOUS_PROMPT",
-    "DEFAULT_AUTONOMOUS_TURN_LIMIT",
-    "AutonomousMode",
-    "HandoffManager",
-]
+__all__ = ["HandoffManager"]
 
 logger = logging.getLogger("handoff_builder")
-
-DEFAULT_AUTONOMOUS_TURN_LIMIT = 50
-DEFAULT_AUTONOMOUS_PROMPT = "User did not respond. Continue assisting autonomously."
 
 INVALID_PAYLOAD_ERROR = (
     "Error: the {noun} was not performed because its arguments are not valid: {problem}. Fix them "
@@ -75,7 +68,6 @@ AWAITING_NOT_PERFORMED_RESULT = (
     "Not performed: only one handoff per response is followed ({followed} waits for a person's "
     "approval)."
 )
-_HUMAN_TAKES_OVER = "A human colleague will take over the conversation."
 NO_VERDICT = "The reviewer neither approved the reply nor said what must change."
 SAFE_AGENT_NOTE = (
     "The conversation was passed to you ({agent}) because {why}. Answer the user yourself in "
@@ -86,61 +78,7 @@ SAFE_AGENT_NO_HANDOFF = (
     "Error: {tool} was not called: you were given the conversation to answer the user yourself, "
     "without handing off."
 )
-SAFE_AGENT_REASONS: dict[EscalationReason, str] = {
-    "handoff_cap": "the limit of {limit} handoffs for this user message was reached",
-    "max_iterations": "this user message used all {limit} agent invocations it is allowed",
-    "rejected_handoffs": "{limit} handoff attempts were refused for this user message",
-    "blocked_handoff": "a handoff was refused",
-    "tool_limit": "the agent before you reached its limit of tool calls without an answer",
-}
-CAP_RESULTS: dict[EscalationReason, str] = {
-    "handoff_cap": (
-        "Not transferred: the limit of {limit} handoffs for this user message was reached. "
-        "A human colleague will take over the conversation."
-    ),
-    "max_iterations": (
-        "Not transferred: this user message used all {limit} agent invocations it is allowed. "
-        "A human colleague will take over the conversation."
-    ),
-    "rejected_handoffs": (
-        "Not transferred: {limit} handoff attempts were already refused for this user message. "
-        "A human colleague will take over the conversation."
-    ),
-}
 _FRESH_TURN = HandoffState(invocations=1)  # frozen; its dict is never changed in place
-
-
-@dataclass(frozen=True)
-class AutonomousMode:
-    """Autonomous mode: an agent that replies without a handoff is run again, up to a limit.
-
-    Each continuation appends ``continuation_prompt`` (a user message, visible to every agent)
-    to the conversation. Counters are per agent and reset when that agent hands off, when its
-    loop ends, and on every new user message (.NET's semantics).
-    """
-
-    turn_limit: int = DEFAULT_AUTONOMOUS_TURN_LIMIT
-    continuation_prompt: str = DEFAULT_AUTONOMOUS_PROMPT
-    agents: frozenset[str] | None = None
-    agent_turn_limits: Mapping[str, int] = field(default_factory=dict[str, int])
-    agent_continuation_prompts: Mapping[str, str] = field(default_factory=dict[str, str])
-
-    def allows(self, agent: str) -> bool:
-        """True when ``agent`` loops autonomously (every agent when no allow-list was given)."""
-        return self.agents is None or agent in self.agents
-
-    def limit(self, agent: str) -> int:
-        """The agent's turn limit: its own, else the default."""
-        return self.agent_turn_limits.get(agent, self.turn_limit)
-
-    def prompt(self, agent: str) -> str:
-        """The agent's continuation prompt: its own, else the default."""
-        return self.agent_continuation_prompts.get(agent, self.continuation_prompt)
-
-    @property
-    def largest_limit(self) -> int:
-        """The largest turn limit any agent has."""
-        return max([self.turn_limit, *self.agent_turn_limits.values()])
 
 
 class HandoffManager(GroupChatManager):
@@ -173,16 +111,14 @@ class HandoffManager(GroupChatManager):
     # -- while an agent runs --------------------------------------------------------------------
 
     @override
-    def review_handoff(
-        self, request: HandoffRequest, earlier: Sequence[HandoffCall]
-    ) -> HandoffCall:
+    def vet_handoff(self, request: HandoffRequest, earlier: Sequence[HandoffCall]) -> HandoffCall:
         """Accept the call, refuse it with a tool error, or stop the turn at a cap.
 
         A call to a handoff the agent does not have in this run is always refused (a refused
         attempt, even beside a call that stands).
         """
-        forced = self._state.forced
-        if forced is not None and request.route.source == forced[0]:  # a safe agent's run
+        safe = self._state.safe_agent
+        if safe is not None and request.route.source == safe[0]:  # a safe agent's run
             text = SAFE_AGENT_NO_HANDOFF.format(tool=request.route.tool_name)
             return _call(request, "rejected", text, blocked=request.blocked or "disabled")
         followed = next((c for c in earlier if c.outcome in FOLLOWED_OUTCOMES), None)
@@ -199,12 +135,11 @@ class HandoffManager(GroupChatManager):
             reason, text = refusal
             refused = state.rejected + sum(1 for call in earlier if call.outcome == "rejected")
             if refused >= self.settings.max_rejected_handoffs:
-                return self._cap_call(request, "rejected_handoffs", reason)
+                return self._cap_call(request, CAPS["rejected_handoffs"], reason)
             return _call(request, "rejected", text, blocked=reason)
-        if state.handoffs >= self.settings.max_handoffs_per_turn:
-            return self._cap_call(request, "handoff_cap")
-        if state.invocations >= self.max_iterations:
-            return self._cap_call(request, "max_iterations")
+        for cap in HOP_CAPS:
+            if cap.reached(self.settings, state):
+                return self._cap_call(request, cap)
         return _call(request, "transferred", TRANSFERRED_RESULT)
 
     def _refusal(self, request: HandoffRequest) -> tuple[BlockReason, str] | None:
@@ -224,24 +159,17 @@ class HandoffManager(GroupChatManager):
         return None
 
     def _cap_call(
-        self, request: HandoffRequest, cap: EscalationReason, blocked: BlockReason | None = None
+        self, request: HandoffRequest, cap: CapKind, blocked: BlockReason | None = None
     ) -> HandoffCall:
-        text = CAP_RESULTS[cap].format(limit=self._limit(cap))
-        outcome = self.settings.cap_outcomes.get(cap, CapOutcome.ESCALATE)
+        if cap.result is None:  # pragma: no cover - the table gives every cap a call trips one
+            raise ValueError(f"No handoff call trips the {cap.name} cap.")
+        text = cap.result.format(limit=cap.limit_in(self.settings))
+        outcome = self.settings.cap_outcomes.get(cap.name, CapOutcome.ESCALATE)
         if outcome == CapOutcome.RETURN_TO_USER:
-            text = text.replace(_HUMAN_TAKES_OVER, "Answer the user yourself now.")
+            text = text.replace(HUMAN_TAKES_OVER, "Answer the user yourself now.")
         elif outcome != CapOutcome.ESCALATE:
-            text = text.replace(_HUMAN_TAKES_OVER, f"The conversation goes to {outcome}.")
-        return _call(request, "escalated", text, blocked=blocked, escalation=cap)
-
-    def _limit(self, cap: EscalationReason) -> int:
-        if cap == "handoff_cap":
-            return self.settings.max_handoffs_per_turn
-        if cap == "rejected_handoffs":
-            return self.settings.max_rejected_handoffs
-        if cap in ("blocked_handoff", "tool_limit"):
-            return 0  # not a count: the first blocked handoff, or agent_framework's limit
-        return self.max_iterations
+            text = text.replace(HUMAN_TAKES_OVER, f"The conversation goes to {outcome}.")
+        return _call(request, "escalated", text, blocked=blocked, escalation=cap.name)
 
     # -- decisions --------------------------------------------------------------------------------
 
@@ -267,13 +195,13 @@ class HandoffManager(GroupChatManager):
         stopped = "tool_limit" if reply.tool_limit else tally.cap
         if stopped is not None:
             return self._at_cap(stopped, speaker, events, tally.tripped)
-        forced = self._state.forced
-        if forced is not None and forced[0] == speaker:
-            if reply.unfinished:  # it waits for answers: it carries on, closed, past every cap
-                return NextAgent(speaker, events=tuple(events), last=True)
+        safe = self._state.safe_agent
+        if safe is not None and safe[0] == speaker:
+            if reply.unfinished:  # it waits for answers: it carries on, no handoffs, past caps
+                return NextAgent(speaker, events=tuple(events), no_handoffs=True)
             # The safe agent answered: the turn ends with its reply, as the cap's outcome.
             step = RoutingStep("end", "code", "safe_agent", speaker)
-            return EndTurn(cast(TurnStatus, forced[1]), events=tuple(events), step=step)
+            return EndTurn(cast(TurnStatus, safe[1]), events=tuple(events), step=step)
         if tally.accepted is not None:
             decision = self._hand_over(tally.accepted, events)
         elif self._blocked_outcome(events):
@@ -291,7 +219,10 @@ class HandoffManager(GroupChatManager):
 
     def _blocked_outcome(self, events: list[Event]) -> bool:
         """A blocked handoff (not one a person declined) with an outcome of its own."""
-        if "blocked_handoff" not in self.settings.cap_outcomes or self._state.forced is not None:
+        if (
+            "blocked_handoff" not in self.settings.cap_outcomes
+            or self._state.safe_agent is not None
+        ):
             return False
         return any(
             isinstance(event, HandoffBlockedEvent) and event.reason != "declined"
@@ -311,9 +242,11 @@ class HandoffManager(GroupChatManager):
         Returning to the user after a handoff call tripped the cap lets the caller answer once
         more, without handoff tools: the call ended its run before it could write a reply.
         """
+        kind = CAPS[cap]
         outcome = self.settings.cap_outcomes.get(cap, CapOutcome.ESCALATE)
-        limit = self._limit(cap)
-        count = self._count(cap)
+        limit = kind.limit_in(self.settings)
+        shown = kind.step_limit(self.settings)
+        count = kind.count_in(self._state)
         if outcome == CapOutcome.ESCALATE:
             return self._escalate(cap, speaker, events, call, target)
         if outcome == CapOutcome.RETURN_TO_USER and call is not None:
@@ -321,29 +254,21 @@ class HandoffManager(GroupChatManager):
             outcome = speaker
         if outcome == CapOutcome.RETURN_TO_USER:
             reached = LimitReachedEvent(cap, speaker, limit)
-            step = RoutingStep("limit", "code", cap, speaker, None, _counted(cap, limit), count)
+            step = RoutingStep("limit", "code", cap, speaker, None, shown, count)
             return EndTurn(cast(TurnStatus, cap), events=(*events, reached), step=step)
         safe = str(outcome)
-        self._update(forced=(safe, cap))
-        step = RoutingStep("route", "code", cap, speaker, safe, _counted(cap, limit), count)
-        note = SAFE_AGENT_NOTE.format(agent=safe, why=SAFE_AGENT_REASONS[cap].format(limit=limit))
+        self._update(safe_agent=(safe, cap))
+        step = RoutingStep("route", "code", cap, speaker, safe, shown, count)
+        note = SAFE_AGENT_NOTE.format(agent=safe, why=kind.safe_agent_reason.format(limit=limit))
         return NextAgent(
-            safe, input=(_host_note(note),), events=tuple(events), step=step, last=True
+            safe, input=(_host_note(note),), events=tuple(events), step=step, no_handoffs=True
         )
-
-    def _count(self, cap: EscalationReason) -> int | None:
-        state = self._state
-        return {
-            "handoff_cap": state.handoffs,
-            "max_iterations": state.invocations,
-            "rejected_handoffs": state.rejected,
-        }.get(cap)
 
     def _update(self, **changes: object) -> None:
         self._state = replace(self._state, **changes)
 
     def _tally(self, reply: AgentReply) -> _Tally:
-        """What the reply's reviewed handoff calls add up to."""
+        """What the reply's vetted handoff calls add up to."""
         tally = _Tally(events=[], rejected=self._state.rejected)
         skipped: list[HandoffCall] = []
         for call in reply.handoff_calls:
@@ -453,12 +378,9 @@ class HandoffManager(GroupChatManager):
             return EndTurn(events=(*events, blocked), step=RoutingStep("end", "code", by, speaker))
         target = found
         state = self._state
-        for cap, count, limit in (
-            ("handoff_cap", state.handoffs, self.settings.max_handoffs_per_turn),
-            ("max_iterations", state.invocations, self.max_iterations),
-        ):
-            if count >= limit:
-                return self._at_cap(cast(EscalationReason, cap), speaker, events, target=target)
+        for cap in HOP_CAPS:
+            if cap.reached(self.settings, state):
+                return self._at_cap(cap.name, speaker, events, target=target)
         handoff = HandoffEvent(speaker, target, "", by, "", "handoff", None, "code")
         self._update(invocations=state.invocations + 1, handoffs=state.handoffs + 1)
         step = RoutingStep("route", "code", by, speaker, target)
@@ -542,7 +464,7 @@ class HandoffManager(GroupChatManager):
         escalation = EscalationEvent(
             cap,
             speaker,
-            self._limit(cap),
+            CAPS[cap].limit_in(self.settings),
             (call.route.target or None) if call else target,  # "": no such handoff
             call.argument if call else None,
         )
@@ -609,15 +531,6 @@ def _call(
         request.payload,
         request.arguments if blocked is not None or escalation is not None else "",
     )
-
-
-def _counted(cap: EscalationReason, limit: int) -> int | None:
-    """A cap's limit for its step.
-
-    None for a blocked handoff (the first one takes the outcome) and for agent_framework's tool
-    limit (not ours).
-    """
-    return None if cap in ("blocked_handoff", "tool_limit") else limit
 
 
 def _host_note(text: str) -> Message:

@@ -98,7 +98,7 @@ _T = TypeVar("_T")
 class HandoffGate:
     """Asks one run's edges what they allow; made by the host for each agent run."""
 
-    __slots__ = ("_conversation", "_conversation_id", "_policies", "closed", "timeout")
+    __slots__ = ("_conversation", "_conversation_id", "_policies", "no_handoffs", "timeout")
 
     def __init__(
         self,
@@ -106,13 +106,13 @@ class HandoffGate:
         conversation: Sequence[Message],
         conversation_id: str | None,
         *,
-        closed: bool = False,
+        no_handoffs: bool = False,
         timeout: float | None = DEFAULT_HOOK_TIMEOUT,
     ) -> None:
         self._policies = policies
         self._conversation = conversation
         self._conversation_id = conversation_id
-        self.closed = closed
+        self.no_handoffs = no_handoffs
         """No handoff tool is offered in this run (a safe agent's run)."""
         self.timeout = timeout
         """Seconds a hook may take to answer (``None``: no limit of its own)."""
@@ -143,7 +143,7 @@ class HandoffGate:
 
         The predicates are asked together; the first to fail stops the others and is raised.
         """
-        if self.closed:
+        if self.no_handoffs:
             return frozenset(route.tool_name for route in routes)
         off = {route.tool_name for route in routes if self._policy(route).is_enabled is False}
         asked = [
@@ -159,21 +159,21 @@ class HandoffGate:
         )
         return frozenset(off)
 
-    async def review(
+    async def vet(
         self,
         request: HandoffRequest,
         earlier: Sequence[HandoffCall],
-        reviewer: Callable[[HandoffRequest, Sequence[HandoffCall]], HandoffCall],
+        vetter: Callable[[HandoffRequest, Sequence[HandoffCall]], HandoffCall],
         *,
         approved: bool = False,
     ) -> HandoffCall:
-        """The manager's review of the call (``reviewer``), then, if it goes, the edge's say.
+        """The manager's verdict on the call (``vetter``), then, if it goes, the edge's say.
 
         A call the edge refuses keeps the arguments it was made with, for its blocked event. A
         call to a handoff the agent does not have (``request.blocked``) is refused, or stops the
-        turn at a cap, whatever the reviewer says.
+        turn at a cap, whatever the vetter says.
         """
-        call = reviewer(request, earlier)
+        call = vetter(request, earlier)
         if request.blocked is not None and call.outcome not in ("rejected", "escalated"):
             return refused_call(request)
         if call.outcome != "transferred":

@@ -29,6 +29,16 @@ from typing_extensions import Self, override
 if TYPE_CHECKING:
     from opentelemetry.trace import SpanContext
 
+from ._calls import (
+    BESIDE_WAITING_RESULT,
+    call_id_of,
+    dangling_calls,
+    delegate_result,
+    requests_in,
+    settle,
+    unanswered,
+)
+from ._caps import CAPS
 from ._decision import (
     AgentReply,
     Decision,
@@ -46,21 +56,12 @@ from ._delegation import (
     DelegationScope,
     HistoryMode,
     Suspension,
-    call_id_of,
-    call_result,
     delegate_key,
     settle_waiting,
 )
 from ._events import (
-    HANDOFF_BLOCKED_EVENT,
-    HANDOFF_DELEGATION_EVENT,
-    HANDOFF_ESCALATED_EVENT,
-    HANDOFF_EVENT,
     HANDOFF_INTERMEDIATE_EVENT,
-    HANDOFF_LIMIT_EVENT,
-    HANDOFF_TIMEOUT_EVENT,
     HANDOFF_TURN_EVENT,
-    DelegationEvent,
     EscalationEvent,
     HandoffBlockedEvent,
     HandoffEvent,
@@ -79,14 +80,7 @@ from ._manager import GroupChatManager
 from ._model_inputs import ModelCallLog
 from ._participant import AgentRun, Participant
 from ._payloads import validate_arguments
-from ._requests import (
-    BESIDE_WAITING_RESULT,
-    PendingRequests,
-    dangling_calls,
-    requests_in,
-    settle,
-    unanswered,
-)
+from ._requests import PendingRequests
 from ._routes import HandoffRoute
 from ._state import (
     Continuation,
@@ -173,21 +167,22 @@ class _Hop(_Command):
     """Self-addressed message: run ``agent`` next (one superstep, so one checkpoint, per hop)."""
 
     agent: str
-    closed: bool = False  # run it with no handoff tools (a safe agent)
+    no_handoffs: bool = False  # run it with no handoff tools (a safe agent)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled into checkpoints under the flag's earlier name, which earlier releases read.
+        return {"agent": self.agent, "closed": self.no_handoffs}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        flag = state.get("no_handoffs", state.get("closed", False))
+        object.__setattr__(self, "agent", state["agent"])
+        object.__setattr__(self, "no_handoffs", flag)
 
 
 for _command in (UserTurn, ResumeTurn, ReissueRequests, _Hop):
     register_checkpoint_type(_command)
 
 HostContext = WorkflowContext[_Hop, HandoffTurnResult | AgentResponseUpdate]
-
-_EVENT_TYPES: dict[type[Any], str] = {
-    TurnTimeoutEvent: HANDOFF_TIMEOUT_EVENT,
-    HandoffEvent: HANDOFF_EVENT,
-    HandoffBlockedEvent: HANDOFF_BLOCKED_EVENT,
-    EscalationEvent: HANDOFF_ESCALATED_EVENT,
-    DelegationEvent: HANDOFF_DELEGATION_EVENT,
-}
 
 
 def _same(a: Message, b: Message) -> bool:
@@ -221,7 +216,7 @@ class AgentInvoker(Protocol):
     host's history and state as they stand when it is called.
     """
 
-    async def invoke(self, name: str, closed: bool, seconds: float | None) -> AgentRun:  # noqa: FBT001
+    async def invoke(self, name: str, no_handoffs: bool, seconds: float | None) -> AgentRun:  # noqa: FBT001
         """Agent ``name`` runs once: :meth:`GroupChatHost.invoke`, within ``seconds``.
 
         A call past ``seconds`` (``None``: no limit) raises :class:`DeadlinePassedError`.
@@ -317,7 +312,7 @@ class GroupChatHost(Executor):
         self._intermediate_agents = intermediate_agents
         self._logging = argument_logging or ArgumentLogging()
         self._next: str | None = None
-        self._next_closed = False  # the next agent runs with no handoff tools
+        self._next_no_handoffs = False  # the next agent runs with no handoff tools
         self.journal: TurnJournal | None = None
         self._workflow_name = workflow_name
         self._trace: TurnTrace | None = None
@@ -440,7 +435,7 @@ class GroupChatHost(Executor):
     async def handle_hop(self, hop: _Hop, ctx: HostContext) -> None:
         """Run the next speaker of the current turn."""
         with self._failing_turn():
-            decision = await self._run_agent(hop.agent, ctx, closed=hop.closed)
+            decision = await self._run_agent(hop.agent, ctx, no_handoffs=hop.no_handoffs)
             await self._carry_out(decision, ctx, ran_agent=True)
 
     @handler
@@ -449,7 +444,9 @@ class GroupChatHost(Executor):
         del message
         if self._turn is not None and self._next is not None and not self._pending.requests:
             with self._failing_turn():
-                decision = await self._run_agent(self._next, ctx, closed=self._next_closed)
+                decision = await self._run_agent(
+                    self._next, ctx, no_handoffs=self._next_no_handoffs
+                )
                 await self._carry_out(decision, ctx, ran_agent=True)
 
     @handler
@@ -508,11 +505,11 @@ class GroupChatHost(Executor):
             raise
 
     async def _run_agent(
-        self, name: str, ctx: HostContext, *, closed: bool = False
+        self, name: str, ctx: HostContext, *, no_handoffs: bool = False
     ) -> Decision | None:
         """Run one agent and return the manager's decision (``None``: the turn waits).
 
-        ``closed``: it runs with no handoff tools (a safe agent the manager forced).
+        ``no_handoffs``: it runs with no handoff tools (a safe agent the manager forced).
         """
         participant = self._participants.get(name)
         if participant is None:
@@ -526,7 +523,7 @@ class GroupChatHost(Executor):
         try:
             with self._turn_trace().active():
                 response, calls, disabled, verdict, tool_limit = await self._call(
-                    participant, ctx, delegations, closed=closed, seconds=seconds
+                    participant, ctx, delegations, no_handoffs=no_handoffs, seconds=seconds
                 )
         except DeadlinePassedError:  # not a TimeoutError of the agent's own: that one is raised
             return self._timed_out(limit, name)
@@ -561,7 +558,7 @@ class GroupChatHost(Executor):
         ctx: HostContext,
         delegations: Delegations | None,
         *,
-        closed: bool,
+        no_handoffs: bool,
         seconds: float | None,
     ) -> AgentRun:
         """One agent call: here, within ``seconds``, or by the :attr:`invoker`.
@@ -570,12 +567,12 @@ class GroupChatHost(Executor):
         """
         name = participant.name
         if self.invoker is not None:
-            return await self.invoker.invoke(name, closed, seconds)
+            return await self.invoker.invoke(name, no_handoffs, seconds)
         run = participant.run(
             await self._agent_view(name),
             self._update_sink(name, ctx),
-            self._manager.review_handoff,
-            self._gate_for(participant, closed=closed),
+            self._manager.vet_handoff,
+            self._gate_for(participant, no_handoffs=no_handoffs),
             delegations,
         )
         return await within(seconds, run)
@@ -591,35 +588,35 @@ class GroupChatHost(Executor):
         """
         return self._participants[name].route_of(tool_name)
 
-    async def invoke(self, name: str, *, closed: bool = False) -> AgentRun:
+    async def invoke(self, name: str, *, no_handoffs: bool = False) -> AgentRun:
         """Run agent ``name`` once on the conversation as it stands, and return its run.
 
         What :attr:`invoker` stands for, done here: the agent gets its view, its handoff calls are
-        reviewed by this host's manager (with its saved counters) and admitted by its gate. The
+        vetted by this host's manager (with its saved counters) and admitted by its gate. The
         conversation is not changed: the host that invoked it takes the run and decides.
         """
         participant = self._participants.get(name)
         if participant is None:
             raise ValueError(f"No agent named {name!r} in this workflow.")
         view = await self._agent_view(name)
-        gate = self._gate_for(participant, closed=closed)
-        return await participant.run(view, None, self._manager.review_handoff, gate, None)
+        gate = self._gate_for(participant, no_handoffs=no_handoffs)
+        return await participant.run(view, None, self._manager.vet_handoff, gate, None)
 
     async def resolve(self) -> Resolved:
         """Carry out the answered requests of the waiting agent.
 
         Returns the messages that settle them (approved tools run, declined ones refused), its
-        answered handoff calls, reviewed, and a reviewer's verdict among them. What
+        answered handoff calls, vetted, and a reviewer's verdict among them. What
         :attr:`invoker` stands for, done here; the conversation is not changed.
         """
         pending = self._pending
         name = str(pending.agent)
         then = pending.then or Continuation(name)
         participant = self._participants[name]
-        gate = self._gate_for(participant, closed=then.last and then.agent == name)
+        gate = self._gate_for(participant, no_handoffs=then.no_handoffs and then.agent == name)
         verdicts: list[ReviewVerdict] = []
         messages, calls = await pending.resolve(
-            participant, self._manager.review_handoff, gate, verdicts=verdicts
+            participant, self._manager.vet_handoff, gate, verdicts=verdicts
         )
         return messages, calls, verdicts[0] if verdicts else None
 
@@ -758,7 +755,7 @@ class GroupChatHost(Executor):
             turn = self._with_steps(turn, steps)
             traced = False
             if not carrying_on:
-                if turn.invocations >= self._manager.max_iterations and not decision.last:
+                if turn.invocations >= self._manager.max_iterations and not decision.no_handoffs:
                     self._turn = turn
                     await self._emit(decision.events, ctx)
                     decision = self._past_invocation_cap(decision)
@@ -770,15 +767,15 @@ class GroupChatHost(Executor):
             self._turn = turn
             if decision.input:
                 self._history.extend(decision.input)
-            self._next, self._next_closed = decision.agent, decision.last
+            self._next, self._next_no_handoffs = decision.agent, decision.no_handoffs
             await self._record()  # the next agent is saved before it is called
             await self._emit(decision.events, ctx)
             if self.superstep_per_hop and ran_agent:
-                await ctx.send_message(_Hop(decision.agent, decision.last))
+                await ctx.send_message(_Hop(decision.agent, decision.no_handoffs))
                 return
             ran_agent = True
             source = decision.agent
-            decision = await self._run_agent(decision.agent, ctx, closed=decision.last)
+            decision = await self._run_agent(decision.agent, ctx, no_handoffs=decision.no_handoffs)
         if decision is not None:
             await self._conclude(decision, source, ctx)
 
@@ -869,10 +866,11 @@ class GroupChatHost(Executor):
                 steps.append(RoutingStep(kind, "code", by, source, decision.agent))
         elif isinstance(decision, Escalate):
             escalation = decision.escalation
-            count = {"handoff_cap": len(turn.handoffs), "max_iterations": turn.invocations}
+            cap = CAPS.get(escalation.reason)
+            count = cap.turn_count(turn) if cap is not None else None
             steps.append(
                 RoutingStep("escalate", "code", escalation.reason, source or escalation.agent,
-                            None, escalation.limit, count.get(escalation.reason))
+                            None, escalation.limit, count)
             )  # fmt: skip
         else:
             steps.append(_end_step(decision, source, type(self._manager).__name__))
@@ -964,7 +962,7 @@ class GroupChatHost(Executor):
         ``traced``: ``then`` was traced already (the turn waited before, and waits again).
         """
         carried = tuple(message.to_dict() for message in then.input)
-        waiting = Continuation(then.agent, then.handoff, carried, then.last)
+        waiting = Continuation(then.agent, then.handoff, carried, then.no_handoffs)
         self._pending.open(name, requests, waiting, tuple(frames))
         if self._turn is not None and not traced:
             steps = self._steps_of(then, name, self._turn)
@@ -1008,7 +1006,7 @@ class GroupChatHost(Executor):
         name = str(self._pending.agent)
         then = self._pending.then or Continuation(name)
         participant = self._participants[name]
-        gate = self._gate_for(participant, closed=then.last and then.agent == name)
+        gate = self._gate_for(participant, no_handoffs=then.no_handoffs and then.agent == name)
         frames = self._pending.frames
         saved = self._pending.to_state()
         limit, seconds = self._time_left()
@@ -1040,7 +1038,9 @@ class GroupChatHost(Executor):
             raise
         self._extend_after_wait(messages)
         carried = tuple(Message.from_dict(item) for item in then.input)
-        decision: Decision = NextAgent(then.agent, input=carried, last=then.last)  # decided then
+        decision: Decision = NextAgent(
+            then.agent, input=carried, no_handoffs=then.no_handoffs
+        )  # decided then
         decides = bool(calls or verdict) and undecided(then, name)
         if decides:  # approved handoff calls, or a verdict: the manager decides again
             reply = AgentReply(name, tuple(messages), calls, unfinished=True, verdict=verdict)
@@ -1078,7 +1078,7 @@ class GroupChatHost(Executor):
         else:
             messages, calls = await pending.resolve(
                 participant,
-                self._manager.review_handoff,
+                self._manager.vet_handoff,
                 gate,
                 delegations=delegations,
                 verdicts=verdicts,
@@ -1092,7 +1092,9 @@ class GroupChatHost(Executor):
         self._extend_after_wait(messages)
         self._pending = PendingRequests()
         carried = tuple(Message.from_dict(item) for item in then.input)
-        decision: Decision = NextAgent(then.agent, then.handoff, carried, last=then.last)
+        decision: Decision = NextAgent(
+            then.agent, then.handoff, carried, no_handoffs=then.no_handoffs
+        )
         decides = bool(calls or verdict) and undecided(then, name)
         if decides:
             reply = AgentReply(name, tuple(messages), calls, unfinished=True, verdict=verdict)
@@ -1163,7 +1165,7 @@ class GroupChatHost(Executor):
             expert = self._experts[inner.expert]
             nested = Delegations(delegations.scope, inner.depth, delegations.records)
             resolved, _ = await pending.resolve(
-                expert, self._manager.review_handoff, self._gate_for(expert), delegations=nested
+                expert, self._manager.vet_handoff, self._gate_for(expert), delegations=nested
             )
             moved = replace(inner, messages=(*inner.messages, *resolved))
             if nested.suspension is not None:  # an approved delegate of the expert waits in turn
@@ -1182,15 +1184,15 @@ class GroupChatHost(Executor):
             return None
         self._pending = PendingRequests()
         outer = frames[0]
-        return [call_result(outer.call_id, str(result), outer.caller)]
+        return [delegate_result(outer.call_id, str(result), outer.caller)]
 
-    def _gate_for(self, participant: Participant, *, closed: bool = False) -> HandoffGate:
+    def _gate_for(self, participant: Participant, *, no_handoffs: bool = False) -> HandoffGate:
         """What the participant's edges allow in this run, asked with the conversation so far."""
         return HandoffGate(
             participant.policies,
             self._history,
             self.conversation_id,
-            closed=closed,
+            no_handoffs=no_handoffs,
             timeout=self.hook_timeout,
         )
 
@@ -1210,8 +1212,7 @@ class GroupChatHost(Executor):
             if isinstance(event, str):
                 await ctx.add_event(WorkflowEvent.warning(event))
                 continue
-            kind = _EVENT_TYPES.get(type(event), HANDOFF_LIMIT_EVENT)
-            await ctx.add_event(WorkflowEvent(cast(Any, kind), data=event))
+            await ctx.add_event(WorkflowEvent(cast(Any, event.event_type), data=event))
 
     async def _end_turn(
         self,
@@ -1263,7 +1264,7 @@ class GroupChatHost(Executor):
         )  # fmt: skip
         calls = self.model_calls.take() if self.model_calls is not None else ()
         result = record.result(self._history, model_calls=calls)
-        self._turn, self._next, self._next_closed, self._deadline = None, None, False, None
+        self._turn, self._next, self._next_no_handoffs, self._deadline = None, None, False, None
         self.last_result = result
         return result
 
@@ -1299,7 +1300,7 @@ class GroupChatHost(Executor):
         return HostState(
             speaker=self._speaker,
             next=self._next,
-            next_closed=self._next_closed,
+            next_no_handoffs=self._next_no_handoffs,
             turn=self._turn,
             pending=self._pending.to_state(),
             manager=self._manager.save_state(),
@@ -1342,7 +1343,7 @@ class GroupChatHost(Executor):
         self._views.clear()  # rebuilt from the restored history on each agent's next run
         self._expert_views.clear()
         self._speaker = state.speaker
-        self._next, self._next_closed = state.next, state.next_closed
+        self._next, self._next_no_handoffs = state.next, state.next_no_handoffs
         self._pending = PendingRequests.from_state(state.pending)
         self._turn = turn
 

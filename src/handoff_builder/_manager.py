@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,13 +24,15 @@ from ._decision import (
 from ._routes import HandoffRoute
 
 if TYPE_CHECKING:
-    from ._handoff_manager import AutonomousMode
     from ._review import Review
 
 __all__ = [
+    "DEFAULT_AUTONOMOUS_PROMPT",
+    "DEFAULT_AUTONOMOUS_TURN_LIMIT",
     "DEFAULT_MAX_HANDOFFS_PER_TURN",
     "DEFAULT_MAX_ITERATIONS",
     "DEFAULT_MAX_REJECTED_HANDOFFS",
+    "AutonomousMode",
     "CapOutcome",
     "CodeRoute",
     "GroupChatManager",
@@ -42,6 +45,8 @@ __all__ = [
 DEFAULT_MAX_ITERATIONS = 40
 DEFAULT_MAX_HANDOFFS_PER_TURN = 3
 DEFAULT_MAX_REJECTED_HANDOFFS = 3
+DEFAULT_AUTONOMOUS_TURN_LIMIT = 50
+DEFAULT_AUTONOMOUS_PROMPT = "User did not respond. Continue assisting autonomously."
 
 TerminationCondition = Callable[[Sequence[Message]], "bool | Awaitable[bool]"]
 """Called with the whole conversation after an agent reply without a handoff; true ends the turn."""
@@ -76,6 +81,39 @@ class CodeRoute:
     name: str  # what decided it, as the trace shows it: the function's or the target's name
     target: str | None = None
     function: RouteFunction | None = None
+
+
+@dataclass(frozen=True)
+class AutonomousMode:
+    """Autonomous mode: an agent that replies without a handoff is run again, up to a limit.
+
+    Each continuation appends ``continuation_prompt`` (a user message, visible to every agent)
+    to the conversation. Counters are per agent and reset when that agent hands off, when its
+    loop ends, and on every new user message (.NET's semantics).
+    """
+
+    turn_limit: int = DEFAULT_AUTONOMOUS_TURN_LIMIT
+    continuation_prompt: str = DEFAULT_AUTONOMOUS_PROMPT
+    agents: frozenset[str] | None = None
+    agent_turn_limits: Mapping[str, int] = field(default_factory=dict[str, int])
+    agent_continuation_prompts: Mapping[str, str] = field(default_factory=dict[str, str])
+
+    def allows(self, agent: str) -> bool:
+        """True when ``agent`` loops autonomously (every agent when no allow-list was given)."""
+        return self.agents is None or agent in self.agents
+
+    def limit(self, agent: str) -> int:
+        """The agent's turn limit: its own, else the default."""
+        return self.agent_turn_limits.get(agent, self.turn_limit)
+
+    def prompt(self, agent: str) -> str:
+        """The agent's continuation prompt: its own, else the default."""
+        return self.agent_continuation_prompts.get(agent, self.continuation_prompt)
+
+    @property
+    def largest_limit(self) -> int:
+        """The largest turn limit any agent has."""
+        return max([self.turn_limit, *self.agent_turn_limits.values()])
 
 
 @dataclass(frozen=True)
@@ -116,7 +154,7 @@ class GroupChatManager(ABC):
     The host calls :meth:`start_turn` when a user message arrives and :meth:`decide` after every
     agent reply; each returns one :data:`~handoff_builder.Decision` (:class:`NextAgent`,
     :class:`EndTurn` or :class:`Escalate`) that the host carries out. While an agent runs, the
-    host asks :meth:`review_handoff` about each handoff tool call it makes; the reviewed calls come
+    host asks :meth:`vet_handoff` about each handoff tool call it makes; the vetted calls come
     back in the reply.
 
     The host also enforces ``max_iterations``, whatever the manager: a :class:`NextAgent` past
@@ -128,7 +166,23 @@ class GroupChatManager(ABC):
     policy (round robin, a model that picks the speaker) and reuse the host, or pass a factory to
     :meth:`HandoffWorkflowBuilder.with_manager`. Everything :meth:`save_state` returns must be
     JSON-serialisable.
+
+    ``vet_handoff`` was ``review_handoff`` in earlier releases ("review" is ``with_review``'s
+    word). A subclass that still overrides ``review_handoff`` works: defining it warns once, with
+    a :class:`DeprecationWarning`, and its method is the one the host calls.
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        legacy = vars(cls).get("review_handoff")
+        if legacy is not None and "vet_handoff" not in vars(cls):
+            warnings.warn(
+                f"{cls.__qualname__} overrides GroupChatManager.review_handoff, which is now "
+                "vet_handoff: rename the method (review_handoff goes in a later release).",
+                DeprecationWarning,
+                stacklevel=3,  # the class statement, past ABCMeta.__new__
+            )
+            setattr(cls, "vet_handoff", legacy)  # noqa: B010 - the host calls vet_handoff
 
     def __init__(self, *, max_iterations: int = DEFAULT_MAX_ITERATIONS) -> None:
         if max_iterations < 1:
@@ -150,13 +204,11 @@ class GroupChatManager(ABC):
 
         Args:
             history: The whole shared conversation, ``reply.messages`` included; read-only.
-            reply: The agent's new messages and its reviewed handoff calls.
+            reply: The agent's new messages and its vetted handoff calls.
         """
 
-    def review_handoff(
-        self, request: HandoffRequest, earlier: Sequence[HandoffCall]
-    ) -> HandoffCall:
-        """Review one handoff tool call while its agent runs (default: the first valid one goes).
+    def vet_handoff(self, request: HandoffRequest, earlier: Sequence[HandoffCall]) -> HandoffCall:
+        """Vet one handoff tool call while its agent runs (default: the first valid one goes).
 
         A call to a handoff the agent does not have in this run (``request.blocked``) is refused
         with ``request.error`` (the host refuses it whatever this returns, unless it stops the
@@ -188,6 +240,29 @@ class GroupChatManager(ABC):
             TRANSFERRED_RESULT,
             payload=request.payload,
         )
+
+    def review_handoff(
+        self, request: HandoffRequest, earlier: Sequence[HandoffCall]
+    ) -> HandoffCall:
+        """Deprecated: the earlier name of :meth:`vet_handoff`; calls it.
+
+        A subclass that overrides ``review_handoff`` (warned when it is defined) may call
+        ``super().review_handoff(...)``: that runs the ``vet_handoff`` it overrode.
+        """
+        classes = [cls for cls in type(self).__mro__ if cls is not GroupChatManager]
+        if not any("review_handoff" in vars(cls) for cls in classes):
+            # Called by its old name (an override was warned about when it was defined).
+            warnings.warn(
+                "GroupChatManager.review_handoff is now vet_handoff: call that instead "
+                "(review_handoff goes in a later release).",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        for cls in classes:  # the first vet_handoff that is not an override's old name
+            vet = vars(cls).get("vet_handoff")
+            if vet is not None and vet is not vars(cls).get("review_handoff"):
+                return vet(self, request, earlier)
+        return GroupChatManager.vet_handoff(self, request, earlier)
 
     def save_state(self) -> dict[str, Any]:
         """JSON-serialisable state for checkpoints and hosted conversations (default: none)."""

@@ -24,7 +24,7 @@ from ._instructions import render_instructions
 from ._review import ReviewToolMiddleware
 from ._routes import HandoffRoute
 from ._strays import RunHandoffs, StrayHandoffMiddleware
-from ._tools import HandoffReviewer, HandoffToolMiddleware
+from ._tools import HandoffToolMiddleware, HandoffVetter
 from .exceptions import HandoffHookError
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ so a change of agent_framework's text fails there."""
 class AgentRun(NamedTuple):
     """One agent invocation, as the host reads it.
 
-    Its response, its reviewed handoff calls, the handoffs it was not offered, a reviewer's
+    Its response, its vetted handoff calls, the handoffs it was not offered, a reviewer's
     verdict, and whether its tool loop stopped at agent_framework's limit without an answer.
     """
 
@@ -62,7 +62,7 @@ class Participant:
 
     The agent object is never changed; ``tools``, ``options`` and ``middleware`` are passed to
     each ``agent.run`` call and merged there with the agent's own. ``routes`` are the agent's
-    handoff tools by name: each run reviews the calls to them (see :meth:`run`); ``policies``
+    handoff tools by name: each run vets the calls to them (see :meth:`run`); ``policies``
     hold the code of the edges that have some (``is_enabled``, ``approval``, ``on_handoff``).
     ``delegates`` are its delegate tools by name, carried out by the run's
     :class:`~handoff_builder._delegation.Delegations` (not offered without one, or past the
@@ -93,15 +93,15 @@ class Participant:
         self,
         messages: Sequence[Message],
         on_update: Callable[[AgentResponseUpdate], Awaitable[None]] | None,
-        review: HandoffReviewer | None,
+        vet: HandoffVetter | None,
         gate: HandoffGate,
         delegations: Delegations | None = None,
     ) -> AgentRun:
         """One agent invocation: its response, handoff calls and the handoffs it was not offered.
 
-        Each handoff call is reviewed with ``review`` and admitted by ``gate``; a handoff whose
+        Each handoff call is vetted with ``vet`` and admitted by ``gate``; a handoff whose
         ``is_enabled`` says no is not offered in this run. A call to a handoff the agent does not
-        have in this run is reviewed too, as a call that can only be refused. Without ``review``
+        have in this run is vetted too, as a call that can only be refused. Without ``vet``
         (an expert answering a delegated task) the run has no handoffs. Delegate calls are carried
         out by ``delegations``. Streams each update to ``on_update`` when it is given.
         """
@@ -110,11 +110,11 @@ class Participant:
         middleware, tools = self._own_middleware(verdicts, delegations)
         options = self.options
         disabled = frozenset[str]()
-        reviewing: HandoffToolMiddleware | None = None
-        if review is not None:
+        vetting: HandoffToolMiddleware | None = None
+        if vet is not None:
             handoffs = await self.handoffs(gate)
-            reviewing = HandoffToolMiddleware(handoffs, review, gate, calls)
-            middleware = [StrayHandoffMiddleware(handoffs), reviewing, *middleware]
+            vetting = HandoffToolMiddleware(handoffs, vet, gate, calls)
+            middleware = [StrayHandoffMiddleware(handoffs), vetting, *middleware]
             disabled = frozenset(self.routes).difference(handoffs.offered)
             if disabled:
                 tools = [tool for tool in tools if tool.name not in disabled]
@@ -140,8 +140,8 @@ class Participant:
             if isinstance(failure.__cause__, HandoffHookError):
                 raise failure.__cause__ from failure.__cause__.__cause__
             raise
-        if reviewing is not None:
-            await _refuse_waiting(response, reviewing)
+        if vetting is not None:
+            await _refuse_waiting(response, vetting)
         tool_limit = _drop_tool_limit_text(response)
         verdict = verdicts[0] if verdicts else None
         return AgentRun(response, tuple(calls), disabled, verdict, tool_limit)
@@ -156,10 +156,10 @@ class Participant:
     async def handoffs(self, gate: HandoffGate) -> RunHandoffs:
         """The agent's handoffs in a run that ``gate`` admits: those offered, and the others.
 
-        A handoff whose ``is_enabled`` says no is not offered; a closed gate offers none.
+        A handoff whose ``is_enabled`` says no is not offered; a ``no_handoffs`` gate offers none.
         """
         disabled = frozenset[str]()
-        if self.routes and (self.policies or gate.closed):
+        if self.routes and (self.policies or gate.no_handoffs):
             disabled = await gate.disabled(list(self.routes.values()))
         offered = {name: r for name, r in self.routes.items() if name not in disabled}
         return RunHandoffs(self.name, self.routes, offered, self.elsewhere)
@@ -207,21 +207,21 @@ class Participant:
 _NO_GATE = HandoffGate({}, [], None)
 
 
-async def _refuse_waiting(response: AgentResponse, reviewing: HandoffToolMiddleware) -> None:
+async def _refuse_waiting(response: AgentResponse, vetting: HandoffToolMiddleware) -> None:
     """Refuse the calls to handoffs the agent does not have that wait for a person's approval.
 
     agent_framework turns every call of a response into an approval request when one of them
     needs approval, so such a call was not refused as the agent ran. It is refused now, so its
     refusal counts with this reply (its approval request is answered with the refusal).
     """
-    handoffs = reviewing.handoffs
+    handoffs = vetting.handoffs
     for message in response.messages:
         for content in message.contents:
             call = content.function_call if content.type == "function_approval_request" else None
             name = str(call.name) if call is not None else ""
             if call is not None and handoffs.reason(name) is not None:
                 request = handoffs.refusal(name, str(call.call_id), call.arguments)
-                await reviewing.decide(request)
+                await vetting.decide(request)
 
 
 class RestatedText:

@@ -14,10 +14,10 @@ from agent_framework import Agent
 
 from ._config import AgentRef, BuildConfig, DelegateEdge
 from ._delegation import DELEGATE_TOOL_PREFIX, DelegateRoute
-from ._handoff_manager import AutonomousMode, HandoffManager
+from ._handoff_manager import HandoffManager
 from ._hooks import PLAIN, EdgePolicy
 from ._lint import LintFinding, lint_graph, renamed_tools
-from ._manager import CodeRoute
+from ._manager import AutonomousMode, CodeRoute
 from ._review import REVIEW_TOOL_KINDS, Review
 from ._routes import HandoffRoute, default_tool_name
 from ._validation import (

@@ -9,7 +9,7 @@ response, the agent it handed off to.
 
 Approved calls are executed here, with the agent's own tool, and their results recorded as the
 call's function result; rejected calls get an error result. An approved **handoff** call (it asks
-for approval when it shares a response with a call that does) is reviewed like any handoff call
+for approval when it shares a response with a call that does) is vetted like any handoff call
 and routes when it is accepted. The agent then sees a complete transcript (each call with its
 result) and needs no session of its own.
 """
@@ -29,93 +29,18 @@ from ._review import ONE_VERDICT_RESULT, REVIEW_TOOL_KINDS, judge
 from ._routes import HandoffRoute
 from ._state import Continuation, DelegationFrame, PendingState
 from ._telemetry import handoff_span, settle_handoff_span
-from ._tools import HandoffReviewer, call_result, handoff_request
+from ._tools import HandoffVetter, handoff_request, handoff_result
 
 if TYPE_CHECKING:
     from ._delegation import Delegations
 
 REJECTED_RESULT = "Error: the user did not approve this call, so it was not made."
-DECLINED_RESULT = (
+HANDOFF_DECLINED_RESULT = (
     "Not transferred: the handoff to {target} was declined by the person who reviewed it. "
     "Carry on with the user yourself."
 )
 DECLINE_REASON_KEY = "reason"
 """Key, in a declining answer's ``additional_properties``, of the reviewer's reason."""
-NOT_AVAILABLE_RESULT = "Error: {tool} is not available to you now, so it was not called."
-UNANSWERED_RESULT = "Error: not performed: the turn ended ({status}) before this call was answered."
-BESIDE_WAITING_RESULT = (
-    "Error: not performed: {tool} waits for a person in this response, and this call could not "
-    "wait with it; make it again once {tool} is answered."
-)
-
-
-def requests_in(messages: Sequence[Message]) -> list[Content]:
-    """The contents of ``messages`` that wait for an answer from outside."""
-    return [
-        content
-        for message in messages
-        for content in message.contents
-        if content.user_input_request
-        and content.type in ("function_approval_request", "function_call")
-    ]
-
-
-def dangling_calls(messages: Sequence[Message]) -> list[Content]:
-    """Function calls in ``messages`` that will never get a result.
-
-    A model can call a tool it was not given in that run (one its edge's ``is_enabled`` turned
-    off, say); with no tools at all, agent_framework returns the call unanswered. Calls that wait
-    for an answer (approvals, external calls) are not dangling.
-    """
-    answered: set[str] = set()
-    for message in messages:
-        for content in message.contents:
-            if content.type == "function_result":
-                answered.add(str(content.call_id))
-            elif content.type == "function_approval_request" and content.function_call:
-                answered.add(str(content.function_call.call_id))
-    return [
-        content
-        for message in messages
-        if message.role == "assistant"
-        for content in message.contents
-        if content.type == "function_call"
-        and not content.user_input_request
-        and str(content.call_id) not in answered
-    ]
-
-
-def settle(calls: Sequence[Content], agent: str) -> Message:
-    """A result for each call that was never made, so that no call is left without one."""
-    results = [
-        Content.from_function_result(
-            call_id=str(call.call_id), result=NOT_AVAILABLE_RESULT.format(tool=call.name)
-        )
-        for call in calls
-    ]
-    return Message(role="tool", contents=results, author_name=agent)
-
-
-def unanswered(
-    requests: Sequence[Content], agent: str, status: str, *, text: str | None = None
-) -> list[Message]:
-    """Results that settle ``requests`` when the turn ends without their answers.
-
-    A turn never ends with a call that has no result: the next model call would be refused.
-    ``text`` replaces the result's text (for calls that end while the turn goes on).
-    """
-    text = text or UNANSWERED_RESULT.format(status=status)
-    results = [
-        Content.from_function_result(call_id=str(_call_of(request).call_id), result=text)
-        for request in requests
-    ]
-    return [Message(role="tool", contents=results, author_name=agent)]
-
-
-def _call_of(request: Content) -> Content:
-    if request.type == "function_approval_request" and request.function_call is not None:
-        return request.function_call
-    return request
 
 
 def _tool_named(agent: Agent, name: str) -> FunctionTool | None:
@@ -174,15 +99,15 @@ class PendingRequests:
     async def resolve(
         self,
         participant: Participant,
-        review: HandoffReviewer,
+        vet: HandoffVetter,
         gate: HandoffGate,
         *,
         delegations: Delegations | None = None,
         verdicts: list[ReviewVerdict] | None = None,
     ) -> tuple[list[Message], tuple[HandoffCall, ...]]:
-        """Messages that settle every request, and the answered handoff calls, reviewed.
+        """Messages that settle every request, and the answered handoff calls, vetted.
 
-        An approved handoff call is reviewed (and its ``on_handoff`` asked) like one made just
+        An approved handoff call is vetted (and its ``on_handoff`` asked) like one made just
         now; a declined one gets a result that says so, with the reviewer's reason. A call to a
         handoff the agent does not have was refused with the reply that made it: approved or
         not, it gets that refusal as its result. A delegate
@@ -217,13 +142,13 @@ class PendingRequests:
                 continue
             with handoff_span(route, str(call.call_id)) as span:
                 before = (*earlier, *calls)
-                reviewed = await _answered_handoff(route, call, answer, review, gate, before)
-                settle_handoff_span(span, reviewed)
-            calls.append(reviewed)
+                vetted = await _answered_handoff(route, call, answer, vet, gate, before)
+                settle_handoff_span(span, vetted)
+            calls.append(vetted)
             results.append(
-                Content.from_function_result(call_id=str(call.call_id), result=reviewed.result)
-                if reviewed.outcome == "rejected"
-                else call_result(reviewed)
+                Content.from_function_result(call_id=str(call.call_id), result=vetted.result)
+                if vetted.outcome == "rejected"
+                else handoff_result(vetted)
             )
         # The answers are the user's, about this agent's calls: other agents' views filter them
         # with those calls.
@@ -325,21 +250,21 @@ async def _answered_handoff(
     route: HandoffRoute,
     call: Content,
     answer: Content,
-    review: HandoffReviewer,
+    vet: HandoffVetter,
     gate: HandoffGate,
     earlier: Sequence[HandoffCall],
 ) -> HandoffCall:
     request = handoff_request(route, str(call.call_id), call.arguments)
     if not answer.approved:
         reason = (answer.additional_properties or {}).get(DECLINE_REASON_KEY)
-        text = DECLINED_RESULT.format(target=route.target)
+        text = HANDOFF_DECLINED_RESULT.format(target=route.target)
         if isinstance(reason, str) and reason.strip():
             text = f"{text} The reviewer said: {reason.strip()}"
         return HandoffCall(
             route, request.argument, request.call_id, "rejected", text, "declined",
             payload=request.payload, arguments=request.arguments,
         )  # fmt: skip
-    return await gate.review(request, earlier, review, approved=True)
+    return await gate.vet(request, earlier, vet, approved=True)
 
 
 def decline(request: Content, reason: str | None = None) -> Content:

@@ -175,12 +175,8 @@ def read_back_updates(response: AgentResponse[Any]) -> Iterator[AgentResponseUpd
                 yield from after_call.pop(str(content.call_id), [])
     yield from (update for updates in after_call.values() for update in updates)
     yield from (update for _, update in routes)
-    endings = (
-        (HANDOFF_ESCALATED_EVENT, response.escalation),
-        (HANDOFF_TIMEOUT_EVENT, response.timeout),
-        (HANDOFF_TURN_ABANDONED_EVENT, response.abandoned),
-    )
-    yield from (routing_update(kind, event) for kind, event in endings if event is not None)
+    endings = (response.escalation, response.timeout, response.abandoned)
+    yield from (routing_update(e.event_type, e) for e in endings if e is not None)
 
 
 def _placed(
@@ -192,12 +188,9 @@ def _placed(
     """
     after_call: dict[str, list[AgentResponseUpdate]] = {}
     routes: list[tuple[str, AgentResponseUpdate]] = []
-    events: list[tuple[str, HandoffEvent | DelegationEvent]] = [
-        *((HANDOFF_EVENT, handoff) for handoff in result.handoffs),
-        *((HANDOFF_DELEGATION_EVENT, delegation) for delegation in result.delegations),
-    ]
-    for event_type, event in events:
-        update = routing_update(event_type, event)
+    events: list[HandoffEvent | DelegationEvent] = [*result.handoffs, *result.delegations]
+    for event in events:
+        update = routing_update(event.event_type, event)
         if event.call_id:
             after_call.setdefault(event.call_id, []).append(update)
         elif isinstance(event, HandoffEvent):

@@ -7,9 +7,12 @@ Three things are persisted:
 * a finished turn (:class:`TurnRecord`): where its messages are in the conversation and how it
   ended, kept for a hosted call's idempotency key and sent back by a Temporal worker; every
   :class:`~handoff_builder.HandoffTurnResult` is read from one;
-* on the function result of every reviewed handoff call, a small record of what became of it
+* on the function result of every vetted handoff call, a small record of what became of it
   (:func:`handoff_record`), so that each agent's view can show a handoff to the agent that
   receives it, wherever the history is loaded from.
+
+A field renamed since a release wrote it keeps its stored key (:func:`stored_as`): it is written
+under that key, so the release before reads it, and read under either name.
 
 Records are validated with pydantic when they are read back (the adapters are built on first use,
 so a program that never checkpoints does not pay for them). A record from a newer schema is refused
@@ -22,9 +25,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple, cast
 
 from agent_framework import Content, Message
+from pydantic import AliasChoices, Field
 
 from ._decision import HOST_NOTE_AUTHOR
 from ._events import (
@@ -78,6 +82,14 @@ more. A release refuses a newer version, so a worker of it never drops what it c
 
 HANDOFF_RECORD_KEY = "handoff_builder"
 """Key, in a handoff call's function result ``additional_properties``, of its record."""
+
+
+def stored_as(key: str, name: str) -> Any:
+    """A field named ``name`` in Python and ``key`` in stored records.
+
+    Written as ``key``, read as either: ``Annotated[<type>, stored_as(key, name)]``.
+    """
+    return Field(validation_alias=AliasChoices(name, key), serialization_alias=key)
 
 
 # -- the host and the handoff manager -------------------------------------------------------------
@@ -140,7 +152,8 @@ class Continuation:
     agent: str
     handoff: HandoffEvent | None = None
     input: tuple[dict[str, Any], ...] = ()
-    last: bool = False  # a safe agent: it carries on with no handoff tools
+    no_handoffs: Annotated[bool, stored_as("last", "no_handoffs")] = False
+    """A safe agent: it carries on with no handoff tools."""
 
 
 @dataclass(frozen=True)
@@ -190,7 +203,8 @@ class HostState:
     schema_version: int = STATE_SCHEMA_VERSION
     speaker: str | None = None
     next: str | None = None
-    next_closed: bool = False  # the next agent runs with no handoff tools (a safe agent)
+    next_no_handoffs: Annotated[bool, stored_as("next_closed", "next_no_handoffs")] = False
+    """``next`` runs with no handoff tools (a safe agent)."""
     turn: TurnState | None = None
     pending: PendingState | None = None
     manager: dict[str, Any] = field(default_factory=dict[str, Any])
@@ -237,7 +251,9 @@ class HandoffState:
     rejected: int = 0
     autonomous_turns: dict[str, int] = field(default_factory=dict[str, int])
     last_hand_back: tuple[str, str] | None = None
-    forced: tuple[str, str] | None = None  # (safe agent, cap): it runs once, then the turn ends
+    safe_agent: Annotated[tuple[str, str] | None, stored_as("forced", "safe_agent")] = None
+    """(safe agent, cap): a cap passed the turn to that agent, which runs once with no handoff
+    tools; then the turn ends."""
     reviewing: tuple[str, str] | None = None  # (producer, reviewer): the reviewer has the reply
     review_feedback: tuple[str, ...] = ()  # each request for changes of this turn, in order
 
@@ -348,7 +364,9 @@ def validated(kind: type[Any], raw: Any, where: str) -> Any:
 
 def encode_host_state(state: HostState) -> dict[str, Any]:
     """``state`` as JSON-ready data."""
-    return cast(dict[str, Any], adapter_for(HostState).dump_python(state, mode="json"))
+    return cast(
+        dict[str, Any], adapter_for(HostState).dump_python(state, mode="json", by_alias=True)
+    )
 
 
 def decode_host_state(raw: Mapping[str, Any], where: str) -> HostState:
@@ -378,7 +396,9 @@ def decode_host_state(raw: Mapping[str, Any], where: str) -> HostState:
 
 def encode_handoff_state(state: HandoffState) -> dict[str, Any]:
     """The handoff manager's state as JSON-ready data."""
-    return cast(dict[str, Any], adapter_for(HandoffState).dump_python(state, mode="json"))
+    return cast(
+        dict[str, Any], adapter_for(HandoffState).dump_python(state, mode="json", by_alias=True)
+    )
 
 
 def decode_handoff_state(raw: Mapping[str, Any]) -> HandoffState:
@@ -439,7 +459,7 @@ class RecordedHandoff(NamedTuple):
 
 
 def handoff_record(call: HandoffCall) -> dict[str, Any]:
-    """The ``additional_properties`` of the function result of a reviewed handoff call.
+    """The ``additional_properties`` of the function result of a vetted handoff call.
 
     For an edge with a payload it also holds the payload (as JSON) and its label.
     """

@@ -10,7 +10,7 @@ three in a row end the agent's tool loop.
 :class:`StrayHandoffMiddleware`, a chat middleware around each of the run's model calls, closes
 that gap. When a response calls such a name, it adds a :class:`RefusalTool` of that name to the
 run's tool list (the live list agent_framework's tool loop dispatches from), so the call reaches
-:class:`~handoff_builder._tools.HandoffToolMiddleware` and is reviewed as a refused call
+:class:`~handoff_builder._tools.HandoffToolMiddleware` and is vetted as a refused call
 (:meth:`RunHandoffs.refusal`): a tool error that names the handoff tools the agent has, a
 ``handoff_blocked`` event, one more refused attempt. The model is never offered a refusal tool:
 each model call is sent the list without them.

@@ -1,10 +1,10 @@
-"""Handoff tools, and the function middleware that reviews each call to them as it is made.
+"""Handoff tools, and the function middleware that vets each call to them as it is made.
 
 Each agent gets one :class:`HandoffTool` per granted target, added to its run (the agent object is
 never changed). Its JSON schema is the edge's pydantic model. The tools are never executed:
 :class:`HandoffToolMiddleware`, made for one run of one agent, intercepts every call to them (and
 to the run's refusal tools: handoffs the agent does not have, see :mod:`._strays`), validates the
-arguments, has the manager review the call and the edge's code admit it, records the reviewed
+arguments, has the manager vet the call and the edge's code admit it, records the vetted
 call (:class:`~handoff_builder._decision.HandoffCall`) in the run's list, and
 
 * refuses it: a tool error goes back to the agent, which keeps the turn and may try again;
@@ -40,11 +40,12 @@ from ._strays import RefusalTool, RunHandoffs
 from ._telemetry import handoff_span, settle_handoff_span
 from .exceptions import HandoffHookError
 
-APPROVAL_ID_PREFIX = "handoff-approval-"
+HANDOFF_APPROVAL_ID_PREFIX = "handoff-approval-"
+"""How the id of a handoff call's approval request starts (stored in pending state)."""
 
 
-class HandoffReviewer(Protocol):
-    """Reviews one handoff call (the manager's :meth:`~GroupChatManager.review_handoff`)."""
+class HandoffVetter(Protocol):
+    """Vets one handoff call (the manager's :meth:`~GroupChatManager.vet_handoff`)."""
 
     def __call__(self, request: HandoffRequest, earlier: Sequence[HandoffCall]) -> HandoffCall:
         """Decide what becomes of the call."""
@@ -59,7 +60,7 @@ def handoff_request(route: HandoffRoute, call_id: str, arguments: Any) -> Handof
     return HandoffRequest(route, call_id, payload, arguments, problem)
 
 
-def call_result(call: HandoffCall) -> Content:
+def handoff_result(call: HandoffCall) -> Content:
     """The function result of a settled handoff call, carrying the call's record."""
     return Content.from_function_result(
         call_id=call.call_id, result=call.result, additional_properties=handoff_record(call)
@@ -72,7 +73,7 @@ def approval_request(call: HandoffCall, arguments: str) -> Content:
         call_id=call.call_id, name=call.route.tool_name, arguments=arguments
     )
     return Content.from_function_approval_request(
-        id=APPROVAL_ID_PREFIX + call.call_id, function_call=function_call
+        id=HANDOFF_APPROVAL_ID_PREFIX + call.call_id, function_call=function_call
     )
 
 
@@ -125,26 +126,26 @@ def make_handoff_tool(route: HandoffRoute) -> HandoffTool:
 
 
 class HandoffToolMiddleware(FunctionMiddleware):
-    """Reviews one agent run's handoff tool calls; other tool calls pass through untouched.
+    """Vets one agent run's handoff tool calls; other tool calls pass through untouched.
 
-    ``handoffs`` are the run's: a call to a handoff tool the agent has in this run is reviewed
+    ``handoffs`` are the run's: a call to a handoff tool the agent has in this run is vetted
     as it is; a call to a refusal tool (a handoff it does not have) as a call that can only be
-    refused. ``calls`` receives every reviewed call, in the order the calls were made.
+    refused. ``calls`` receives every vetted call, in the order the calls were made.
     """
 
     def __init__(
         self,
         handoffs: RunHandoffs,
-        review: HandoffReviewer,
+        vet: HandoffVetter,
         gate: HandoffGate,
         calls: list[HandoffCall],
     ) -> None:
         self.handoffs = handoffs
-        self._review = review
+        self._vet = vet
         self._gate = gate
         self.calls = calls
         # agent_framework runs one response's tool calls concurrently: while an edge's async hook
-        # waits, a later call must not be reviewed as if the earlier one had not been made.
+        # waits, a later call must not be vetted as if the earlier one had not been made.
         self._one_at_a_time = asyncio.Lock() if gate.runs_code else None
 
     @override
@@ -153,7 +154,7 @@ class HandoffToolMiddleware(FunctionMiddleware):
         context: FunctionInvocationContext,
         call_next: Callable[[], Awaitable[None]],
     ) -> None:
-        """Review a handoff call: refuse it, ask for approval, or settle it and end the loop."""
+        """Vet a handoff call: refuse it, ask for approval, or settle it and end the loop."""
         name = context.function.name
         call_id = str(context.metadata.get("call_id") or "")
         route = self.handoffs.offered.get(name)
@@ -171,10 +172,10 @@ class HandoffToolMiddleware(FunctionMiddleware):
         if call.outcome == "awaiting_approval":
             context.result = approval_request(call, request.arguments)
             return
-        raise MiddlewareTermination(call.result, result=call_result(call))
+        raise MiddlewareTermination(call.result, result=handoff_result(call))
 
     async def decide(self, request: HandoffRequest) -> HandoffCall:
-        """Review the call, let the edge's gate admit it, and record it as made."""
+        """Vet the call, let the edge's gate admit it, and record it as made."""
         if self._one_at_a_time is None:
             return await self._decide(request)
         async with self._one_at_a_time:
@@ -183,7 +184,7 @@ class HandoffToolMiddleware(FunctionMiddleware):
     async def _decide(self, request: HandoffRequest) -> HandoffCall:
         with handoff_span(request.route, request.call_id) as span:
             try:
-                call = await self._gate.review(request, tuple(self.calls), self._review)
+                call = await self._gate.vet(request, tuple(self.calls), self._vet)
             except HandoffHookError as error:  # fail the run, not a tool error to the agent
                 raise MiddlewareFailure(str(error)) from error
             settle_handoff_span(span, call)

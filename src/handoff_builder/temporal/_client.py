@@ -51,11 +51,11 @@ from ._payloads import (
     Answers,
     ConversationStart,
     TurnOutcome,
+    UserInputPayload,
     contents,
     decode_turn,
     payload_size,
 )
-from ._payloads import UserInput as UserInputPayload
 from ._workflow import (
     BUSY,
     KEY_PREFIX,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from agent_framework import AgentResponse, Content, Message
-from pydantic import BaseModel, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from temporalio.api.common.v1 import Payloads
 from temporalio.contrib.pydantic import pydantic_data_converter
 
@@ -68,8 +68,8 @@ class ConversationStart(BaseModel):
     carried: Carried | None = None
 
 
-class UserInput(BaseModel):
-    """A user turn: its messages."""
+class UserInputPayload(BaseModel):
+    """A user turn: its messages (``ConversationHost``'s ``UserInput``, as it crosses Temporal)."""
 
     messages: list[dict[str, Any]]
 
@@ -96,16 +96,20 @@ class AgentCall(BaseModel):
     handoff tools, and the payload limit its result must keep to.
     """
 
+    model_config = ConfigDict(serialize_by_alias=True)
+
     conversation_id: str
     agent: str
-    closed: bool
+    no_handoffs: bool = Field(
+        validation_alias=AliasChoices("no_handoffs", "closed"), serialization_alias="closed"
+    )  # "closed" on the wire, as workers of earlier releases read it
     history: list[dict[str, Any]]
     host: dict[str, Any]
     payload_limit: int = DEFAULT_PAYLOAD_LIMIT  # that of the result, too
 
 
 class CallRecord(BaseModel):
-    """One reviewed handoff call of an agent invocation."""
+    """One vetted handoff call of an agent invocation."""
 
     tool: str
     argument: str
@@ -129,7 +133,7 @@ class VerdictRecord(BaseModel):
 class AgentCallResult(BaseModel):
     """What the activity returns.
 
-    The agent's messages, its reviewed handoff calls, the handoffs it was not offered, and
+    The agent's messages, its vetted handoff calls, the handoffs it was not offered, and
     whether its tool loop stopped at agent_framework's limit without an answer.
     """
 

@@ -4,7 +4,7 @@ The workflow runs the compiled handoff workflow itself: the host, the manager, t
 counters, deterministic code with no I/O. The host's :attr:`~GroupChatHost.invoker` sends each
 agent call to the ``invoke_agent`` activity, which runs the agent in a worker on a host loaded
 with the conversation and the host's state as they stood, and returns the agent's messages and
-its reviewed handoff calls; the decision is made back in the workflow.
+its vetted handoff calls; the decision is made back in the workflow.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from ._payloads import (
     Carried,
     ConversationStart,
     TurnOutcome,
-    UserInput,
+    UserInputPayload,
     contents,
     decode_run,
     encode_run,
@@ -224,9 +224,9 @@ class AgentActivities:
 
     @activity.defn(name=ACTIVITY_NAME)
     async def invoke_agent(self, call: AgentCall) -> AgentCallResult:
-        """Run one agent on the conversation as it stood: its messages and reviewed handoffs."""
+        """Run one agent on the conversation as it stood: its messages and vetted handoffs."""
         async with self._replica(call) as host:
-            run = await host.invoke(call.agent, closed=call.closed)
+            run = await host.invoke(call.agent, no_handoffs=call.no_handoffs)
         return _fitting(call, f"the reply of agent {call.agent!r}", encode_run(run))
 
     @activity.defn(name=RESOLVE_ACTIVITY_NAME)
@@ -475,7 +475,7 @@ class ConversationWorkflow:
     # -- updates and queries --------------------------------------------------------------------
 
     @workflow.update
-    async def send(self, message: UserInput) -> TurnOutcome:
+    async def send(self, message: UserInputPayload) -> TurnOutcome:
         """Run one user turn; its result, or the requests it waits for."""
         async with self._turn():
             key = _client_key()
@@ -496,7 +496,7 @@ class ConversationWorkflow:
             return self._receipted(key, outcome)
 
     @send.validator
-    def _check_send(self, message: UserInput) -> None:
+    def _check_send(self, message: UserInputPayload) -> None:
         if not message.messages:
             raise ValueError("A turn needs at least one message.")
         self._refuse_if_too_large("the conversation with this message", message)
@@ -577,7 +577,7 @@ class ConversationWorkflow:
                 non_retryable=True,
             )
 
-    def _refuse_if_too_large(self, what: str, joining: UserInput | Answers) -> None:
+    def _refuse_if_too_large(self, what: str, joining: UserInputPayload | Answers) -> None:
         """Refuse an Update whose input would make the next agent call too large a payload."""
         size = payload_size(self._call(self._host.speaker or "")) + payload_size(joining)
         if size > self._start.payload_limit:
@@ -641,9 +641,9 @@ class ConversationWorkflow:
                 self._turns += 1
                 self._arm_idle_timer()
 
-    async def invoke(self, name: str, closed: bool, seconds: float | None) -> AgentRun:  # noqa: FBT001 - AgentInvoker
+    async def invoke(self, name: str, no_handoffs: bool, seconds: float | None) -> AgentRun:  # noqa: FBT001 - AgentInvoker
         """The host's agent call, as an activity (``seconds``: the turn's deadline)."""
-        result = await self._activity(INVOKE, name, closed=closed, seconds=seconds)
+        result = await self._activity(INVOKE, name, no_handoffs=no_handoffs, seconds=seconds)
         return decode_run(self._host, name, result)
 
     async def resolve(self, seconds: float | None) -> Resolved:
@@ -654,14 +654,14 @@ class ConversationWorkflow:
         return list(run.response.messages), run.calls, run.verdict
 
     async def _activity(
-        self, kind: CallKind, agent: str, *, closed: bool = False, seconds: float | None = None
+        self, kind: CallKind, agent: str, *, no_handoffs: bool = False, seconds: float | None = None
     ) -> AgentCallResult:
         """One activity for ``agent``, within ``seconds``.
 
         Its id names the agent, so that a replay that would call another agent (a route that
         decides differently) fails with a nondeterminism error instead of mixing them up.
         """
-        call = self._call(agent, closed=closed)
+        call = self._call(agent, no_handoffs=no_handoffs)
         if kind == INVOKE:  # a failed turn goes on from here (resolve's answers are not)
             self._checkpoint = Carried(history=call.history, host=call.host)
         size, limit = payload_size(call), self._start.payload_limit
@@ -708,12 +708,12 @@ class ConversationWorkflow:
                 raise DeadlinePassedError(f"no result within {seconds:g} s") from error
             raise
 
-    def _call(self, agent: str, *, closed: bool = False) -> AgentCall:
+    def _call(self, agent: str, *, no_handoffs: bool = False) -> AgentCall:
         """A call of ``agent`` on the conversation as it stands, for the activity."""
         return AgentCall(
             conversation_id=self._conversation_id,
             agent=agent,
-            closed=closed,
+            no_handoffs=no_handoffs,
             history=[message.to_dict() for message in self._host.history],
             host=self._host.snapshot(),
             payload_limit=self._start.payload_limit,
