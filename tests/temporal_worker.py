@@ -1,6 +1,7 @@
 """A Temporal worker process for the tests: ``python -m tests.temporal_worker ADDRESS QUEUE LOG``.
 
-It serves :func:`desk` on task queue QUEUE until it is killed. Every model call of its agents is
+It serves :func:`desk` (or :func:`experts`, with ``TEMPORAL_WORKER_DESK=experts``) on task queue
+QUEUE until it is killed. Every model call of its agents is
 appended to the file LOG as one JSON line (``{"pid", "agent", "user"}``) before it is answered.
 With ``TEMPORAL_WORKER_HANG`` set to an agent's name, that agent's model calls never answer
 after they are logged (the worker goes on heartbeating), so that the test can kill the worker in
@@ -80,10 +81,48 @@ def desk(log: Path) -> HandoffWorkflowBuilder:
     return HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
 
 
+def experts(log: Path) -> HandoffWorkflowBuilder:
+    """triage asks the expert policy (a delegate) and answers with what policy said.
+
+    A task about a refund makes policy call ``refund``, a tool that needs approval (logged as
+    in :func:`desk`); policy then answers with the tool's result.
+    """
+
+    @tool(approval_mode="always_require")
+    def refund(amount: int) -> str:
+        """Refund money."""
+        with log.open("a", encoding="utf-8") as out:
+            out.write(json.dumps({"pid": os.getpid(), "tool": "refund"}) + "\n")
+        return f"refunded {amount} EUR"
+
+    def triage_answer(call: ModelCall) -> Step:
+        if call.messages[-1].role == "tool":
+            return reply(f"triage: {call.messages[-1].contents[0].result}")
+        return call_tool("ask_policy", task=call.user_text)
+
+    def policy_answer(call: ModelCall) -> Step:
+        task = call.messages[-1]  # the task, a user message written by triage
+        if task.role == "tool":
+            return reply(f"policy: {task.contents[0].result}")
+        if "refund" in task.text:
+            return call_tool("refund", amount=5)
+        return reply(f"policy: {task.text}")
+
+    triage = scripted_agent("triage", respond_with=logged("triage", log, triage_answer))
+    policy = scripted_agent(
+        "policy",
+        respond_with=logged("policy", log, policy_answer),
+        description="knows the refund policy",
+        tools=[refund],
+    )
+    return HandoffWorkflowBuilder(triage).with_delegate(triage, policy)
+
+
 async def main(address: str, task_queue: str, log: Path) -> None:
     client = await connect(address)
+    chosen = experts if os.environ.get("TEMPORAL_WORKER_DESK") == "experts" else desk
     worker = conversation_worker(
-        client, desk(log), task_queue=task_queue
+        client, chosen(log), task_queue=task_queue
     )  # default AgentCallOptions
     print("ready", flush=True)  # noqa: T201 - the test waits for it
     await worker.run()

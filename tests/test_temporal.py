@@ -27,7 +27,6 @@ import pytest
 from agent_framework import Agent, Content, Message, tool
 
 from handoff_builder import (
-    HandoffConfigurationError,
     HandoffWorkflowBuilder,
     PendingRequestsError,
     UnexpectedAnswersError,
@@ -484,11 +483,82 @@ async def test_a_turn_that_keeps_failing_is_retried_by_the_next_message(
     assert len(client_of(triage).calls) == 1  # the finished hop was not run again
 
 
-def test_what_temporal_cannot_run_yet_is_refused_by_name() -> None:
-    triage, expert = scripted_agent("triage"), scripted_agent("expert")
-    builder = HandoffWorkflowBuilder(triage).with_delegate(triage, expert)
-    with pytest.raises(HandoffConfigurationError, match=r"with_delegate\(\) does not run"):
-        conversation_worker(object(), builder, task_queue="q")  # type: ignore[arg-type]
+async def test_a_delegate_runs_in_its_callers_agent_call(client: Client, queue: str) -> None:
+    """with_delegate on Temporal: the expert runs inside the caller's activity; its answer is
+    the caller's tool result, the delegation is in the turn, and the history replays."""
+    triage = scripted_agent(
+        "triage",
+        call_tool("ask_policy", task="May I get a refund after 40 days?"),
+        respond_with=lambda call: reply(f"triage: {call.messages[-1].contents[0].result}"),
+    )
+    policy = scripted_agent(
+        "policy", respond_with=lambda call: reply(f"30 days: {call.messages[-1].text}")
+    )
+    builder = HandoffWorkflowBuilder(triage).with_delegate(triage, policy)
+    conversation = cid()
+    async with serving(client, builder, queue) as host:
+        turn = await host.send(conversation, "refund after 40 days?")
+        history = await host.history(conversation)
+        await replays(client, conversation)
+    assert turn.text == "triage: 30 days: May I get a refund after 40 days?"
+    assert [(d.caller, d.expert, d.result) for d in turn.delegations] == [
+        ("triage", "policy", "30 days: May I get a refund after 40 days?")
+    ]
+    assert received(policy).sees("May I get a refund after 40 days?")
+    assert [m.role for m in history] == ["user", "assistant", "tool", "assistant"]
+    events = (await client.get_workflow_handle(conversation).fetch_history()).events
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_id
+        for e in events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert scheduled == ["1:invoke:triage"]  # the expert ran in the caller's call
+
+
+async def test_an_approval_inside_an_expert_is_answered_and_replays(
+    client: Client, queue: str
+) -> None:
+    """The expert's tool waits for an approval (the caller's call waits with it); the answer
+    runs the tool and the expert carries on in an activity of its own; the history replays."""
+    ran: list[int] = []
+
+    @tool(approval_mode="always_require")
+    def refund(amount: int) -> str:
+        """Refund money."""
+        ran.append(amount)
+        return f"refunded {amount} EUR"
+
+    triage = scripted_agent(
+        "triage",
+        call_tool("ask_policy", task="Refund 5 EUR."),
+        respond_with=lambda call: reply(f"triage: {call.messages[-1].contents[0].result}"),
+    )
+    policy = scripted_agent(
+        "policy",
+        call_tool("refund", amount=5),
+        respond_with=lambda call: reply(f"policy: {call.messages[-1].contents[0].result}"),
+        tools=[refund],
+    )
+    builder = HandoffWorkflowBuilder(triage).with_delegate(triage, policy)
+    conversation = cid()
+    async with serving(client, builder, queue) as host:
+        with pytest.raises(PendingRequestsError) as waiting:
+            await host.send(conversation, "refund me")
+        [request] = waiting.value.requests
+        assert ran == []
+        answer = request.to_function_approval_response(approved=True)
+        turn = await host.respond(conversation, {str(request.id): answer})
+        await replays(client, conversation)
+    assert turn.text == "triage: policy: refunded 5 EUR"
+    assert ran == [5]
+    events = (await client.get_workflow_handle(conversation).fetch_history()).events
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_id
+        for e in events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    # the caller's call; the expert carrying on with the answer; the caller answering with it
+    assert scheduled == ["1:invoke:triage", "2:carry_on:triage", "3:invoke:triage"]
 
 
 async def test_payloads_are_json(client: Client, queue: str) -> None:
@@ -600,6 +670,66 @@ async def test_an_approval_is_answered_after_the_worker_process_is_killed(
         (second.pid, "refund"),  # the approved tool, once, on the new worker
         (second.pid, "billing"),
     ]
+
+
+async def test_a_worker_killed_while_an_expert_answers(
+    client: Client, queue: str, workers: Workers
+) -> None:
+    """SIGKILL while the expert policy answers triage's delegate call: another worker runs the
+    caller's call again, once, with its expert; nothing is stored twice."""
+    first = workers.start(TEMPORAL_WORKER_DESK="experts", TEMPORAL_WORKER_HANG="policy")
+    host = TemporalConversationHost(client, task_queue=queue)
+    conversation = cid()
+    turn = asyncio.ensure_future(host.send(conversation, "what is the policy?"))
+    await wait_for(lambda: any(c.get("agent") == "policy" for c in workers.calls()))
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    second = workers.start(TEMPORAL_WORKER_DESK="experts")
+    result = await asyncio.wait_for(turn, timeout=120)  # the heartbeat timeout (20 s), and more
+    assert result.text == "triage: policy: what is the policy?"
+    assert [(c["pid"], c["agent"]) for c in workers.calls()] == [
+        (first.pid, "triage"),
+        (first.pid, "policy"),  # killed in the middle of this one
+        (second.pid, "triage"),  # the caller's call, run again once, elsewhere
+        (second.pid, "policy"),
+        (second.pid, "triage"),
+    ]
+    assert [(d.expert, d.result) for d in result.delegations] == [
+        ("policy", "policy: what is the policy?")
+    ]
+    history = await host.history(conversation)
+    assert [m.role for m in history] == ["user", "assistant", "tool", "assistant"]
+
+
+async def test_an_approval_inside_an_expert_waits_across_a_worker_restart(
+    client: Client, queue: str, workers: Workers
+) -> None:
+    """The expert asks for an approval: the turn waits with the expert's request; its worker is
+    killed; a new worker takes the answer, the tool runs once, the expert and then its caller
+    answer, and the history replays."""
+    first = workers.start(TEMPORAL_WORKER_DESK="experts")
+    host = TemporalConversationHost(client, task_queue=queue)
+    conversation = cid()
+    with pytest.raises(PendingRequestsError) as waiting:
+        await host.send(conversation, "please refund me")
+    [request] = waiting.value.requests
+    assert request.type == "function_approval_request"
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    second = workers.start(TEMPORAL_WORKER_DESK="experts")
+    answer = request.to_function_approval_response(approved=True)
+    turn = await asyncio.wait_for(host.respond(conversation, {str(request.id): answer}), 60)
+    assert turn.text == "triage: policy: refunded 5 EUR"
+    assert [(c["pid"], c.get("agent") or c["tool"]) for c in workers.calls()] == [
+        (first.pid, "triage"),
+        (first.pid, "policy"),  # it asked for the approval, then its process died
+        (second.pid, "refund"),  # the approved tool, once, on the new worker
+        (second.pid, "policy"),
+        (second.pid, "triage"),
+    ]
+    assert [(d.expert, d.outcome) for d in turn.delegations] == [("policy", "answered")]
+    history = await host.history(conversation)
+    assert [m.role for m in history] == ["user", "assistant", "tool", "assistant"]
 
 
 async def test_two_workers_share_100_conversations(

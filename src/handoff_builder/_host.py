@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 from agent_framework import (
+    AgentResponse,
     AgentResponseUpdate,
     Content,
     Executor,
@@ -204,28 +205,64 @@ def _known_prefix(history: Sequence[Message], messages: Sequence[Message]) -> in
     return len(history) if all(map(_same, history, messages)) else 0
 
 
-Resolved = tuple[list[Message], tuple[HandoffCall, ...], ReviewVerdict | None]
-"""Answered requests carried out: the messages that settle them, the answered handoff calls and
-a reviewer's verdict among them."""
+CallKind = Literal["run", "resolve", "carry_on"]
+"""What an agent call does: ``run`` the agent; ``resolve`` the requests its run waited for,
+now answered (approved tools run, declined ones refused); ``carry_on`` a delegation whose
+expert waited for answers."""
+
+Sink = Callable[[AgentResponseUpdate], Awaitable[None]]
+"""Where a streaming run sends an agent's updates as they come."""
 
 
-class AgentInvoker(Protocol):
-    """Runs a host's agents somewhere else (see :attr:`GroupChatHost.invoker`).
+@dataclass(frozen=True)
+class AgentCall:
+    """One agent call, as a value: which agent, what it does, with what, within how long.
 
-    Each method stands for the host method of the same name, run on a host loaded with this
-    host's history and state as they stand when it is called.
+    ``no_handoffs``: it runs with no handoff tools (a safe agent the manager forced). ``seconds``:
+    the call's deadline (``None``: none); past it the call raises :class:`DeadlinePassedError`.
     """
 
-    async def invoke(self, name: str, no_handoffs: bool, seconds: float | None) -> AgentRun:  # noqa: FBT001
-        """Agent ``name`` runs once: :meth:`GroupChatHost.invoke`, within ``seconds``.
+    agent: str
+    kind: CallKind = "run"
+    no_handoffs: bool = False
+    seconds: float | None = None
 
-        A call past ``seconds`` (``None``: no limit) raises :class:`DeadlinePassedError`.
-        """
+
+class Streams(Protocol):
+    """Where a streaming run's updates go, by who writes them (``None``: not streamed)."""
+
+    def agent(self, name: str) -> Sink | None:
+        """The sink of participant ``name``'s updates."""
         ...
 
-    async def resolve(self, seconds: float | None) -> Resolved:
-        """The answered requests carried out: :meth:`GroupChatHost.resolve`, within ``seconds``."""
+    def expert(self, name: str) -> Sink | None:
+        """The sink of expert ``name``'s updates, in a delegation."""
         ...
+
+
+class AgentRunner(Protocol):
+    """Where a host's agents run: the one seam between deciding and running.
+
+    The host sends each agent call out as an :class:`AgentCall` and reads its run back as an
+    :class:`AgentRun`; it never runs an agent itself. :class:`LocalAgentRunner`, the default,
+    runs the call in this process (:meth:`GroupChatHost.run_here`); the Temporal workflow's
+    runner sends it to an activity, where a host loaded with the same conversation runs it here.
+    """
+
+    async def run(self, call: AgentCall, streams: Streams | None) -> AgentRun:
+        """Run ``call`` on the conversation as it stands (the host's history and state)."""
+        ...
+
+
+class LocalAgentRunner:
+    """Runs a host's agent calls here, in this process, on the host's own views and gates."""
+
+    def __init__(self, host: "GroupChatHost") -> None:
+        self._host = host
+
+    async def run(self, call: AgentCall, streams: Streams | None) -> AgentRun:
+        """:meth:`GroupChatHost.run_here`."""
+        return await self._host.run_here(call, streams)
 
 
 class TurnJournal(Protocol):
@@ -331,11 +368,10 @@ class GroupChatHost(Executor):
             for name, policy in participant.policies.items()
             if policy.input_filter is not None
         }  # by source and tool: the target and the filter of each edge that has one
-        self.invoker: AgentInvoker | None = None
-        """Runs the agents somewhere else (``None``: here). A durable engine sets it to run each
-        agent call, and each tool call a person approved, as an activity (:meth:`invoke` and
-        :meth:`resolve` on a host loaded with this one's state, in a worker); the decisions are
-        still made here."""
+        self.runner: AgentRunner = LocalAgentRunner(self)
+        """Where the agents run (:class:`AgentRunner`): here by default. A durable engine runs
+        each agent call as an activity instead (:meth:`run_here` on a host loaded with this one's
+        history and state, in a worker); the decisions are still made here."""
         self.superstep_per_hop = True
         """Run each agent in its own superstep, so that a checkpoint is taken after every hop.
 
@@ -519,14 +555,13 @@ class GroupChatHost(Executor):
         limit, seconds = self._time_left()
         if seconds is not None and seconds <= 0:
             return self._timed_out(limit, name)
-        delegations = self._delegations(ctx) if participant.delegates else None
+        call = AgentCall(name, "run", no_handoffs, seconds)
         try:
             with self._turn_trace().active():
-                response, calls, disabled, verdict, tool_limit = await self._call(
-                    participant, ctx, delegations, no_handoffs=no_handoffs, seconds=seconds
-                )
+                run = await self.runner.run(call, self._streams(ctx))
         except DeadlinePassedError:  # not a TimeoutError of the agent's own: that one is raised
             return self._timed_out(limit, name)
+        response, calls, disabled, verdict, tool_limit = run[:5]
         delta = list(response.messages)
         for message in delta:
             if message.author_name is None:
@@ -536,7 +571,7 @@ class GroupChatHost(Executor):
         if dangling:
             self._history.append(settle(dangling, name))
         requests = requests_in(delta)
-        waiting = None if delegations is None else await self._add_delegations(delegations, ctx)
+        waiting = await self._add_delegations(run, ctx)
         if waiting is not None:
             requests = self._delegation_waits(waiting, requests, name)
         reply = AgentReply(
@@ -552,31 +587,6 @@ class GroupChatHost(Executor):
             self._history.extend(self._settlement(requests, frames, name, _status(decision)))
         return decision
 
-    async def _call(
-        self,
-        participant: Participant,
-        ctx: HostContext,
-        delegations: Delegations | None,
-        *,
-        no_handoffs: bool,
-        seconds: float | None,
-    ) -> AgentRun:
-        """One agent call: here, within ``seconds``, or by the :attr:`invoker`.
-
-        The invoker builds the agent's view itself and keeps the deadline with its own timeouts.
-        """
-        name = participant.name
-        if self.invoker is not None:
-            return await self.invoker.invoke(name, no_handoffs, seconds)
-        run = participant.run(
-            await self._agent_view(name),
-            self._update_sink(name, ctx),
-            self._manager.vet_handoff,
-            self._gate_for(participant, no_handoffs=no_handoffs),
-            delegations,
-        )
-        return await within(seconds, run)
-
     def routes_of(self, name: str) -> Mapping[str, HandoffRoute]:
         """Agent ``name``'s handoff routes, by tool name."""
         return self._participants[name].routes
@@ -588,37 +598,98 @@ class GroupChatHost(Executor):
         """
         return self._participants[name].route_of(tool_name)
 
-    async def invoke(self, name: str, *, no_handoffs: bool = False) -> AgentRun:
-        """Run agent ``name`` once on the conversation as it stands, and return its run.
+    async def run_here(self, call: AgentCall, streams: Streams | None = None) -> AgentRun:
+        """Run ``call`` here, on the conversation as it stands, within ``call.seconds``.
 
-        What :attr:`invoker` stands for, done here: the agent gets its view, its handoff calls are
-        vetted by this host's manager (with its saved counters) and admitted by its gate. The
-        conversation is not changed: the host that invoked it takes the run and decides.
+        What :class:`LocalAgentRunner` does, and a worker does for a durable engine: the agent
+        gets its view, its handoff calls are vetted by this host's manager (with its saved
+        counters) and admitted by its gate, its delegations run its experts. The conversation is
+        not changed: the host that sent the call takes the run and decides.
         """
-        participant = self._participants.get(name)
+        if call.kind == "run":
+            work = self._invoke_here(call, streams)
+        elif call.kind == "resolve":
+            work = self._resolve_here(streams)
+        else:
+            work = self._carry_on_here(streams)
+        return await within(call.seconds, work)
+
+    async def _invoke_here(self, call: AgentCall, streams: Streams | None) -> AgentRun:
+        participant = self._participants.get(call.agent)
         if participant is None:
-            raise ValueError(f"No agent named {name!r} in this workflow.")
-        view = await self._agent_view(name)
-        gate = self._gate_for(participant, no_handoffs=no_handoffs)
-        return await participant.run(view, None, self._manager.vet_handoff, gate, None)
+            raise ValueError(f"No agent named {call.agent!r} in this workflow.")
+        delegations = self._delegations(streams) if participant.delegates else None
+        run = await participant.run(
+            await self._agent_view(call.agent),
+            None if streams is None else streams.agent(call.agent),
+            self._manager.vet_handoff,
+            self._gate_for(participant, no_handoffs=call.no_handoffs),
+            delegations,
+        )
+        return _with_delegations(run, delegations)
 
-    async def resolve(self) -> Resolved:
-        """Carry out the answered requests of the waiting agent.
+    async def _resolve_here(self, streams: Streams | None) -> AgentRun:
+        """The waiting agent's answered requests carried out.
 
-        Returns the messages that settle them (approved tools run, declined ones refused), its
-        answered handoff calls, vetted, and a reviewer's verdict among them. What
-        :attr:`invoker` stands for, done here; the conversation is not changed.
+        Its run: the messages that settle them (approved tools run, declined ones refused), its
+        answered handoff calls, vetted, a reviewer's verdict among them, and the delegations
+        that approved delegate calls made.
         """
         pending = self._pending
         name = str(pending.agent)
         then = pending.then or Continuation(name)
         participant = self._participants[name]
         gate = self._gate_for(participant, no_handoffs=then.no_handoffs and then.agent == name)
+        delegations = None
+        if participant.delegates:  # an expert reads the history as it was before the calls
+            start = self._message_with(list(pending.requests.values()))
+            delegations = self._delegations(streams, history_end=start)
         verdicts: list[ReviewVerdict] = []
         messages, calls = await pending.resolve(
-            participant, self._manager.vet_handoff, gate, verdicts=verdicts
+            participant, self._manager.vet_handoff, gate, delegations=delegations, verdicts=verdicts
         )
-        return messages, calls, verdicts[0] if verdicts else None
+        verdict = verdicts[0] if verdicts else None
+        run = AgentRun(AgentResponse(messages=messages), calls, frozenset(), verdict)
+        return _with_delegations(run, delegations)
+
+    async def _carry_on_here(self, streams: Streams | None) -> AgentRun:
+        """The answers are an expert's, in a delegation that waited: the expert carries on.
+
+        Its answer goes out through the frames above it. The run's one message is the result of
+        the caller's delegate call for the shared history; none when an expert waits again
+        (``suspension``).
+        """
+        pending = self._pending
+        frames = pending.frames
+        inner = frames[-1]
+        delegations = self._delegations(streams, frames, history_end=frames[0].history_end)
+        result: str | None = None
+        if not inner.started:  # the delegate call itself waited for approval
+            answer = next(iter(pending.answers.values()))
+            if answer.approved:
+                result = await delegations.run(replace(inner, started=True))
+            else:
+                result = delegations.decline(inner)
+            result = await delegations.carry_on(frames, result)
+        else:
+            expert = self._experts[inner.expert]
+            nested = Delegations(delegations.scope, inner.depth, delegations.records)
+            resolved, _ = await pending.resolve(
+                expert, self._manager.vet_handoff, self._gate_for(expert), delegations=nested
+            )
+            moved = replace(inner, messages=(*inner.messages, *resolved))
+            if nested.suspension is not None:  # an approved delegate of the expert waits in turn
+                inside = nested.suspension
+                delegations.suspension = Suspension(
+                    (*frames[:-1], moved, *inside.frames), inside.requests
+                )
+            else:
+                result = await delegations.carry_on(frames, await delegations.run(moved))
+        outer = frames[0]
+        waits = result is None and delegations.suspension is not None
+        messages = [] if waits else [delegate_result(outer.call_id, str(result), outer.caller)]
+        run = AgentRun(AgentResponse(messages=messages), (), frozenset())
+        return _with_delegations(run, delegations)
 
     def _delegation_waits(
         self, waiting: Suspension, requests: Sequence[Content], name: str
@@ -633,7 +704,7 @@ class GroupChatHost(Executor):
 
     def _delegations(
         self,
-        ctx: HostContext,
+        streams: Streams | None,
         waiting: Sequence[DelegationFrame] = (),
         *,
         history_end: int | None = None,
@@ -651,20 +722,9 @@ class GroupChatHost(Executor):
         for caller, tool_name in calls:
             key = delegate_key(caller, tool_name)
             used[key] = used.get(key, 0) + 1
-        streaming = ctx.is_streaming()
 
-        def on_update(expert: str) -> Callable[[AgentResponseUpdate], Awaitable[None]] | None:
-            if not streaming:
-                return None
-
-            async def as_event(update: AgentResponseUpdate) -> None:
-                if update.author_name is None:
-                    update.author_name = expert
-                await ctx.add_event(
-                    WorkflowEvent(cast(Any, HANDOFF_INTERMEDIATE_EVENT), data=update)
-                )
-
-            return as_event
+        def on_update(expert: str) -> Sink | None:
+            return None if streams is None else streams.expert(expert)
 
         scope = DelegationScope(
             experts=self._experts,
@@ -691,16 +751,14 @@ class GroupChatHost(Executor):
             view = self._expert_views[expert, mode] = self._new_view(expert, mode)
         return list(view.update(self._history))
 
-    async def _add_delegations(
-        self, delegations: Delegations, ctx: HostContext
-    ) -> Suspension | None:
+    async def _add_delegations(self, run: AgentRun, ctx: HostContext) -> Suspension | None:
         """The run's finished delegations: into the turn (with their steps), then their events.
 
         Returns the delegation that waits, if one does.
         """
-        records = delegations.records
+        records = list(run.delegations)
         if not records:
-            return delegations.suspension
+            return run.suspension
         turn = self._turn or TurnState(start=len(self._history))
         turn = replace(turn, delegations=(*turn.delegations, *records))
         steps = [
@@ -710,8 +768,7 @@ class GroupChatHost(Executor):
         ]
         self._turn = self._with_steps(turn, steps)
         await self._emit(records, ctx)
-        records.clear()
-        return delegations.suspension
+        return run.suspension
 
     def _settlement(
         self, requests: Sequence[Content], frames: Sequence[Any], agent: str, status: str
@@ -927,9 +984,7 @@ class GroupChatHost(Executor):
         )
         return Escalate(escalation, events=(escalation,))
 
-    def _update_sink(
-        self, name: str, ctx: HostContext
-    ) -> Callable[[AgentResponseUpdate], Awaitable[None]] | None:
+    def update_sink(self, name: str, ctx: HostContext) -> Sink | None:
         """Where a streaming run sends an agent's updates (``None``: run it without streaming)."""
         if not ctx.is_streaming():
             return None
@@ -1005,8 +1060,6 @@ class GroupChatHost(Executor):
     async def _resume_after_answers(self, ctx: HostContext) -> None:
         name = str(self._pending.agent)
         then = self._pending.then or Continuation(name)
-        participant = self._participants[name]
-        gate = self._gate_for(participant, no_handoffs=then.no_handoffs and then.agent == name)
         frames = self._pending.frames
         saved = self._pending.to_state()
         limit, seconds = self._time_left()
@@ -1015,13 +1068,12 @@ class GroupChatHost(Executor):
         try:
             with self._turn_trace().active():  # approved handoffs' spans are the turn's
                 if frames:
-                    answered = await within(seconds, self._carry_on_delegation(ctx))
+                    answered = await self._carry_on_delegation(seconds, ctx)
                     if answered is None:
                         return  # an expert waits again
                     messages = answered
                 else:
-                    bound = None if self.invoker is not None else seconds
-                    resolved = await within(bound, self._resolve_answers(participant, gate, ctx))
+                    resolved = await self._resolve_answers(seconds, ctx)
                     if resolved is None:
                         return  # an approved delegation waits for a person in turn
                     messages, calls, verdict = resolved
@@ -1056,9 +1108,9 @@ class GroupChatHost(Executor):
         await self._carry_out(decision, ctx, carrying_on=carrying_on, traced=traced, source=name)
 
     async def _resolve_answers(
-        self, participant: Participant, gate: HandoffGate, ctx: HostContext
+        self, seconds: float | None, ctx: HostContext
     ) -> tuple[list[Message], tuple[HandoffCall, ...], ReviewVerdict | None] | None:
-        """The answers applied.
+        """The answers applied, by the runner, within ``seconds``.
 
         Returns the messages that settle the requests, the answered handoff calls and a
         reviewer's verdict; ``None`` when an approved delegation waits for a person in turn.
@@ -1066,25 +1118,10 @@ class GroupChatHost(Executor):
         pending = self._pending
         name = str(pending.agent)
         then = pending.then or Continuation(name)
-        delegations = None
-        if participant.delegates:  # an expert reads the history as it was before the calls
-            start = self._message_with(list(pending.requests.values()))
-            delegations = self._delegations(ctx, history_end=start)
-        verdicts: list[ReviewVerdict] = []
-        if self.invoker is not None and delegations is None:
-            messages, calls, verdict = await self.invoker.resolve(self._time_left()[1])
-            pending.requests, pending.answers, pending.agent = {}, {}, None  # as resolve() does
-            verdicts.extend([verdict] if verdict is not None else [])
-        else:
-            messages, calls = await pending.resolve(
-                participant,
-                self._manager.vet_handoff,
-                gate,
-                delegations=delegations,
-                verdicts=verdicts,
-            )
-        waiting = None if delegations is None else await self._add_delegations(delegations, ctx)
-        verdict = verdicts[0] if verdicts else None
+        run = await self.runner.run(AgentCall(name, "resolve", seconds=seconds), self._streams(ctx))
+        pending.requests, pending.answers, pending.agent = {}, {}, None  # answered
+        messages, calls, verdict = list(run.response.messages), run.calls, run.verdict
+        waiting = await self._add_delegations(run, ctx)
         if waiting is None:
             return messages, calls, verdict
         # An approved delegation waits in turn: what the batch decided is decided now, and
@@ -1141,50 +1178,30 @@ class GroupChatHost(Executor):
         for request in requests:
             await ctx.request_info(request, Content, request_id=str(request.id))
 
-    async def _carry_on_delegation(self, ctx: HostContext) -> list[Message] | None:
-        """The answers are an expert's, in a delegation that waited: the expert carries on.
+    async def _carry_on_delegation(
+        self, seconds: float | None, ctx: HostContext
+    ) -> list[Message] | None:
+        """The answers are an expert's: it carries on, by the runner, within ``seconds``.
 
-        Its answer goes out through the frames above it. Returns the result of the caller's
-        delegate call for the shared history, or ``None`` when an expert waits again.
+        Returns the result of the caller's delegate call for the shared history, or ``None``
+        when an expert waits again.
         """
         pending = self._pending
-        caller = str(pending.agent)  # read before resolve() clears it
+        caller = str(pending.agent)
         then = pending.then or Continuation(caller)
-        frames = pending.frames
-        inner = frames[-1]
-        delegations = self._delegations(ctx, frames, history_end=frames[0].history_end)
-        result: str | None = None
-        if not inner.started:  # the delegate call itself waited for approval
-            answer = next(iter(pending.answers.values()))
-            if answer.approved:
-                result = await delegations.run(replace(inner, started=True))
-            else:
-                result = delegations.decline(inner)
-            result = await delegations.carry_on(frames, result)
-        else:
-            expert = self._experts[inner.expert]
-            nested = Delegations(delegations.scope, inner.depth, delegations.records)
-            resolved, _ = await pending.resolve(
-                expert, self._manager.vet_handoff, self._gate_for(expert), delegations=nested
-            )
-            moved = replace(inner, messages=(*inner.messages, *resolved))
-            if nested.suspension is not None:  # an approved delegate of the expert waits in turn
-                inside = nested.suspension
-                delegations.suspension = Suspension(
-                    (*frames[:-1], moved, *inside.frames), inside.requests
-                )
-            else:
-                result = await delegations.carry_on(frames, await delegations.run(moved))
-        await self._add_delegations(delegations, ctx)
-        waiting = delegations.suspension
-        if result is None and waiting is not None:
-            self._pending = PendingRequests()
+        call = AgentCall(caller, "carry_on", seconds=seconds)
+        run = await self.runner.run(call, self._streams(ctx))
+        waiting = await self._add_delegations(run, ctx)
+        self._pending = PendingRequests()
+        if waiting is not None and not run.response.messages:
             self._pending.open(caller, list(waiting.requests), then, waiting.frames)
             await self._wait_again(waiting.requests, ctx)
             return None
-        self._pending = PendingRequests()
-        outer = frames[0]
-        return [delegate_result(outer.call_id, str(result), outer.caller)]
+        return list(run.response.messages)
+
+    def _streams(self, ctx: HostContext) -> Streams | None:
+        """Where this run's updates go: the run's output and events (``None``: not streamed)."""
+        return _ContextStreams(self, ctx) if ctx.is_streaming() else None
 
     def _gate_for(self, participant: Participant, *, no_handoffs: bool = False) -> HandoffGate:
         """What the participant's edges allow in this run, asked with the conversation so far."""
@@ -1397,6 +1414,38 @@ class GroupChatHost(Executor):
         host_state = decode_host_state({k: v for k, v in state.items() if k != "history"}, where)
         self.load([Message.from_dict(item) for item in saved], host_state)
         self._saved = saved
+
+
+class _ContextStreams:
+    """A streaming run's sinks, on its workflow context.
+
+    A participant's updates go where the host streams them (its output, an intermediate event,
+    or nowhere); an expert's are intermediate events under its name.
+    """
+
+    def __init__(self, host: GroupChatHost, ctx: HostContext) -> None:
+        self._host = host
+        self._ctx = ctx
+
+    def agent(self, name: str) -> Sink | None:
+        return self._host.update_sink(name, self._ctx)
+
+    def expert(self, name: str) -> Sink | None:
+        ctx = self._ctx
+
+        async def as_event(update: AgentResponseUpdate) -> None:
+            if update.author_name is None:
+                update.author_name = name
+            await ctx.add_event(WorkflowEvent(cast(Any, HANDOFF_INTERMEDIATE_EVENT), data=update))
+
+        return as_event
+
+
+def _with_delegations(run: AgentRun, delegations: Delegations | None) -> AgentRun:
+    """``run`` with what ``delegations`` did in it: its finished delegations and one that waits."""
+    if delegations is None:
+        return run
+    return run._replace(delegations=tuple(delegations.records), suspension=delegations.suspension)
 
 
 def _end_step(decision: EndTurn, source: str | None, manager: str) -> RoutingStep:

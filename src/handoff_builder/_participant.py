@@ -28,7 +28,8 @@ from ._tools import HandoffToolMiddleware, HandoffVetter
 from .exceptions import HandoffHookError
 
 if TYPE_CHECKING:
-    from ._delegation import DelegateRoute, Delegations
+    from ._delegation import DelegateRoute, Delegations, Suspension
+    from ._events import DelegationEvent
 
 __all__ = ["AgentRun", "Participant"]
 
@@ -43,10 +44,11 @@ so a change of agent_framework's text fails there."""
 
 
 class AgentRun(NamedTuple):
-    """One agent invocation, as the host reads it.
+    """One agent invocation, as the host reads it: what a runner returns for an agent call.
 
     Its response, its vetted handoff calls, the handoffs it was not offered, a reviewer's
-    verdict, and whether its tool loop stopped at agent_framework's limit without an answer.
+    verdict, whether its tool loop stopped at agent_framework's limit without an answer, and
+    the delegations it made.
     """
 
     response: AgentResponse
@@ -54,6 +56,10 @@ class AgentRun(NamedTuple):
     disabled: frozenset[str]
     verdict: ReviewVerdict | None = None
     tool_limit: bool = False
+    delegations: tuple[DelegationEvent, ...] = ()
+    """The run's finished delegations, innermost first."""
+    suspension: Suspension | None = None
+    """A delegation of the run that waits for answers (an expert's approval, say)."""
 
 
 @dataclass

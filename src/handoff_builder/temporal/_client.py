@@ -115,8 +115,7 @@ def conversation_worker(
     busy server little time to record it).
 
     Raises:
-        HandoffConfigurationError: the builder does not build, or uses what Temporal cannot run
-            yet (delegates).
+        HandoffConfigurationError: the builder does not build.
     """
     options = agent_calls or AgentCallOptions()
     register(task_queue, builder, options)
@@ -126,7 +125,7 @@ def conversation_worker(
         client,
         task_queue=task_queue,
         workflows=[ConversationWorkflow],
-        activities=[calls.invoke_agent, calls.resolve_answers],
+        activities=[calls.invoke_agent, calls.resolve_answers, calls.carry_on_delegation],
         **kwargs,
     )
 

@@ -15,8 +15,10 @@ from temporalio.api.common.v1 import Payloads
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from handoff_builder._decision import CallOutcome, HandoffCall, ReviewVerdict
+from handoff_builder._delegation import Suspension
 from handoff_builder._events import (
     BlockReason,
+    DelegationEvent,
     EscalationEvent,
     EscalationReason,
     HandoffEvent,
@@ -28,7 +30,7 @@ from handoff_builder._events import (
 )
 from handoff_builder._host import GroupChatHost
 from handoff_builder._participant import AgentRun
-from handoff_builder._state import TurnRecord, adapter_for, validated
+from handoff_builder._state import DelegationFrame, TurnRecord, adapter_for, validated
 
 DEFAULT_PAYLOAD_LIMIT = 2 * 1024 * 1024
 """Temporal's limit on one payload (``limit.blobSize.error``) when the namespace does not say."""
@@ -89,8 +91,8 @@ class TurnOutcome(BaseModel):
     recovered: dict[str, Any] | None = None
 
 
-class AgentCall(BaseModel):
-    """One agent invocation, for the activity.
+class AgentCallPayload(BaseModel):
+    """One agent call (:class:`~handoff_builder.GroupChatHost`'s ``AgentCall``), for the activity.
 
     The conversation and the host's state as they stand, the agent, whether it runs without
     handoff tools, and the payload limit its result must keep to.
@@ -142,6 +144,10 @@ class AgentCallResult(BaseModel):
     disabled: list[str]
     verdict: VerdictRecord | None = None
     tool_limit: bool = False
+    delegations: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
+    """The run's finished delegations (``DelegationEvent``), innermost first."""
+    suspension: dict[str, Any] | None = None
+    """A delegation of the run that waits: its frames and the requests it waits for."""
 
 
 def encode_run(run: AgentRun) -> AgentCallResult:
@@ -167,7 +173,27 @@ def encode_run(run: AgentRun) -> AgentCallResult:
         ],
         disabled=sorted(run.disabled),
         tool_limit=run.tool_limit,
+        delegations=[_encode(DelegationEvent, record) for record in run.delegations],
+        suspension=None if run.suspension is None else _encode_suspension(run.suspension),
     )
+
+
+def _encode(kind: type[Any], value: Any) -> dict[str, Any]:
+    return adapter_for(kind).dump_python(value, mode="json")
+
+
+def _encode_suspension(suspension: Suspension) -> dict[str, Any]:
+    return {
+        "frames": [_encode(DelegationFrame, frame) for frame in suspension.frames],
+        "requests": [request.to_dict() for request in suspension.requests],
+    }
+
+
+def _decode_suspension(raw: dict[str, Any]) -> Suspension:
+    frames = tuple(
+        validated(DelegationFrame, frame, "a waiting delegation") for frame in raw["frames"]
+    )
+    return Suspension(frames, tuple(Content.from_dict(request) for request in raw["requests"]))
 
 
 def decode_run(host: GroupChatHost, agent: str, result: AgentCallResult) -> AgentRun:
@@ -197,6 +223,8 @@ def decode_run(host: GroupChatHost, agent: str, result: AgentCallResult) -> Agen
         frozenset(result.disabled),
         None if verdict is None else ReviewVerdict(verdict.kind, verdict.text, verdict.call_id),
         result.tool_limit,
+        tuple(validated(DelegationEvent, item, "a delegation") for item in result.delegations),
+        None if result.suspension is None else _decode_suspension(result.suspension),
     )
 
 

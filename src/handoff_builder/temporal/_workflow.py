@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
 
-from agent_framework import AgentResponse, Content, Message, Workflow
+from agent_framework import Content, Message, Workflow
 from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutType
@@ -28,7 +28,14 @@ from typing_extensions import override
 
 from handoff_builder._builder import HandoffWorkflowBuilder
 from handoff_builder._events import HandoffTurnResult, TurnAbandonedEvent
-from handoff_builder._host import GroupChatHost, ReissueRequests, Resolved, UserTurn
+from handoff_builder._host import (
+    AgentCall,
+    CallKind,
+    GroupChatHost,
+    ReissueRequests,
+    Streams,
+    UserTurn,
+)
 from handoff_builder._lifecycle import (
     KEPT_RECEIPTS,
     answers_by_request,
@@ -42,14 +49,13 @@ from handoff_builder._timeouts import DeadlinePassedError
 from handoff_builder.exceptions import (
     CorruptStateError,
     HandoffBuilderError,
-    HandoffConfigurationError,
     PayloadTooLargeError,
     PendingRequestsError,
     UnexpectedAnswersError,
 )
 
 from ._payloads import (
-    AgentCall,
+    AgentCallPayload,
     AgentCallResult,
     Answers,
     Carried,
@@ -66,6 +72,7 @@ from ._payloads import (
 WORKFLOW_NAME = "handoff_builder.Conversation"
 ACTIVITY_NAME = "handoff_builder.invoke_agent"
 RESOLVE_ACTIVITY_NAME = "handoff_builder.resolve_answers"
+CARRY_ON_ACTIVITY_NAME = "handoff_builder.carry_on_delegation"
 
 KEY_PREFIX = "key:"  # an Update id that is a client's idempotency key
 
@@ -163,27 +170,12 @@ _quiet_while_replaying()
 QUIET_WHILE.append(_replaying)
 
 
-def unsupported(builder: HandoffWorkflowBuilder) -> list[str]:
-    """What a builder uses that does not run on Temporal yet."""
-    config = builder._config  # pyright: ignore[reportPrivateUsage] - our own builder
-    problems: list[str] = []
-    if config.delegates:
-        problems.append(
-            "with_delegate() does not run on Temporal yet: an expert's run cannot be carried "
-            "over an activity; host this workflow with ConversationHost."
-        )
-    return problems
-
-
 def register(task_queue: str, builder: HandoffWorkflowBuilder, options: AgentCallOptions) -> None:
     """Serve ``builder``'s conversations on ``task_queue`` in this worker process.
 
     Raises:
-        HandoffConfigurationError: the builder does not build, or uses what Temporal cannot run.
+        HandoffConfigurationError: the builder does not build.
     """
-    problems = unsupported(builder)
-    if problems:
-        raise HandoffConfigurationError(problems)
     _host_of(builder.build())  # every problem of the builder now, not in the first turn
     _REGISTERED[task_queue] = _Registered(builder, options)
     _quiet_while_replaying()  # the loggers the build created too
@@ -215,7 +207,7 @@ class AgentActivities:
 
     The workflow decides; these run the agents, on hosts of this worker built from ``builder``
     and loaded with the conversation as the call gives it. :func:`conversation_worker` makes
-    one per worker and registers its two methods.
+    one per worker and registers its methods.
     """
 
     def __init__(self, builder: HandoffWorkflowBuilder) -> None:
@@ -223,22 +215,30 @@ class AgentActivities:
         self._free: list[GroupChatHost] = []  # built hosts, reused one call at a time
 
     @activity.defn(name=ACTIVITY_NAME)
-    async def invoke_agent(self, call: AgentCall) -> AgentCallResult:
-        """Run one agent on the conversation as it stood: its messages and vetted handoffs."""
-        async with self._replica(call) as host:
-            run = await host.invoke(call.agent, no_handoffs=call.no_handoffs)
-        return _fitting(call, f"the reply of agent {call.agent!r}", encode_run(run))
+    async def invoke_agent(self, call: AgentCallPayload) -> AgentCallResult:
+        """Run one agent on the conversation as it stood (its experts too, when it delegates)."""
+        run = AgentCall(call.agent, "run", call.no_handoffs)
+        return await self._run(call, run, f"the reply of agent {call.agent!r}")
 
     @activity.defn(name=RESOLVE_ACTIVITY_NAME)
-    async def resolve_answers(self, call: AgentCall) -> AgentCallResult:
+    async def resolve_answers(self, call: AgentCallPayload) -> AgentCallResult:
         """Carry out the answered requests of the waiting agent (approved tools run here)."""
-        async with self._replica(call) as host:
-            messages, calls, verdict = await host.resolve()
-        run = AgentRun(AgentResponse(messages=messages), calls, frozenset(), verdict)
-        return _fitting(call, f"the approved calls of agent {call.agent!r}", encode_run(run))
+        run = AgentCall(call.agent, "resolve")
+        return await self._run(call, run, f"the approved calls of agent {call.agent!r}")
+
+    @activity.defn(name=CARRY_ON_ACTIVITY_NAME)
+    async def carry_on_delegation(self, call: AgentCallPayload) -> AgentCallResult:
+        """An expert whose delegation waited for answers carries on, and answers its caller."""
+        run = AgentCall(call.agent, "carry_on")
+        return await self._run(call, run, f"the delegation of agent {call.agent!r}")
+
+    async def _run(self, payload: AgentCallPayload, call: AgentCall, what: str) -> AgentCallResult:
+        async with self._replica(payload) as host:
+            run = await host.run_here(call)
+        return _fitting(payload, what, encode_run(run))
 
     @contextlib.asynccontextmanager
-    async def _replica(self, call: AgentCall) -> AsyncGenerator[GroupChatHost, None]:
+    async def _replica(self, call: AgentCallPayload) -> AsyncGenerator[GroupChatHost, None]:
         """A host of this worker loaded with the conversation as it stood, heartbeating."""
         host = self._free.pop() if self._free else _host_of(self._builder.build())
         try:
@@ -268,14 +268,19 @@ class AgentActivities:
             self._free.append(host)
 
 
-CallKind = Literal["invoke", "resolve"]
-"""An agent call's kind; it is part of its activity's id (``{n}:{kind}:{agent}``)."""
-INVOKE: CallKind = "invoke"
-RESOLVE: CallKind = "resolve"
-_ACTIVITIES = {INVOKE: AgentActivities.invoke_agent, RESOLVE: AgentActivities.resolve_answers}
+ActivityKind = Literal["invoke", "resolve", "carry_on"]
+"""An agent call's activity; its name is part of the activity's id (``{n}:{kind}:{agent}``)."""
+_ACTIVITIES = {
+    "invoke": AgentActivities.invoke_agent,
+    "resolve": AgentActivities.resolve_answers,
+    "carry_on": AgentActivities.carry_on_delegation,
+}
+_ACTIVITY_OF: dict[CallKind, ActivityKind] = {
+    "run": "invoke", "resolve": "resolve", "carry_on": "carry_on"
+}  # fmt: skip
 
 
-def _fitting(call: AgentCall, what: str, result: AgentCallResult) -> AgentCallResult:
+def _fitting(call: AgentCallPayload, what: str, result: AgentCallResult) -> AgentCallResult:
     """``result``, if it fits in a payload: Temporal refuses a larger one (not retried)."""
     size = payload_size(result)
     if size > call.payload_limit:
@@ -382,7 +387,7 @@ class ConversationWorkflow:
         built = self._registered.builder.build()
         host = _host_of(built)
         host.conversation_id = self._conversation_id
-        host.invoker = self
+        host.runner = _ActivityRunner(self)
         if carried is not None:
             history = [Message.from_dict(item) for item in carried.history]
             host.load(history, _state(carried.host, self._conversation_id))
@@ -641,20 +646,21 @@ class ConversationWorkflow:
                 self._turns += 1
                 self._arm_idle_timer()
 
-    async def invoke(self, name: str, no_handoffs: bool, seconds: float | None) -> AgentRun:  # noqa: FBT001 - AgentInvoker
-        """The host's agent call, as an activity (``seconds``: the turn's deadline)."""
-        result = await self._activity(INVOKE, name, no_handoffs=no_handoffs, seconds=seconds)
-        return decode_run(self._host, name, result)
-
-    async def resolve(self, seconds: float | None) -> Resolved:
-        """The host's approved calls carried out, as an activity."""
-        agent = str(self._host.pending_agent)
-        result = await self._activity(RESOLVE, agent, seconds=seconds)
-        run = decode_run(self._host, agent, result)
-        return list(run.response.messages), run.calls, run.verdict
+    async def call_agent(self, call: AgentCall) -> AgentRun:
+        """The host's agent call, as an activity (see :class:`_ActivityRunner`)."""
+        kind = _ACTIVITY_OF[call.kind]
+        result = await self._activity(
+            kind, call.agent, no_handoffs=call.no_handoffs, seconds=call.seconds
+        )
+        return decode_run(self._host, call.agent, result)
 
     async def _activity(
-        self, kind: CallKind, agent: str, *, no_handoffs: bool = False, seconds: float | None = None
+        self,
+        kind: ActivityKind,
+        agent: str,
+        *,
+        no_handoffs: bool = False,
+        seconds: float | None = None,
     ) -> AgentCallResult:
         """One activity for ``agent``, within ``seconds``.
 
@@ -662,7 +668,7 @@ class ConversationWorkflow:
         decides differently) fails with a nondeterminism error instead of mixing them up.
         """
         call = self._call(agent, no_handoffs=no_handoffs)
-        if kind == INVOKE:  # a failed turn goes on from here (resolve's answers are not)
+        if kind == "invoke":  # a failed turn goes on from here (answers given since are not)
             self._checkpoint = Carried(history=call.history, host=call.host)
         size, limit = payload_size(call), self._start.payload_limit
         if size > limit:  # Temporal would refuse the command, and the workflow task with it
@@ -708,9 +714,9 @@ class ConversationWorkflow:
                 raise DeadlinePassedError(f"no result within {seconds:g} s") from error
             raise
 
-    def _call(self, agent: str, *, no_handoffs: bool = False) -> AgentCall:
+    def _call(self, agent: str, *, no_handoffs: bool = False) -> AgentCallPayload:
         """A call of ``agent`` on the conversation as it stands, for the activity."""
-        return AgentCall(
+        return AgentCallPayload(
             conversation_id=self._conversation_id,
             agent=agent,
             no_handoffs=no_handoffs,
@@ -809,6 +815,20 @@ class ConversationWorkflow:
             requests = [request.to_dict() for request in self._host.pending_requests]
             return TurnOutcome(status="waiting", requests=requests)
         return TurnOutcome(status="completed", result=encode_turn(result))
+
+
+class _ActivityRunner:
+    """The conversation host's runner in the workflow: each agent call is an activity.
+
+    Nothing is streamed from a worker: the turn's result carries the replies.
+    """
+
+    def __init__(self, conversation: ConversationWorkflow) -> None:
+        self._conversation = conversation
+
+    async def run(self, call: AgentCall, streams: Streams | None) -> AgentRun:
+        del streams
+        return await self._conversation.call_agent(call)
 
 
 def _client_key() -> str:
