@@ -320,13 +320,19 @@ async def _worker(args: argparse.Namespace) -> None:
     await worker.run()
 
 
+_STDOUT_CLOSED = 141
+"""The exit status when standard output was closed under the command (``... | head -1``): the
+shell's status of a command that SIGPIPE ended, 128 + 13, as ``cat`` or ``yes`` get there."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code.
 
     Every error is one line on stderr and exit status 1 (``--debug`` shows the traceback), as is
     a lint error found by ``graph``;
     Ctrl-C ends the command quietly with status 130: a chat turn it interrupted is finished by
-    the next ``chat``.
+    the next ``chat``. A standard output closed by its reader ends it quietly with status 141
+    (as a command that SIGPIPE ended, in a shell).
     """
     args = _parser().parse_args(argv)
     code = 0
@@ -342,6 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 asyncio.run(_worker(args))
             else:
                 code = _graph(args.builder, args.workflow)
+            sys.stdout.flush()  # a closed stdout is noticed here, not by the interpreter's exit
     except KeyboardInterrupt:
         sys.stdout.write("\n")
         if args.command == "worker":  # Temporal's SDK may abort in interpreter teardown after
@@ -350,11 +357,37 @@ def main(argv: Sequence[str] | None = None) -> int:
             os._exit(130)
         return 130
     except Exception as error:
+        if isinstance(error, BrokenPipeError) and _stdout_closed():
+            return _STDOUT_CLOSED
         if args.debug:
             raise
         sys.stderr.write(f"handoff-builder: error: {_one_line(error)}\n")
         return 1
     return code
+
+
+def _stdout_closed() -> bool:
+    """Whether standard output is a pipe whose reader has gone; if so, it is quieted.
+
+    A pipe without a reader polls as ``POLLERR`` (POSIX; elsewhere a broken pipe is taken to be
+    standard output's). Standard output then writes to ``os.devnull``, so that what is still
+    buffered does not fail again when the interpreter exits.
+    """
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a file (captured): it cannot be a closed pipe
+        return False
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, 0)
+        if not any(events & select.POLLERR for _, events in poller.poll(0)):
+            return False
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+    return True
 
 
 @contextlib.contextmanager
