@@ -4,7 +4,8 @@ It serves :func:`desk` on task queue QUEUE until it is killed. Every model call 
 appended to the file LOG as one JSON line (``{"pid", "agent", "user"}``) before it is answered.
 With ``TEMPORAL_WORKER_HANG`` set to an agent's name, that agent's model calls never answer
 after they are logged (the worker goes on heartbeating), so that the test can kill the worker in
-the middle of one.
+the middle of one. With ``TEMPORAL_WORKER_SLOW=NAME:SECONDS``, that agent's model calls answer
+only after SECONDS (a slow model), so that the test can stop the worker in the middle of one.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from handoff_builder.testing import (
     never_answer,
     reply,
     scripted_agent,
+    slow,
 )
 
 
@@ -41,6 +43,9 @@ def logged(
             )
         if os.environ.get("TEMPORAL_WORKER_HANG") == name:
             return never_answer()
+        slow_agent, _, seconds = os.environ.get("TEMPORAL_WORKER_SLOW", "").partition(":")
+        if slow_agent == name:
+            return slow(answer(call), float(seconds))
         return answer(call)
 
     return respond

@@ -6,7 +6,7 @@ import copy
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from agent_framework import (
     Agent,
@@ -313,7 +313,7 @@ def _unreachable_model(agent: str, error: BaseException) -> ModelConnectionError
     for failed in chain:
         if kinds and isinstance(failed, kinds):
             try:
-                url = str(failed.request.url)  # pyright: ignore[reportAttributeAccessIssue,reportUnknownMemberType,reportUnknownArgumentType]
+                url = str(cast(Any, failed).request.url)
             except (AttributeError, RuntimeError):  # raised without its request: no address
                 return None
             root = chain[-1]  # refused, no such host, timed out...
