@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import re
 import sys
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Generator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -52,6 +53,33 @@ Help the user with the part that is yours. When it is done, or if the
 rest belongs to someone else, call transfer_back_to_triage with a
 summary: what you did, and what is still open.
 Never ask the user to repeat something already in the history."""
+
+
+@contextlib.contextmanager
+def extra(name: str) -> Generator[None, None, None]:
+    """Imports that need the package's extra ``name``: without it, exit in one line.
+
+    ``with extra("otel"): from opentelemetry.sdk.trace import TracerProvider`` -- an import in
+    the block that fails ends the sample with exit status 1 and one line on stderr naming the
+    extra to install (``pip install 'handoff-builder[otel]'``) and the missing module.
+    """
+    try:
+        yield
+    except ImportError as error:
+        raise SystemExit(
+            f"{Path(sys.argv[0]).stem}: needs the {name} extra: "
+            f"pip install 'handoff-builder[{name}]' ({_missing_module(error)} is missing)"
+        ) from None
+
+
+def _missing_module(error: ImportError) -> str:
+    """The module whose import failed, from the first error of the chain that names one."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, ImportError) and cause.name:
+            return cause.name
+        cause = cause.__cause__ or cause.__context__
+    return str(error)
 
 
 def render(template: str, **values: str) -> str:

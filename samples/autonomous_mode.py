@@ -1,6 +1,7 @@
 """Autonomous mode: an agent keeps working without the user until it hands off.
 
 Run with: python samples/autonomous_mode.py [--provider scripted|openai|azure]
+Extras: none; openai or azure for that --provider
 
 The researcher is run again with a continuation prompt after each reply (at most 3 times here),
 until it hands its findings to the writer, which answers the user.

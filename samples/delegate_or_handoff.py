@@ -1,6 +1,7 @@
 """The same experts two ways: asked as delegates (the caller stays), or handed the conversation.
 
 Run with: python samples/delegate_or_handoff.py [--provider scripted|openai|azure]
+Extras: none; openai or azure for that --provider
 
 A support agent gets a question that needs the refund policy and the order ledger. With
 ``with_delegate`` it asks both experts through ``ask_policy`` and ``ask_ledger``, gets their

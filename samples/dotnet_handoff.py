@@ -1,6 +1,7 @@
 """The .NET handoff sample, ported: an intake agent, experts reachable from every agent.
 
 Run with: python samples/dotnet_handoff.py [--provider scripted|openai|azure]
+Extras: none; openai or azure for that --provider
 
 As in .NET's Orchestration/Handoff sample: every agent (intake and experts) can hand off to every
 expert, return-to-previous lets an expert that asked the user a question get the answer, and a

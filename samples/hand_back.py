@@ -1,6 +1,7 @@
 """Hand back: a request that spans two specialists, coordinated by triage.
 
 Run with: python samples/hand_back.py [--provider scripted|openai|azure]
+Extras: none; openai or azure for that --provider
 
 The seed's "Hand back" pattern: billing does its part and hands back with a summary ("refund done;
 crash still open"), then triage hands the open part to tech. At most 4 handoffs per message,

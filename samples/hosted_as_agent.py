@@ -1,6 +1,7 @@
 """The handoff workflow hosted as an agent, over several turns (.NET's 12_HandOff_HostAsAgent).
 
 Run with: python samples/hosted_as_agent.py [--provider scripted|openai|azure]
+Extras: none; openai or azure for that --provider
 
 ``workflow.as_agent()`` turns the whole handoff workflow into one agent_framework agent: callers
 see one agent, and the workflow keeps the conversation and the handoffs between turns.

@@ -1,6 +1,7 @@
 """An incident investigation as an agent graph: bounded review, a human approval, the trace.
 
 Run with: python samples/incident_investigation.py [--provider scripted|openai|azure] [--stubborn]
+Extras: none; openai or azure for that --provider
 
 The investigator reads the metrics and hands the incident to the planner. Each plan the planner
 writes goes to the reviewer first (``with_review``, at most 2 rounds): the reviewer sends an unsafe

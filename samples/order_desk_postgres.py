@@ -2,6 +2,7 @@
 
 Run with: HANDOFF_BUILDER_POSTGRES_DSN=postgresql://user@host/db \
     python samples/order_desk_postgres.py [--provider scripted|openai|azure]
+Extras: postgres; openai or azure for that --provider
 
 Triage hands order questions to the orders agent, which looks orders up with its own tool,
 ``order_status``. The conversation lives in PostgreSQL. The second message is sent by a new host
@@ -21,12 +22,14 @@ from pathlib import Path
 from agent_framework import Agent, tool
 
 from handoff_builder import ConversationHost, HandoffTurnResult, HandoffWorkflowBuilder
-from handoff_builder.stores import PostgresConversationStore
 from handoff_builder.testing import ModelCall, Step, call_tool, handoff_to, reply
 
 if __package__ in (None, ""):  # python samples/<name>.py: the samples package is one level up
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from samples._shared import run_sample, sample_client, sample_options
+from samples._shared import extra, run_sample, sample_client, sample_options
+
+with extra("postgres"):
+    from handoff_builder.stores import PostgresConversationStore
 
 DSN_VARIABLE = "HANDOFF_BUILDER_POSTGRES_DSN"
 ORDERS = {"1234": "shipped on 28 November; the courier delivers it on 2 December"}

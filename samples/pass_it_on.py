@@ -1,6 +1,7 @@
 """Pass it on: triage hands off to billing, billing to refunds, which answers.
 
 Run with: python samples/pass_it_on.py [--provider scripted|openai|azure]
+Extras: none; openai or azure for that --provider
 
 The seed's "Pass it on" pattern. The triage and specialist prompts are the seed's templates,
 filled in by code; the handoff tools use the seed's names (transfer_to_billing, ...).

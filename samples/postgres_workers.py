@@ -1,6 +1,7 @@
 """A hosted conversation service on PostgreSQL: two worker processes serve one conversation.
 
 Run with: HANDOFF_BUILDER_POSTGRES_DSN=postgresql://user@host/db python samples/postgres_workers.py
+Extras: postgres
 
 Each worker is a separate process with its own ConversationHost on the same database. Both get a
 message for the same conversation at the same time: the conversation's lock lets one turn run at
@@ -18,8 +19,14 @@ import uuid
 from pathlib import Path
 
 from handoff_builder import ConversationHost, HandoffWorkflowBuilder
-from handoff_builder.stores import PostgresConversationStore
 from handoff_builder.testing import ModelCall, Step, handoff_to, reply, scripted_agent
+
+if __package__ in (None, ""):  # python samples/<name>.py: the samples package is one level up
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from samples._shared import extra
+
+with extra("postgres"):
+    from handoff_builder.stores import PostgresConversationStore
 
 ROOT = Path(__file__).resolve().parent.parent
 DSN_VARIABLE = "HANDOFF_BUILDER_POSTGRES_DSN"

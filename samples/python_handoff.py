@@ -1,6 +1,7 @@
 """Triage and three order specialists in a mesh: agent_framework's Python handoff sample, ported.
 
 Run with: python samples/python_handoff.py [--provider scripted|openai|azure]
+Extras: none; openai or azure for that --provider
 
 The shape of the simple handoff sample of agent-framework-orchestrations' ``HandoffBuilder``: a
 triage agent and a refund, an order and a return specialist, each with a tool of its own; no

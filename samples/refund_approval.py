@@ -1,6 +1,7 @@
 """A typed refund handoff behind an approval gate, traced with OpenTelemetry.
 
 Run with: python samples/refund_approval.py [--provider scripted|openai|azure] [--decline]
+Extras: otel; openai or azure for that --provider
 
 Billing hands the conversation to refunds with a typed ``RefundRequest`` (order id, amount, reason):
 the handoff tool's schema is the pydantic model, and an invalid call is refused field by field.
@@ -12,26 +13,25 @@ per run (the first ends waiting for the approval), agent_framework's agent and c
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import sys
 from enum import Enum
 from pathlib import Path
 
 from agent_framework import Agent, Content
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import BaseModel, ConfigDict, Field
 
 from handoff_builder import HandoffContext, HandoffTurnResult, HandoffWorkflowBuilder, decline
-from handoff_builder.providers import PROVIDERS
 from handoff_builder.testing import call_tool, reply
 
 if __package__ in (None, ""):  # python samples/<name>.py: the samples package is one level up
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from samples._shared import sample_client, sample_options
+from samples._shared import extra, run_sample, sample_client, sample_options
+
+with extra("otel"):  # the OpenTelemetry SDK: opentelemetry-api alone records no spans
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 QUESTION = "I was charged twice for order A-1 (240 EUR). Please refund the duplicate."
 
@@ -169,9 +169,9 @@ async def main(provider: str = "scripted", *, approve: bool = True) -> HandoffTu
     return turn
 
 
+async def from_command_line(provider: str, **flags: bool) -> HandoffTurnResult:
+    return await main(provider, approve=not flags["decline"])
+
+
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--provider", choices=PROVIDERS, default="scripted")
-    parser.add_argument("--decline", action="store_true", help="decline the refund, with a reason")
-    arguments = parser.parse_args()
-    asyncio.run(main(arguments.provider, approve=not arguments.decline))
+    run_sample(__doc__, from_command_line, {"decline": "decline the refund, with a reason"})

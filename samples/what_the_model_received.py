@@ -1,6 +1,7 @@
 """What the model received: every model call of a turn, as the model got it, card number masked.
 
 Run with: python samples/what_the_model_received.py [--provider scripted|openai|azure]
+Extras: none; openai or azure for that --provider
 
 The workflow is built with ``with_model_inputs(redact=...)``: each turn's result keeps what each
 agent's model received (its messages, instructions and tools), whatever the chat client, and the

@@ -5,7 +5,8 @@ QUEUE until it is killed. Every model call of its agents is
 appended to the file LOG as one JSON line (``{"pid", "agent", "user"}``) before it is answered.
 With ``TEMPORAL_WORKER_HANG`` set to an agent's name, that agent's model calls never answer
 after they are logged (the worker goes on heartbeating), so that the test can kill the worker in
-the middle of one.
+the middle of one. With ``TEMPORAL_WORKER_SLOW=NAME:SECONDS``, that agent's model calls answer
+only after SECONDS (a slow model), so that the test can stop the worker in the middle of one.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from handoff_builder.testing import (
     never_answer,
     reply,
     scripted_agent,
+    slow,
 )
 
 
@@ -42,6 +44,9 @@ def logged(
             )
         if os.environ.get("TEMPORAL_WORKER_HANG") == name:
             return never_answer()
+        slow_agent, _, seconds = os.environ.get("TEMPORAL_WORKER_SLOW", "").partition(":")
+        if slow_agent == name:
+            return slow(answer(call), float(seconds))
         return answer(call)
 
     return respond

@@ -29,7 +29,9 @@ def test_license_is_spdx_with_its_file() -> None:
 
 
 @pytest.mark.parametrize(
-    "extra", ["runtime", "openai", "azure", "postgres", "serve", "temporal"], ids=lambda e: e
+    "extra",
+    ["runtime", "openai", "azure", "postgres", "serve", "temporal", "otel"],
+    ids=lambda e: e,
 )
 def test_what_users_install_has_both_bounds(extra: str) -> None:
     """A lower bound (the oldest tested) and an upper one (the next major version)."""

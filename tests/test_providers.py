@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import pytest
+from agent_framework import Agent
 
-from handoff_builder.providers import OpenAIApi, ProviderConfigurationError, chat_client
+from handoff_builder import HandoffWorkflowBuilder, ModelConnectionError
+from handoff_builder.providers import APIS, OpenAIApi, ProviderConfigurationError, chat_client
+from handoff_builder.testing import reply, scripted_agent
 
 
 def test_openai_client_from_the_environment() -> None:
@@ -155,3 +159,40 @@ def test_agent_framework_s_own_model_names_come_first() -> None:
         "AZURE_OPENAI_DEPLOYMENT": "legacy",
     }
     assert chat_client("azure", environ=azure).model == "gpt-deployment"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["run", "stream"])
+@pytest.mark.parametrize("api", APIS)
+async def test_a_model_that_cannot_be_reached_is_named_with_its_url(
+    api: OpenAIApi, stream: bool
+) -> None:
+    """Nothing listens at OPENAI_BASE_URL: the run raises ModelConnectionError, which names
+    the agent and the URL its client tried, with the system's reason."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    environ = {"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1"}
+    triage = Agent(client=chat_client("openai", api=api, environ=environ), name="triage")
+    billing = scripted_agent("billing", reply("unused"))
+    workflow = HandoffWorkflowBuilder(triage).with_handoff(triage, billing).build()
+
+    async def run() -> None:
+        if stream:
+            async for _ in workflow.run("hello", stream=True):
+                pass
+        else:
+            await workflow.run("hello")
+
+    with pytest.raises(ModelConnectionError) as caught:
+        await run()
+    error = caught.value
+    path = "chat/completions" if api == "chat-completions" else "responses"
+    url = f"http://127.0.0.1:{port}/v1/{path}"
+    reason = f"ConnectionRefusedError: [Errno 111] Connect call failed ('127.0.0.1', {port})"
+    assert (error.agent, error.url, error.detail) == ("triage", url, reason)
+    assert str(error) == (
+        f"Agent 'triage' could not reach its model at {url} ({reason}); check the address and "
+        "that its server is up."
+    )
+    assert isinstance(error, ConnectionError)
+    assert type(error.__cause__).__name__ == "ChatClientException"  # agent_framework's, kept

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
+import importlib.metadata
+import importlib.util
 import os
 import re
 import subprocess
@@ -14,9 +17,147 @@ import pytest
 
 from handoff_builder.providers import ProviderConfigurationError
 from tests.stores import postgres_dsn, unique_prefix
+from tests.test_packaging import project
 
 SAMPLES_DIR = Path(__file__).resolve().parent.parent / "samples"
 SAMPLES = sorted(path.stem for path in SAMPLES_DIR.glob("*.py") if not path.stem.startswith("_"))
+
+# What each extra brings that a sample may import: blocked, they are as good as not installed.
+EXTRA_MODULES: dict[str, tuple[str, ...]] = {
+    "openai": ("agent_framework_openai",),
+    "azure": ("agent_framework_openai", "azure.identity"),
+    "postgres": ("psycopg", "psycopg_pool"),
+    "serve": ("agent_framework_devui", "agent_framework_ag_ui"),
+    "temporal": ("temporalio",),
+    "otel": ("opentelemetry.sdk",),
+}
+NOT_FOR_USERS = {"dev", "bench"}  # the project's own extras: no sample may need them
+# Samples that need a server: run whole only when the tests have one, else checked with --help.
+SERVERS = {
+    "order_desk_postgres": "HANDOFF_BUILDER_POSTGRES_DSN",
+    "postgres_workers": "HANDOFF_BUILDER_POSTGRES_DSN",
+    "temporal_conversation": "HANDOFF_BUILDER_TEMPORAL_ADDRESS",
+}
+# A sitecustomize that makes the modules named in BLOCKED_MODULES unimportable, as if the
+# extra that brings them were not installed.
+BLOCKER = """
+import importlib.abc
+import os
+import sys
+
+
+class Blocked(importlib.abc.MetaPathFinder):
+    names = [name for name in os.environ.get("BLOCKED_MODULES", "").split(",") if name]
+
+    def find_spec(self, fullname, path=None, target=None):
+        if any(fullname == name or fullname.startswith(name + ".") for name in self.names):
+            raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
+        return None
+
+
+sys.meta_path.insert(0, Blocked())
+"""
+
+
+def sample_extras(name: str) -> tuple[list[str], bool]:
+    """The extras a sample's docstring names, and whether it says --provider needs its own."""
+    doc = ast.get_docstring(ast.parse((SAMPLES_DIR / f"{name}.py").read_text("utf-8"))) or ""
+    found = re.search(
+        r"^Extras: (none|[a-z]+(?:, [a-z]+)*)(; openai or azure for that --provider)?$", doc, re.M
+    )
+    assert found, f"{name}: no 'Extras: ...' line in its docstring"
+    extras = [] if found[1] == "none" else found[1].split(", ")
+    return extras, found[2] is not None
+
+
+def blocking(tmp_path: Path, modules: set[str]) -> dict[str, str]:
+    """The environment of a process in which ``modules`` cannot be imported."""
+    folder = tmp_path / "blocker"
+    folder.mkdir(exist_ok=True)
+    (folder / "sitecustomize.py").write_text(BLOCKER, encoding="utf-8")
+    return {**os.environ, "PYTHONPATH": str(folder), "BLOCKED_MODULES": ",".join(sorted(modules))}
+
+
+def run_sample(
+    name: str, *args: str, env: dict[str, str], cwd: Path
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(  # noqa: S603 - our own interpreter and sample
+        [sys.executable, str(SAMPLES_DIR / f"{name}.py"), *args],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def test_the_blocked_modules_are_those_of_the_extras() -> None:
+    """Each module the tests block to play a missing extra is installed by that extra (when
+    it is installed here: azure-identity is not, in the dev extra)."""
+    extras = project()["optional-dependencies"]
+    assert set(EXTRA_MODULES) == set(extras) - NOT_FOR_USERS
+    for extra, modules in EXTRA_MODULES.items():
+        files: set[str] = set()
+        for requirement in extras[extra]:
+            with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+                name = re.split(r"[\[<>=; ]", requirement)[0]
+                files.update(str(file) for file in importlib.metadata.files(name) or [])
+        for module in modules:
+            if importlib.util.find_spec(module.split(".")[0]) is None:
+                continue
+            path = module.replace(".", "/")
+            assert any(f.startswith(f"{path}/") or f == f"{path}.py" for f in files), module
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_every_sample_names_its_extras(name: str) -> None:
+    """``Extras:`` in the docstring: real extras of the package, the same in the README table."""
+    extras, for_provider = sample_extras(name)
+    assert set(extras) <= set(project()["optional-dependencies"]) - NOT_FOR_USERS
+    source = (SAMPLES_DIR / f"{name}.py").read_text("utf-8")
+    assert for_provider == ("--provider scripted|openai|azure" in source)
+    readme = (SAMPLES_DIR / "README.md").read_text("utf-8")
+    [row] = [line for line in readme.splitlines() if line.startswith(f"| [`{name}.py`]")]
+    listed = row.split(" | ")[1]
+    assert listed == (", ".join(f"`{extra}`" for extra in extras) or "none"), row
+
+
+WITH_EXTRAS = [(name, extra) for name in SAMPLES for extra in sample_extras(name)[0]]
+
+
+@pytest.mark.parametrize(("name", "extra"), WITH_EXTRAS, ids=[f"{n}-{e}" for n, e in WITH_EXTRAS])
+def test_a_sample_without_its_extra_says_which_to_install(
+    name: str, extra: str, tmp_path: Path
+) -> None:
+    """Run as a user would without the extra: one line naming it, exit status 1."""
+    modules = EXTRA_MODULES[extra]
+    ran = run_sample(name, "--help", env=blocking(tmp_path, set(modules)), cwd=tmp_path)
+    assert (ran.returncode, ran.stdout) == (1, "")
+    assert ran.stderr.splitlines() == [
+        f"{name}: needs the {extra} extra: pip install 'handoff-builder[{extra}]' "
+        f"({modules[0]} is missing)"
+    ]
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_a_sample_runs_with_only_the_extras_it_names(name: str, tmp_path: Path) -> None:
+    """Every other extra's modules unimportable: the sample runs offline all the same (one
+    that needs a server it is not given shows its --help)."""
+    extras, _ = sample_extras(name)
+    needed = {module for extra in extras for module in EXTRA_MODULES[extra]}
+    others = {module for modules in EXTRA_MODULES.values() for module in modules} - needed
+    server = SERVERS.get(name)
+    arguments = ["--help"] if server is not None and not os.environ.get(server) else []
+    ran = run_sample(name, *arguments, env=blocking(tmp_path, others), cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout
+
+
+def test_a_real_provider_without_its_extra_is_one_line(tmp_path: Path) -> None:
+    env = {**blocking(tmp_path, set(EXTRA_MODULES["openai"])), "OPENAI_API_KEY": "sk-test"}
+    ran = run_sample("refund_approval", "--provider", "openai", env=env, cwd=tmp_path)
+    assert ran.returncode == 1
+    assert ran.stderr.splitlines() == [
+        "refund_approval: The openai provider needs agent-framework-openai: "
+        "pip install 'handoff-builder[openai]'."
+    ]
+
 
 # Samples whose agents are not the point: they build them with testing.scripted_agent on purpose.
 SCRIPTED_ON_PURPOSE = {

@@ -857,21 +857,54 @@ async def test_a_long_conversation_continues_as_new(client: Client, queue: str) 
     assert runs == 3
 
 
+# Runs the rest of its command line with SIGINT ignored: what a background job of a
+# non-interactive shell gets (``handoff-builder worker ... &`` in a script); exec keeps it.
+IGNORING_SIGINT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
+def worker_command(
+    queue: str, log: Path, *options: str, ignore_sigint: bool = False, **env: str
+) -> subprocess.Popen[str]:
+    """``handoff-builder worker`` serving ``tests.temporal_worker:builder``, up and serving."""
+    command = [
+        sys.executable, "-m", "handoff_builder.cli", "worker", "--temporal", temporal_address(),
+        "--task-queue", queue, *options, "tests.temporal_worker:builder",
+    ]  # fmt: skip
+    if ignore_sigint:
+        command = [sys.executable, "-c", IGNORING_SIGINT, *command]
+    process = subprocess.Popen(  # noqa: S603 - this interpreter, our module
+        command, cwd=ROOT, env={**os.environ, "TEMPORAL_WORKER_LOG": str(log), **env},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert process.stdout is not None
+    banner = process.stdout.readline()
+    assert banner == (
+        f"handoff-builder: serving tests.temporal_worker:builder on task queue {queue!r} at "
+        f"{temporal_address()} (SIGTERM or Ctrl-C stops it)\n"
+    )
+    return process
+
+
+def stopped(process: subprocess.Popen[str], timeout: float) -> tuple[int, list[str], str]:
+    """Wait for the process (it must end within ``timeout`` s): status, lines after the banner,
+    standard error."""
+    try:
+        out, err = process.communicate(timeout=timeout)
+    finally:
+        process.kill()
+    return process.returncode, out.splitlines(), err
+
+
 async def test_the_worker_command_serves_a_builder(
     client: Client, queue: str, tmp_path: Path
 ) -> None:
-    """``handoff-builder worker``: it serves, a message is answered, Ctrl-C stops it."""
+    """``handoff-builder worker``: it serves, a message is answered, Ctrl-C stops it (status 0)."""
     log = tmp_path / "calls.jsonl"
-    process = subprocess.Popen(  # noqa: S603, ASYNC220 - this interpreter, our module; it runs beside the test
-        [sys.executable, "-m", "handoff_builder.cli", "worker", "--temporal", temporal_address(),
-         "--task-queue", queue, "tests.temporal_worker:builder"],
-        cwd=ROOT, env={**os.environ, "TEMPORAL_WORKER_LOG": str(log)},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    process = worker_command(queue, log)
     try:
-        assert process.stdout is not None
-        banner = process.stdout.readline()
-        assert banner.startswith("handoff-builder: serving tests.temporal_worker:builder on task")
         host = TemporalConversationHost(client, task_queue=queue)
         turn = await host.send(cid(), "hello from the terminal")
         assert turn.text == "billing: hello from the terminal"
@@ -880,11 +913,101 @@ async def test_the_worker_command_serves_a_builder(
             process.pid,
         ]
         process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=30)
     finally:
-        process.kill()
-    assert process.returncode == 130
-    assert err == ""
+        code, lines, err = stopped(process, timeout=60)
+    assert (code, err) == (0, "")
+    assert lines == [
+        "handoff-builder: SIGINT: stopping: no new work is taken; no agent call is in flight",
+        "handoff-builder: stopped: every agent call it took finished",
+    ]
+
+
+async def test_a_worker_stopped_by_sigterm_finishes_its_agent_call(
+    client: Client, queue: str, workers: Workers
+) -> None:
+    """SIGTERM (systemd, a container) while billing's model call runs (3 s): the call finishes
+    on the stopping worker, which then exits with status 0 within its bound, and the turn
+    completes (its last step on whichever worker takes it)."""
+    grace = 60
+    first = worker_command(
+        queue, workers.log, "--graceful-shutdown-timeout", str(grace),
+        TEMPORAL_WORKER_SLOW="billing:3",
+    )  # fmt: skip
+    try:
+        host = TemporalConversationHost(client, task_queue=queue)
+        turn = asyncio.ensure_future(host.send(cid(), "why was I charged twice?"))
+        await wait_for(lambda: any(c["agent"] == "billing" for c in workers.calls()))
+        first.send_signal(signal.SIGTERM)
+        second = workers.start()  # as a deployment would have: another worker
+    finally:
+        code, lines, err = stopped(first, timeout=grace + 30)
+    assert (code, err) == (0, "")
+    assert lines == [
+        f"handoff-builder: SIGTERM: stopping: no new work is taken; 1 agent call in flight may "
+        f"run for up to {grace} s more (another SIGTERM stops at once)",
+        "handoff-builder: stopped: every agent call it took finished",
+    ]
+    result = await asyncio.wait_for(turn, timeout=120)
+    assert result.text == "billing: why was I charged twice?"
+    calls = [(c["pid"], c["agent"]) for c in workers.calls()]
+    assert calls == [(first.pid, "triage"), (first.pid, "billing")]  # each once: none redone
+    assert second.poll() is None
+
+
+async def test_a_background_worker_stopped_by_sigint_hands_its_agent_call_back(
+    client: Client, queue: str, workers: Workers
+) -> None:
+    """A worker started with SIGINT ignored (a background job of a script) stops on SIGINT all
+    the same; billing's call does not finish within the bound (1 s), so it goes back to
+    Temporal, which runs it on another worker at once; the stopping worker exits with 0."""
+    first = worker_command(
+        queue, workers.log, "--graceful-shutdown-timeout", "1", ignore_sigint=True,
+        TEMPORAL_WORKER_HANG="billing",
+    )  # fmt: skip
+    try:
+        host = TemporalConversationHost(client, task_queue=queue)
+        turn = asyncio.ensure_future(host.send(cid(), "why was I charged twice?"))
+        await wait_for(lambda: any(c["agent"] == "billing" for c in workers.calls()))
+        first.send_signal(signal.SIGINT)
+        second = workers.start()
+    finally:
+        code, lines, err = stopped(first, timeout=1 + 30)
+    assert (code, err) == (0, "")
+    assert lines == [
+        "handoff-builder: SIGINT: stopping: no new work is taken; 1 agent call in flight may "
+        "run for up to 1 s more (another SIGINT stops at once)",
+        "handoff-builder: stopped: 1 agent call did not finish within 1 s; Temporal runs it "
+        "again on another worker",
+    ]
+    result = await asyncio.wait_for(turn, timeout=120)
+    assert result.text == "billing: why was I charged twice?"
+    calls = [(c["pid"], c["agent"]) for c in workers.calls()]
+    assert calls == [(first.pid, "triage"), (first.pid, "billing"), (second.pid, "billing")]
+
+
+async def test_a_second_signal_stops_the_worker_at_once(
+    client: Client, queue: str, workers: Workers
+) -> None:
+    """SIGTERM, then SIGTERM again while billing's call hangs: the worker ends at once, with
+    128 + 15, saying what becomes of the call."""
+    first = worker_command(queue, workers.log, TEMPORAL_WORKER_HANG="billing")
+    try:
+        host = TemporalConversationHost(client, task_queue=queue)
+        turn = asyncio.ensure_future(host.send(cid(), "why was I charged twice?"))
+        await wait_for(lambda: any(c["agent"] == "billing" for c in workers.calls()))
+        first.send_signal(signal.SIGTERM)
+        assert first.stdout is not None
+        said = first.stdout.readline()  # the first signal was taken
+        first.send_signal(signal.SIGTERM)
+    finally:
+        code, lines, err = stopped(first, timeout=30)
+    turn.cancel()
+    assert said.startswith("handoff-builder: SIGTERM: stopping: no new work is taken; 1 agent")
+    assert (code, err) == (128 + signal.SIGTERM, "")
+    assert lines == [
+        "handoff-builder: SIGTERM again: stopping now; Temporal runs the agent calls that were "
+        "in flight again on another worker once their heartbeat times out"
+    ]
 
 
 async def test_dev_server_serves_a_conversation_and_stops() -> None:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from agent_framework import (
     Agent,
@@ -25,7 +26,7 @@ from ._review import ReviewToolMiddleware
 from ._routes import HandoffRoute
 from ._strays import RunHandoffs, StrayHandoffMiddleware
 from ._tools import HandoffToolMiddleware, HandoffVetter
-from .exceptions import HandoffHookError
+from .exceptions import HandoffHookError, ModelConnectionError
 
 if TYPE_CHECKING:
     from ._delegation import DelegateRoute, Delegations, Suspension
@@ -130,27 +131,44 @@ class Participant:
             "options": options,
             "middleware": middleware or None,
         }
-        try:
-            if on_update is None:
-                response = await self.agent.run(messages, **kwargs)
-            else:
-                stream = self.agent.run(messages, stream=True, **kwargs)
-                restated = RestatedText()
-                async for update in stream:
-                    if not _is_tool_limit_text(update.contents):
-                        news = restated.news(update)
-                        if news is not None:
-                            await on_update(news)
-                response = await stream.get_final_response()
-        except MiddlewareFailure as failure:
-            if isinstance(failure.__cause__, HandoffHookError):
-                raise failure.__cause__ from failure.__cause__.__cause__
-            raise
+        response = await self._invoke(messages, on_update, kwargs)
         if vetting is not None:
             await _refuse_waiting(response, vetting)
         tool_limit = _drop_tool_limit_text(response)
         verdict = verdicts[0] if verdicts else None
         return AgentRun(response, tuple(calls), disabled, verdict, tool_limit)
+
+    async def _invoke(
+        self,
+        messages: Sequence[Message],
+        on_update: Callable[[AgentResponseUpdate], Awaitable[None]] | None,
+        kwargs: dict[str, Any],
+    ) -> AgentResponse:
+        """``agent.run``, streamed to ``on_update`` when it is given.
+
+        An edge's hook that failed is raised as its :class:`HandoffHookError`, a model that
+        could not be reached as a :class:`ModelConnectionError` naming its URL.
+        """
+        try:
+            if on_update is None:
+                return await self.agent.run(messages, **kwargs)
+            stream = self.agent.run(messages, stream=True, **kwargs)
+            restated = RestatedText()
+            async for update in stream:
+                if not _is_tool_limit_text(update.contents):
+                    news = restated.news(update)
+                    if news is not None:
+                        await on_update(news)
+            return await stream.get_final_response()
+        except MiddlewareFailure as failure:
+            if isinstance(failure.__cause__, HandoffHookError):
+                raise failure.__cause__ from failure.__cause__.__cause__
+            raise
+        except Exception as error:
+            unreachable = _unreachable_model(self.name, error)
+            if unreachable is None:
+                raise
+            raise unreachable from error
 
     def route_of(self, tool_name: str) -> HandoffRoute:
         """The route a call to ``tool_name`` reads as.
@@ -269,6 +287,46 @@ class RestatedText:
         news = copy.copy(update)
         news.contents = kept
         return news
+
+
+_CONNECTION_ERRORS = (
+    ("openai", "APIConnectionError"),  # agent_framework's OpenAI and Azure OpenAI clients
+    ("anthropic", "APIConnectionError"),
+    ("httpx", "TransportError"),
+    ("httpx2", "TransportError"),  # what openai 3 sends its requests with
+)
+"""The errors of the model SDKs and HTTP libraries that mean "the request did not get through",
+each knowing its request (``error.request.url``). None is a dependency of this package: a client
+that uses one has imported it already."""
+
+
+def _unreachable_model(agent: str, error: BaseException) -> ModelConnectionError | None:
+    """``error`` as a :class:`ModelConnectionError`, if the model's request did not get through.
+
+    That is, if a connection error of the client's SDK caused it (agent_framework wraps it, e.g.
+    in ``ChatClientException``); its reason is the last cause, the system's own words.
+    """
+    kinds = tuple(
+        kind
+        for module, name in _CONNECTION_ERRORS
+        if isinstance(kind := getattr(sys.modules.get(module), name, None), type)
+    )
+    chain: list[BaseException] = []
+    cause: BaseException | None = error
+    while cause is not None and cause not in chain:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    for failed in chain:
+        if kinds and isinstance(failed, kinds):
+            try:
+                url = str(cast(Any, failed).request.url)
+            except (AttributeError, RuntimeError):  # raised without its request: no address
+                return None
+            root = chain[-1]  # refused, no such host, timed out...
+            detail = " ".join(str(root).split())
+            reason = f"{type(root).__name__}: {detail}" if detail else type(root).__name__
+            return ModelConnectionError(agent, url, reason)
+    return None
 
 
 def _is_tool_limit_text(contents: Sequence[Content]) -> bool:

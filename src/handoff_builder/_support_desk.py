@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import sys
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Generator,
+    Iterable,
+    Sequence,
+)
 from datetime import datetime, timezone
 from typing import Any, TextIO, cast
 
 from agent_framework import Agent, AgentResponseUpdate, Content, Message
+from typing_extensions import override
 
 from ._builder import HandoffWorkflowBuilder
 from ._events import HANDOFF_EVENT, HANDOFF_TURN_EVENT, HandoffEvent, HandoffTurnResult
@@ -209,7 +219,8 @@ async def chat(
         if not await _answer(host, conversation_id, requests, inputs, sink):
             return 0
     else:
-        recovered = await host.resume(conversation_id, wait=True)
+        with _not_logged_twice():
+            recovered = await host.resume(conversation_id, wait=True)
         if recovered is not None:
             print("(finishing the turn that was interrupted)", file=sink)
             print_turn(recovered, sink)
@@ -227,6 +238,25 @@ async def chat(
         if requests and not await _answer(host, conversation_id, requests, inputs, sink):
             break
     return turns
+
+
+class _InterruptedTurnSaid(logging.Filter):
+    """Drops the host's warning that it finishes an interrupted turn: ``chat`` prints that."""
+
+    @override
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("conversation %s: finishing a turn interrupted")
+
+
+@contextlib.contextmanager
+def _not_logged_twice() -> Generator[None, None, None]:
+    """While ``chat`` resumes: its own line says a turn is finished, not a log record too."""
+    logger, said = logging.getLogger("handoff_builder"), _InterruptedTurnSaid()
+    logger.addFilter(said)
+    try:
+        yield
+    finally:
+        logger.removeFilter(said)
 
 
 async def _banner(host: ConversationHost, conversation_id: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import contextlib
 import inspect
 import logging
@@ -12,7 +13,7 @@ import sys
 import threading
 import warnings
 from collections.abc import AsyncIterator, Generator, Sequence
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from typing_extensions import override
 
@@ -23,6 +24,10 @@ if TYPE_CHECKING:
     from ._builder import HandoffWorkflowBuilder
 
 __all__ = ["main"]
+
+_DEFAULT_GRACEFUL_SHUTDOWN = 20.0
+"""Seconds a stopping worker gives its agent calls in flight (``--graceful-shutdown-timeout``):
+inside Kubernetes' default grace period of 30 s and systemd's stop timeout of 90 s."""
 
 
 def default_store() -> str:
@@ -121,8 +126,10 @@ def _parser() -> argparse.ArgumentParser:
         help="run a Temporal worker for your workflow's conversations",
         description="Serve the conversations of your builder (module:attribute) on Temporal: "
         "each conversation is a durable workflow, each agent call an activity. Run as many "
-        "workers as you like; Ctrl-C stops this one (its calls go on elsewhere). Needs "
-        "handoff-builder[temporal].",
+        "workers as you like. SIGTERM or SIGINT (Ctrl-C) stops this one: it takes no new work, "
+        "gives the agent calls in flight up to --graceful-shutdown-timeout seconds to finish, "
+        "hands the others back to Temporal (another worker runs them) and exits with status 0; "
+        "a second signal stops it at once. Needs handoff-builder[temporal].",
     )
     worker.add_argument(
         "builder",
@@ -137,6 +144,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--task-queue", required=True, metavar="QUEUE", help="the task queue")
     worker.add_argument("--namespace", default="default", help="the namespace (default: default)")
+    worker.add_argument(
+        "--graceful-shutdown-timeout",
+        type=_grace,
+        default=_DEFAULT_GRACEFUL_SHUTDOWN,
+        metavar="SECONDS",
+        help="on SIGTERM or Ctrl-C, how long the agent calls in flight may run on before they "
+        f"are handed back to Temporal for another worker (default: {_DEFAULT_GRACEFUL_SHUTDOWN:g})",
+    )
     return parser
 
 
@@ -147,6 +162,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def _grace(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {text!r}")
     return value
 
 
@@ -301,7 +326,8 @@ async def _chat(args: argparse.Namespace) -> None:
 
 async def _worker(args: argparse.Namespace) -> None:
     try:
-        from .temporal import connect, conversation_worker
+        from .temporal import connect
+        from .temporal._service import serve
     except ImportError as error:
         raise ValueError(
             f"the worker needs Temporal's SDK: pip install 'handoff-builder[temporal]' ({error})"
@@ -311,13 +337,42 @@ async def _worker(args: argparse.Namespace) -> None:
         client = await connect(args.temporal, namespace=args.namespace)
     except Exception as error:  # the SDK's connection errors: said in one line
         raise ValueError(f"cannot connect to Temporal at {args.temporal}: {error}") from error
-    worker = conversation_worker(client, builder, task_queue=args.task_queue)
-    sys.stdout.write(
-        f"handoff-builder: serving {args.builder} on task queue {args.task_queue!r} at "
-        f"{args.temporal} (Ctrl-C stops)\n"
+    _say(
+        f"serving {args.builder} on task queue {args.task_queue!r} at {args.temporal} "
+        "(SIGTERM or Ctrl-C stops it)"
     )
+    await serve(
+        client,
+        builder,
+        task_queue=args.task_queue,
+        grace=args.graceful_shutdown_timeout,
+        say=_say,
+    )
+
+
+def _leave_after_temporal() -> NoReturn:
+    """End a ``worker`` that has stopped: the exit handlers run, the interpreter's teardown not.
+
+    The teardown can abort in Temporal's threads (temporalio/sdk-python#300), and it collects
+    what was left of the conversation runs the worker handed back, whose agent_framework
+    generators print tracebacks as they go. What the exit handlers do (logging's flush, an
+    OpenTelemetry exporter's) is done first.
+    """
+    atexit._run_exitfuncs()  # pyright: ignore[reportPrivateUsage] - what exit() would run
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(0)
+
+
+def _say(text: str) -> None:
+    """One line of what the command does, on stdout, at once (a service's log reads it)."""
+    sys.stdout.write(f"handoff-builder: {text}\n")
     sys.stdout.flush()
-    await worker.run()
+
+
+_STDOUT_CLOSED = 141
+"""The exit status when standard output was closed under the command (``... | head -1``): the
+shell's status of a command that SIGPIPE ended, 128 + 13, as ``cat`` or ``yes`` get there."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -326,10 +381,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     Every error is one line on stderr and exit status 1 (``--debug`` shows the traceback), as is
     a lint error found by ``graph``;
     Ctrl-C ends the command quietly with status 130: a chat turn it interrupted is finished by
-    the next ``chat``.
+    the next ``chat``. ``worker`` stops on SIGTERM or SIGINT, drains and exits with status 0.
+    A standard output closed by its reader ends a command quietly with status 141 (as a command
+    that SIGPIPE ended, in a shell).
     """
     args = _parser().parse_args(argv)
     code = 0
+    if args.command == "chat":
+        _interruptible()
     try:
         with _reported(debug=args.debug):
             if args.command == "demo":
@@ -340,8 +399,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 asyncio.run(_chat(args))
             elif args.command == "worker":
                 asyncio.run(_worker(args))
+                _leave_after_temporal()
             else:
                 code = _graph(args.builder, args.workflow)
+            sys.stdout.flush()  # a closed stdout is noticed here, not by the interpreter's exit
     except KeyboardInterrupt:
         sys.stdout.write("\n")
         if args.command == "worker":  # Temporal's SDK may abort in interpreter teardown after
@@ -350,11 +411,49 @@ def main(argv: Sequence[str] | None = None) -> int:
             os._exit(130)
         return 130
     except Exception as error:
+        if isinstance(error, BrokenPipeError) and _stdout_closed():
+            return _STDOUT_CLOSED
         if args.debug:
             raise
         sys.stderr.write(f"handoff-builder: error: {_one_line(error)}\n")
         return 1
     return code
+
+
+def _interruptible() -> None:
+    """Ctrl-C interrupts the command, also when whoever started it ignored SIGINT.
+
+    A process started by a script in the background inherits an ignored SIGINT, and Python then
+    leaves it ignored: ``chat`` would wait at its prompt through every Ctrl-C.
+    """
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _stdout_closed() -> bool:
+    """Whether standard output is a pipe whose reader has gone; if so, it is quieted.
+
+    A pipe without a reader polls as ``POLLERR`` (POSIX; elsewhere a broken pipe is taken to be
+    standard output's). Standard output then writes to ``os.devnull``, so that what is still
+    buffered does not fail again when the interpreter exits.
+    """
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a file (captured): it cannot be a closed pipe
+        return False
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, 0)
+        if not any(events & select.POLLERR for _, events in poller.poll(0)):
+            return False
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+    return True
 
 
 @contextlib.contextmanager

@@ -16,6 +16,8 @@ so ``except ValueError`` keeps working for configuration mistakes::
     ├── ConversationConflictError(HandoffBuilderError, RuntimeError) it changed under this turn
     ├── LeaseLostError(HandoffBuilderError, RuntimeError)            another worker took the turn
     ├── StoreUnavailableError(HandoffBuilderError, ConnectionError)  the store cannot be reached
+    ├── ModelConnectionError(HandoffBuilderError, ConnectionError)  an agent's model cannot be
+    │                                                                reached (names the URL)
     ├── PendingRequestsError(HandoffBuilderError, RuntimeError)     a hosted turn waits for answers
     ├── UnexpectedAnswersError(HandoffBuilderError, ValueError)     answers nothing waits for
     ├── MessageNotStoredError(HandoffBuilderError, RuntimeError)    a message was refused, unstored
@@ -50,6 +52,7 @@ __all__ = [
     "MessageNotStoredError",
     "MessageTooLargeError",
     "ModelCallNotRecordedError",
+    "ModelConnectionError",
     "PayloadTooLargeError",
     "PendingRequestsError",
     "SchemaVersionError",
@@ -206,6 +209,26 @@ class StoreUnavailableError(HandoffBuilderError, ConnectionError):
         self.store = store
         self.detail = detail
         super().__init__(f"The {store} conversation store is unavailable: {detail}")
+
+
+class ModelConnectionError(HandoffBuilderError, ConnectionError):
+    """An agent's model could not be reached: no answer at its address, or the connection broke.
+
+    ``agent`` names the agent, ``url`` the address its chat client tried (the request's URL, e.g.
+    ``http://127.0.0.1:8080/v1/chat/completions``), ``detail`` what went wrong, in the words of
+    the system (``ConnectionRefusedError: [Errno 111] Connect call failed ('127.0.0.1', 8080)``,
+    ``gaierror: [Errno -2] Name or service not known``); the chat client's
+    exception is the ``__cause__``. Raised from the agent's run, after the client's own retries.
+    """
+
+    def __init__(self, agent: str, url: str, detail: str) -> None:
+        self.agent = agent
+        self.url = url
+        self.detail = detail
+        super().__init__(
+            f"Agent {agent!r} could not reach its model at {url} ({detail}); check the address "
+            "and that its server is up."
+        )
 
 
 class PendingRequestsError(HandoffBuilderError, RuntimeError):
