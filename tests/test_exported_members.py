@@ -60,7 +60,8 @@ PUBLIC: dict[str, set[str]] = {
         "HandoffBuilderError", "HandoffArgumentError", "HookSignatureError",
         "HandoffConfigurationError", "SchemaVersionError", "CorruptStateError",
         "CorruptConversationError", "ConversationBusyError", "ConversationConflictError",
-        "LeaseLostError", "StoreUnavailableError", "PendingRequestsError", "UnexpectedAnswersError",
+        "LeaseLostError", "StoreUnavailableError", "ModelConnectionError", "PendingRequestsError",
+        "UnexpectedAnswersError",
         "MessageNotStoredError",
         "MessageTooLargeError", "InvalidMessageError", "PayloadTooLargeError", "HandoffHookError",
         "ModelCallNotRecordedError", "ScriptExhaustedError",
@@ -87,7 +88,7 @@ def test_the_public_names_are_the_listed_groups() -> None:
     listed = [name for group in PUBLIC.values() for name in group]
     assert len(listed) == len(set(listed))  # each name in one group
     assert set(handoff_builder.__all__) == set(listed)
-    assert len(listed) == 112  # 122 before the surface was curated , one error added since
+    assert len(listed) == 113  # 122 before the surface was curated; two errors added since
 
 
 def test_the_reference_lists_the_same_groups() -> None:
