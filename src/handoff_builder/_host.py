@@ -1,5 +1,10 @@
 """The group-chat host: one executor that owns the shared history and carries out decisions.
 
+The host decides nothing itself (its manager does) and runs no agent itself: each agent call goes
+out as an :class:`AgentCall` to its :class:`AgentRunner` and comes back as an ``AgentRun``
+(:class:`LocalAgentRunner` runs it here, with :meth:`GroupChatHost.run_here`; a durable engine
+runs it elsewhere). See docs/architecture.md.
+
 No ``from __future__ import annotations`` here: agent_framework reads handler annotations.
 """
 

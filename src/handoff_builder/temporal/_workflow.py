@@ -1,10 +1,11 @@
 """A hosted conversation as one Temporal workflow; each agent call an activity.
 
 The workflow runs the compiled handoff workflow itself: the host, the manager, the caps and the
-counters, deterministic code with no I/O. The host's :attr:`~GroupChatHost.invoker` sends each
-agent call to the ``invoke_agent`` activity, which runs the agent in a worker on a host loaded
-with the conversation and the host's state as they stood, and returns the agent's messages and
-its vetted handoff calls; the decision is made back in the workflow.
+counters, deterministic code with no I/O. The host's runner (:class:`_ActivityRunner`) sends each
+agent call to an activity of the worker's :class:`AgentActivities`, which runs it on a host
+loaded with the conversation and the host's state as they stood (``GroupChatHost.run_here``:
+the agent, its vetted handoff calls, its experts) and returns the run; the decision is made back
+in the workflow. The workflow is the Temporal backend of the hosted lifecycle (``_lifecycle``).
 """
 
 from __future__ import annotations
