@@ -43,6 +43,7 @@ from agent_framework import (
 from typing_extensions import override
 
 from ._events import HANDOFF_TURN_EVENT, HandoffTurnResult
+from ._records import open_turn_so_far
 from ._routing_updates import (
     ROUTING_EVENT_TYPES,
     TextLabels,
@@ -186,12 +187,10 @@ class HostedConversationAgent(BaseAgent):
         requests last. A turn sent without a key (before this agent kept them) is finished when
         it is the open one.
         """
-        from ._hosting import open_turn_so_far
-
         try:
             result = await self.host.replay(conversation_id, turn.key, wait=True)
             if result is None:
-                open_turn = await open_turn_so_far(self.host, conversation_id)
+                open_turn = await open_turn_so_far(self.host.store, conversation_id)
                 if open_turn is not None and any(
                     same_message(m, turn.last) for m in open_turn.input
                 ):
@@ -213,9 +212,7 @@ class HostedConversationAgent(BaseAgent):
         A message sent while the turn already waited ran nothing: it gets the requests only.
         ``inputs`` is ``None`` when the run asked for the turn that waits (a resent one).
         """
-        from ._hosting import open_turn_so_far
-
-        turn = await open_turn_so_far(self.host, conversation_id)
+        turn = await open_turn_so_far(self.host.store, conversation_id)
         if turn is None or (
             inputs is not None and [m.text for m in turn.input] != [m.text for m in inputs]
         ):

@@ -18,7 +18,6 @@ from ._builder import HandoffWorkflowBuilder
 from ._events import (
     HANDOFF_TURN_ABANDONED_EVENT,
     HANDOFF_TURN_EVENT,
-    HandoffEvent,
     HandoffTurnResult,
     TurnAbandonedEvent,
 )
@@ -36,7 +35,8 @@ from ._lifecycle import (
     turn_result,
     user_messages,
 )
-from ._state import HostState, TurnRecord, adapter_for, decode_host_state, validated
+from ._records import stored_history, stored_host_state
+from ._state import TurnRecord, adapter_for, validated
 from .exceptions import (
     ConversationBusyError,
     ConversationConflictError,
@@ -52,7 +52,6 @@ from .exceptions import (
 )
 from .stores import (
     DEFAULT_LEASE_TTL,
-    ConversationRecord,
     ConversationStore,
     LeaseHold,
     check_conversation_id,
@@ -567,7 +566,7 @@ class ConversationHost:
         record = await self.store.load(conversation_id)
         if record is None:
             return []
-        pending = _host_state(record).pending
+        pending = stored_host_state(record).pending
         if pending is None:
             return []
         answered = set(pending.answers)
@@ -588,8 +587,8 @@ class ConversationHost:
         record = await self.store.load(conversation_id)
         if record is None:
             return []
-        history = _history(record)
-        for low, high in _host_state(record).left_out:
+        history = stored_history(record)
+        for low, high in stored_host_state(record).left_out:
             for index in range(low, min(high, len(history))):
                 history[index] = _marked(history[index])
         return history
@@ -703,7 +702,7 @@ class ConversationHost:
         record = await self.store.load(conversation_id)
         if record is None:
             return None
-        return _host_state(record).active_agent
+        return stored_host_state(record).active_agent
 
     async def last_activity(self, conversation_id: str) -> datetime | None:
         """When the conversation last changed (a message, a step of a turn); ``None``: never.
@@ -751,8 +750,8 @@ class ConversationHost:
             raise TypeError("ConversationHost needs a workflow built by HandoffWorkflowBuilder.")
         version, saved, written = 0, 0, {}
         if record is not None:
-            history = _history(record)
-            state = _host_state(record)
+            history = stored_history(record)
+            state = stored_host_state(record)
             written = record.state
             try:
                 host.load(history, state, strict=strict)
@@ -846,28 +845,6 @@ class ConversationHost:
             raise MessageNotStoredError(opened.conversation_id, reason) from error
 
 
-@dataclass(frozen=True)
-class OpenTurn:
-    """What a conversation's open turn has done so far (a turn that waits for answers)."""
-
-    input: list[Message]  # the user's messages that started it
-    messages: list[Message]  # what came after them: the requests it waits for among them
-    handoffs: tuple[HandoffEvent, ...]
-
-
-async def open_turn_so_far(host: ConversationHost, conversation_id: str) -> OpenTurn | None:
-    """The conversation's open turn so far; ``None`` when no turn is open."""
-    record = await host.store.load(conversation_id)
-    if record is None:
-        return None
-    turn = _host_state(record).turn
-    if turn is None:
-        return None
-    history = _history(record)
-    first = turn.input_from(history)
-    return OpenTurn(history[first : turn.start], history[turn.start :], turn.handoffs)
-
-
 def _marked(message: Message) -> Message:
     """A copy of ``message`` marked as part of an abandoned turn."""
     properties = {**(message.additional_properties or {}), ABANDONED_TURN_PROPERTY: True}
@@ -878,50 +855,6 @@ def _marked(message: Message) -> Message:
         message_id=message.message_id,
         additional_properties=properties,
     )
-
-
-def _history(record: ConversationRecord) -> list[Message]:
-    """The stored messages as Messages; one that does not convert is named."""
-    history: list[Message] = []
-    for position, item in enumerate(record.messages):
-        problem = _shape_problem(item)
-        if problem is not None:
-            raise _not_a_message(record.conversation_id, position, problem)
-        try:
-            history.append(Message.from_dict(item))
-        except Exception as error:  # any failure to convert is a corrupt row
-            problem = f"{type(error).__name__}: {error}"
-            raise _not_a_message(record.conversation_id, position, problem) from error
-    return history
-
-
-def _not_a_message(conversation_id: str, position: int, problem: str) -> CorruptConversationError:
-    detail = f"message #{position} is not a valid message ({problem})"
-    return CorruptConversationError(conversation_id, detail, position)
-
-
-def _shape_problem(item: Mapping[str, Any]) -> str | None:
-    """What is wrong with a stored message's shape (``Message.to_dict()``), if anything."""
-    if not isinstance(item.get("role"), str):
-        return "its role is not a string"
-    contents = item.get("contents", [])
-    if not isinstance(contents, list):
-        return "its contents are not a list"
-    for index, content in enumerate(cast(list[Any], contents)):
-        if not isinstance(content, dict) or not isinstance(
-            cast(dict[str, Any], content).get("type"), str
-        ):
-            return f"content #{index} is not a content object with a type"
-    return None
-
-
-def _host_state(record: ConversationRecord) -> HostState:
-    """The stored host state, checked; a bad one is a CorruptConversationError."""
-    where = f"Conversation {record.conversation_id!r}"
-    try:
-        return decode_host_state(record.state.get("host", {}), where)
-    except CorruptStateError as error:
-        raise CorruptConversationError(record.conversation_id, error.detail) from error
 
 
 def _encode(kind: type[Any], value: Any) -> dict[str, Any]:

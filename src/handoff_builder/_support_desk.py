@@ -21,7 +21,8 @@ from typing_extensions import override
 
 from ._builder import HandoffWorkflowBuilder
 from ._events import HANDOFF_EVENT, HANDOFF_TURN_EVENT, HandoffEvent, HandoffTurnResult
-from ._hosting import ConversationHost, open_turn_so_far
+from ._hosting import ConversationHost
+from ._records import open_turn_so_far
 from .exceptions import PendingRequestsError
 from .providers import agent_options, chat_client
 from .stores import ConversationStore, InMemoryConversationStore, SqliteConversationStore
@@ -305,7 +306,7 @@ async def _answer(
             requests, handoffs, escalated = [], turn.handoffs, turn.escalated
         history = await host.history(conversation_id)
         if handoffs is None:  # the open turn's handoffs so far
-            turn_so_far = await open_turn_so_far(host, conversation_id)
+            turn_so_far = await open_turn_so_far(host.store, conversation_id)
             handoffs = () if turn_so_far is None else turn_so_far.handoffs
         _print_messages(history[seen:], handoffs, out)
         seen = len(history)
