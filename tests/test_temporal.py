@@ -898,6 +898,25 @@ def stopped(process: subprocess.Popen[str], timeout: float) -> tuple[int, list[s
     return process.returncode, out.splitlines(), err
 
 
+def test_the_worker_command_without_a_server_is_one_line_and_status_1() -> None:
+    """A worker pointed at a closed port says so in one line and exits 1, every time (the
+    interpreter's teardown, which could abort in Temporal's threads, is not run)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed once the block ends: nothing listens there
+    for _ in range(4):
+        done = subprocess.run(  # noqa: S603 - this interpreter, our module
+            [sys.executable, "-m", "handoff_builder.cli", "worker", "--temporal",
+             f"127.0.0.1:{port}", "--task-queue", "q", "tests.temporal_worker:builder"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 1, done.stderr
+        [line] = done.stderr.splitlines()
+        assert line.startswith(
+            f"handoff-builder: error: cannot connect to Temporal at 127.0.0.1:{port}"
+        )
+
+
 async def test_the_worker_command_serves_a_builder(
     client: Client, queue: str, tmp_path: Path
 ) -> None:
@@ -1246,8 +1265,10 @@ async def test_a_retried_failed_turn_that_waits_says_so(client: Client, queue: s
 
 
 async def test_unknown_conversations_and_absent_workers_are_typed_errors(
-    client: Client, queue: str
+    client: Client, queue: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    import gc
+
     from handoff_builder import HandoffBuilderError
 
     host = TemporalConversationHost(client, task_queue=queue, worker_wait=1.0)
@@ -1259,6 +1280,9 @@ async def test_unknown_conversations_and_absent_workers_are_typed_errors(
     with pytest.raises(TemporalTurnError, match=f"is a worker serving task queue '{queue}'"):
         await host.send(cid(), "hello")  # nobody serves this queue
     assert time.monotonic() - started < 10
+    await asyncio.sleep(0.1)
+    gc.collect()  # a failure left unread in the client would be reported now
+    assert [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()] == []
 
 
 async def test_agent_framework_logs_nothing_while_a_workflow_replays(

@@ -350,8 +350,8 @@ async def _worker(args: argparse.Namespace) -> None:
     )
 
 
-def _leave_after_temporal() -> NoReturn:
-    """End a ``worker`` that has stopped: the exit handlers run, the interpreter's teardown not.
+def _leave_after_temporal(code: int) -> NoReturn:
+    """End a ``worker`` with ``code``: the exit handlers run, the interpreter's teardown not.
 
     The teardown can abort in Temporal's threads (temporalio/sdk-python#300), and it collects
     what was left of the conversation runs the worker handed back, whose agent_framework
@@ -361,7 +361,7 @@ def _leave_after_temporal() -> NoReturn:
     atexit._run_exitfuncs()  # pyright: ignore[reportPrivateUsage] - what exit() would run
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
-    os._exit(0)
+    os._exit(code)
 
 
 def _say(text: str) -> None:
@@ -386,9 +386,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     that SIGPIPE ended, in a shell).
     """
     args = _parser().parse_args(argv)
-    code = 0
     if args.command == "chat":
         _interruptible()
+    code = _run(args)
+    if args.command == "worker":  # whatever its end, a worker leaves without the teardown
+        _leave_after_temporal(code)
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command ``args`` names; its exit code (see :func:`main`)."""
+    code = 0
     try:
         with _reported(debug=args.debug):
             if args.command == "demo":
@@ -399,16 +407,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 asyncio.run(_chat(args))
             elif args.command == "worker":
                 asyncio.run(_worker(args))
-                _leave_after_temporal()
             else:
                 code = _graph(args.builder, args.workflow)
             sys.stdout.flush()  # a closed stdout is noticed here, not by the interpreter's exit
     except KeyboardInterrupt:
         sys.stdout.write("\n")
-        if args.command == "worker":  # Temporal's SDK may abort in interpreter teardown after
-            sys.stdout.flush()  # a Ctrl-C (temporalio/sdk-python#300): leave without one
-            sys.stderr.flush()
-            os._exit(130)
         return 130
     except Exception as error:
         if isinstance(error, BrokenPipeError) and _stdout_closed():

@@ -285,6 +285,7 @@ class TemporalConversationHost:
                 task_queue=self.task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             )  # one operation per attempt: the client keeps its outcome
+            _read_when_done(operation)
             return await client.start_update_with_start_workflow(
                 "send",
                 payload,
@@ -519,6 +520,16 @@ class TemporalConversationHost:
                 f"Conversation {conversation_id!r} cannot be read: {error.message} (is a worker "
                 f"serving task queue {self.task_queue!r}?)"
             ) from error
+
+
+def _read_when_done(operation: WithStartWorkflowOperation[Any, Any]) -> None:
+    """Read the start's outcome that ``operation`` keeps, whatever it is, once it has one.
+
+    An Update with start that fails (no worker took it in time, say) leaves its failure in the
+    operation, which asyncio would otherwise report at exit as never retrieved.
+    """
+    waiting = asyncio.ensure_future(operation.workflow_handle())
+    waiting.add_done_callback(lambda done: done.cancelled() or done.exception())
 
 
 def _update_id(idempotency_key: str | None) -> str | None:
