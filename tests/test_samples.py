@@ -550,3 +550,18 @@ async def test_python_handoff(capsys: pytest.CaptureFixture[str]) -> None:
         "[the conversation is over]",
     ]
     assert sum(line.startswith("user: ") for line in out) == 1 + len(USER_REPLIES)
+
+
+def test_the_cli_without_the_postgres_extra_says_what_to_install(tmp_path: Path) -> None:
+    """``chat --store postgresql://...`` without psycopg: one line, the install command."""
+    done = subprocess.run(
+        [sys.executable, "-m", "handoff_builder.cli", "chat", "--store",
+         "postgresql://postgres@127.0.0.1:1/none"],
+        cwd=tmp_path, env=blocking(tmp_path, {"psycopg", "psycopg_pool"}), input="",
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "handoff-builder: error: PostgresConversationStore needs psycopg 3 and psycopg-pool: "
+        "pip install 'handoff-builder[postgres]'"
+    ]

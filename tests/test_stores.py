@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sqlite3
 import time
 from pathlib import Path
@@ -292,6 +293,28 @@ async def test_postgres_connection_failures_name_the_reason_at_once(
     assert isinstance(caught.value.__cause__, psycopg.OperationalError)
     # the pool never tried (and retried) to connect: the first connection said why at once
     assert not [record for record in caplog.records if record.name.startswith("psycopg")]
+
+
+@pytest.mark.postgres
+async def test_a_host_on_an_unreachable_store_warns_of_no_lease_it_never_took(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """send() on a closed port: StoreUnavailableError, and no warning about releasing a lease
+    that the failed attempt never took."""
+    from handoff_builder import ConversationHost, HandoffWorkflowBuilder
+    from handoff_builder.testing import scripted_agent
+
+    store = PostgresConversationStore(elsewhere(postgres_dsn(), port=1), table_prefix="unused_")
+    host = ConversationHost(HandoffWorkflowBuilder(scripted_agent("triage")), store)
+    with (
+        caplog.at_level(logging.DEBUG, logger="handoff_builder"),
+        pytest.raises(StoreUnavailableError),
+    ):
+        await host.send("c1", "hello")
+    await store.close()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [w for w in warnings if "lease" in w] == []
+    assert any("would have taken lease" in r.getMessage() for r in caplog.records)
 
 
 def test_postgres_table_prefix_is_checked() -> None:

@@ -524,9 +524,12 @@ def _squeezed(text: str) -> str:
 
 
 def _one_line(error: BaseException) -> str:
-    """An error in one line: its message (the type too, for errors that are not ours)."""
+    """An error in one line: its message (the type too, for errors that are not ours).
+
+    A missing module is said in its message alone (``No module named ...``, or what to install).
+    """
     text = _squeezed(str(error)) or type(error).__name__
-    if isinstance(error, (HandoffBuilderError, ValueError)):
+    if isinstance(error, (HandoffBuilderError, ValueError, ImportError)):
         return text
     return f"{type(error).__name__}: {text}"
 

@@ -96,7 +96,7 @@ class LeaseHold:
             await self._renewer.stop()
         if self.asked and not self.released:  # release is fenced by owner: a no-op if not ours
             self.released = True
-            await _release(self.store, self.conversation_id, self.owner)
+            await _release(self.store, self.conversation_id, self.owner, taken=self.taken)
 
 
 @asynccontextmanager
@@ -123,7 +123,7 @@ async def hold(
         lease = await _acquire(store, conversation_id, holder, ttl, wait=wait, timeout=timeout)
     except BaseException:
         # Cancelled (or failed) while asking: the store may have granted it all the same.
-        await _release(store, conversation_id, holder)
+        await _release(store, conversation_id, holder, taken=False)
         raise
     held = LeaseHold(store, conversation_id, holder, ttl, lease)
     try:
@@ -201,10 +201,14 @@ async def _acquire(
     raise ConversationBusyError(conversation_id, waited=time.monotonic() - started)
 
 
-async def _release(store: ConversationStore, conversation_id: str, owner: str) -> None:
+async def _release(
+    store: ConversationStore, conversation_id: str, owner: str, *, taken: bool = True
+) -> None:
     """Release, even from a cancelled task, waiting at most a few seconds for the store.
 
     A release that fails or does not finish in time only logs: the lease expires by itself.
+    ``taken=False``: the write that would have taken it failed, so it is most likely not held;
+    a release that fails then says so, at debug level.
     """
     task = asyncio.ensure_future(store.release(conversation_id, owner))
     try:
@@ -218,6 +222,12 @@ async def _release(store: ConversationStore, conversation_id: str, owner: str) -
             "conversation %s: the store did not confirm the release of lease %s within %g s "
             "(it expires by itself)",
             conversation_id, owner, _RELEASE_WAIT,
+        )  # fmt: skip
+    elif not task.cancelled() and task.exception() is not None and not taken:
+        logger.debug(
+            "conversation %s: the write that would have taken lease %s failed, and so did its "
+            "release (if it was taken, it expires by itself): %s",
+            conversation_id, owner, task.exception(),
         )  # fmt: skip
     elif not task.cancelled() and task.exception() is not None:
         logger.warning(
