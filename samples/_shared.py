@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import re
 import sys
 from collections.abc import Callable, Coroutine, Generator, Mapping
@@ -55,6 +56,23 @@ summary: what you did, and what is still open.
 Never ask the user to repeat something already in the history."""
 
 
+def sample_name() -> str:
+    """The running sample's name (``pass_it_on``): the prefix of every line it writes to stderr."""
+    return Path(sys.argv[0]).stem
+
+
+class SampleSetupError(Exception):
+    """Something a sample needs was not given (a server's address); ``run_sample`` prints it."""
+
+
+def log_to_stderr() -> None:
+    """Write log warnings (a blocked handoff, an escalation) to stderr as ``<sample>: <message>``.
+
+    Without it Python prints them bare; the samples' other stderr lines carry the sample's name.
+    """
+    logging.basicConfig(format=f"{sample_name()}: %(message)s")
+
+
 @contextlib.contextmanager
 def extra(name: str) -> Generator[None, None, None]:
     """Imports that need the package's extra ``name``: without it, exit in one line.
@@ -67,7 +85,7 @@ def extra(name: str) -> Generator[None, None, None]:
         yield
     except ImportError as error:
         raise SystemExit(
-            f"{Path(sys.argv[0]).stem}: needs the {name} extra: "
+            f"{sample_name()}: needs the {name} extra: "
             f"pip install 'handoff-builder[{name}]' ({_missing_module(error)} is missing)"
         ) from None
 
@@ -124,9 +142,11 @@ def run_sample(
     """Run a sample's ``main`` with the ``--provider`` of the command line.
 
     ``flags`` are the sample's own switches (name -> help), passed to ``main`` as keyword
-    arguments. ``--help`` shows the sample's first paragraph; a provider that is not set up is
-    a one-line error (exit status 1), not a traceback.
+    arguments. ``--help`` shows the sample's first paragraph; a provider that is not set up, or
+    a :class:`SampleSetupError`, is a one-line error (exit status 1), not a traceback. Every
+    line on stderr starts with the sample's name.
     """
+    log_to_stderr()
     parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
     parser.add_argument(
         "--provider",
@@ -140,8 +160,8 @@ def run_sample(
     provider = arguments.pop("provider")
     try:
         asyncio.run(main(provider, **arguments))
-    except HandoffBuilderError as error:
-        raise SystemExit(f"{Path(sys.argv[0]).stem}: {error}") from None
+    except (HandoffBuilderError, SampleSetupError) as error:
+        raise SystemExit(f"{sample_name()}: {error}") from None
 
 
 async def run_turn(workflow: Workflow, message: str) -> HandoffTurnResult:
@@ -153,15 +173,43 @@ async def run_turn(workflow: Workflow, message: str) -> HandoffTurnResult:
     return turn
 
 
-def show(turn: HandoffTurnResult) -> None:
-    """Print a turn in the order it happened: each reply, each handoff where it was made."""
+def show(turn: HandoffTurnResult, start: int = 0) -> None:
+    """Print a turn in the order it happened: each reply, each handoff where it was made.
+
+    ``start``: the first of ``turn.messages`` to print (those before it were shown already).
+    """
     by_call = {handoff.call_id: handoff for handoff in turn.handoffs}
-    for message in turn.messages:
+    for message in turn.messages[start:]:
         if message.role == "assistant" and message.text:
             print(f"  {message.author_name}: {message.text}")
         for content in message.contents:
             handoff = by_call.get(str(content.call_id)) if content.type == "function_call" else None
             if handoff is not None:
                 print(f"  [{handoff.kind}] {handoff.source} -> {handoff.target}: {handoff.goal}")
+    if turn.timeout is not None:
+        print(f"  [cut short: {how_it_ended(turn)}]")
     if turn.escalated:
         print("  [escalated to a human]")
+
+
+def last_line(turn: HandoffTurnResult) -> str:
+    """``agent: reply`` for the turn's reply, or why there is none (``(no reply: ...)``)."""
+    if turn.text:
+        return f"{turn.active_agent}: {turn.text}"
+    return f"(no reply: {how_it_ended(turn)})"
+
+
+def how_it_ended(turn: HandoffTurnResult) -> str:
+    """The turn's status, and the deadline that cut it short if one did."""
+    timeout = turn.timeout
+    if timeout is None:
+        return f"the turn ended with status {turn.status}"
+    if timeout.limit == "agent_call":
+        return (
+            f"{timeout.agent}'s call took longer than its {timeout.seconds:g} s deadline "
+            f"(status {turn.status})"
+        )
+    return (
+        f"the turn took longer than its {timeout.seconds:g} s deadline while {timeout.agent} "
+        f"ran (status {turn.status})"
+    )

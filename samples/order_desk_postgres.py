@@ -26,7 +26,14 @@ from handoff_builder.testing import ModelCall, Step, call_tool, handoff_to, repl
 
 if __package__ in (None, ""):  # python samples/<name>.py: the samples package is one level up
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from samples._shared import extra, run_sample, sample_client, sample_options
+from samples._shared import (
+    SampleSetupError,
+    extra,
+    last_line,
+    run_sample,
+    sample_client,
+    sample_options,
+)
 
 with extra("postgres"):
     from handoff_builder.stores import PostgresConversationStore
@@ -91,7 +98,7 @@ async def main(
     """Send the two messages, each from a new host and connection; print what happened."""
     dsn = dsn or os.environ.get(DSN_VARIABLE)
     if not dsn:
-        raise SystemExit(f"Set {DSN_VARIABLE} to a PostgreSQL address, e.g. {_EXAMPLE_DSN}")
+        raise SampleSetupError(f"Set {DSN_VARIABLE} to a PostgreSQL address, e.g. {_EXAMPLE_DSN}")
     conversation = f"order-desk-{uuid.uuid4().hex[:8]}"
     turns: list[HandoffTurnResult] = []
     for message in MESSAGES:  # each message as a freshly started service would send it
@@ -102,7 +109,7 @@ async def main(
             turn = await host.send(conversation, message)
             for handoff in turn.handoffs:
                 print(f"  [{handoff.source} -> {handoff.target}] {handoff.goal}")
-            print(f"{turn.active_agent}: {turn.text}")
+            print(last_line(turn))
             turns.append(turn)
     async with PostgresConversationStore(dsn, table_prefix=table_prefix) as store:
         stored = await ConversationHost(desk(provider), store).history(conversation)

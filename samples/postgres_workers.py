@@ -18,12 +18,14 @@ import sys
 import uuid
 from pathlib import Path
 
+from agent_framework import Message
+
 from handoff_builder import ConversationHost, HandoffWorkflowBuilder
 from handoff_builder.testing import ModelCall, Step, handoff_to, reply, scripted_agent
 
 if __package__ in (None, ""):  # python samples/<name>.py: the samples package is one level up
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from samples._shared import extra
+from samples._shared import extra, log_to_stderr, sample_name
 
 with extra("postgres"):
     from handoff_builder.stores import PostgresConversationStore
@@ -69,10 +71,24 @@ async def main(dsn: str) -> list[str]:
         raise RuntimeError("the conversation was not stored")
     texts = [str(m["contents"][0].get("text", "")) for m in record.messages if m["contents"]]
     print(f"stored {len(record.messages)} messages, {record.version} writes:")
-    for text in texts:
-        if text:
-            print(f"  {text}")
+    tools: dict[str, str] = {}
+    for message in record.messages:
+        print(f"  {describe(Message.from_dict(message), tools)}")
     return texts
+
+
+def describe(message: Message, tools: dict[str, str]) -> str:
+    """One stored message in a line: who wrote it, and its text or the tool call it holds.
+
+    ``tools`` maps the call ids seen so far to their tools' names (a result names its call's).
+    """
+    for content in message.contents:
+        if content.type == "function_call" and content.name:
+            tools[str(content.call_id)] = content.name
+            return f"{message.author_name}: calls {content.name}({content.arguments})"
+        if content.type == "function_result":
+            return f"tool: {tools.get(str(content.call_id), '?')} returned {content.result!r}"
+    return f"{message.author_name or message.role}: {message.text}"
 
 
 def parse_arguments() -> argparse.Namespace:
@@ -92,11 +108,12 @@ def parse_arguments() -> argparse.Namespace:
 
 if __name__ == "__main__":
     arguments = parse_arguments()
+    log_to_stderr()
     if arguments.worker:
         asyncio.run(worker(*arguments.worker))
     else:
         address = os.environ.get(DSN_VARIABLE)
         if not address:
-            sys.exit(f"Set {DSN_VARIABLE} to a PostgreSQL address, e.g. "
+            sys.exit(f"{sample_name()}: Set {DSN_VARIABLE} to a PostgreSQL address, e.g. "
                      "postgresql://postgres@127.0.0.1:5432/test")  # fmt: skip
         asyncio.run(main(address))

@@ -25,12 +25,12 @@ from pathlib import Path
 
 from agent_framework import Agent, Content, tool
 
-from handoff_builder import HandoffWorkflowBuilder, PendingRequestsError
+from handoff_builder import HandoffTurnResult, HandoffWorkflowBuilder, PendingRequestsError
 from handoff_builder.testing import call_tool, handoff_to, reply
 
 if __package__ in (None, ""):  # python samples/<name>.py: the samples package is one level up
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from samples._shared import extra, run_sample, sample_client, sample_options
+from samples._shared import extra, last_line, run_sample, sample_client, sample_options
 
 with extra("temporal"):
     from handoff_builder.temporal import (
@@ -109,30 +109,44 @@ async def main(provider: str = "scripted") -> list[str]:
             print(f"user: I was charged twice this month  [conversation {conversation}]")
             try:
                 turn = await host.send(conversation, "I was charged twice this month")
-            except PendingRequestsError as waiting:
-                answers: dict[str, Content] = {}
-                for request in waiting.requests:
-                    call = request.function_call
-                    print(f"  [approval] {call.name}({call.arguments}) -> approved")
-                    answers[str(request.id)] = request.to_function_approval_response(approved=True)
+            except PendingRequestsError as waiting:  # the turn waits: approve every request
+                answers: dict[str, Content] = {
+                    str(request.id): request.to_function_approval_response(approved=True)
+                    for request in waiting.requests
+                }
                 turn = await host.respond(conversation, answers)
-            for handoff in turn.handoffs:
-                print(f"  [{handoff.source} -> {handoff.target}] {handoff.goal}")
-            print(f"{turn.active_agent}: {turn.text}")
+            show(turn)  # the handoff, then the approval: the order they happened in
             replies.append(turn.text)
         print("  (the worker stops; another one starts)")
         async with conversation_worker(client, builder, task_queue=queue):
-            turn = await host.send(conversation, "When will I see the money?")
             print("user: When will I see the money?")
-            for handoff in turn.handoffs:
-                print(f"  [{handoff.source} -> {handoff.target}] {handoff.goal}")
-            remembered = (
-                "" if turn.handoffs else f"  (no handoff: it remembered {turn.active_agent})"
-            )
-            print(f"{turn.active_agent}: {turn.text}{remembered}")
+            turn = await host.send(conversation, "When will I see the money?")
+            show(turn)
             replies.append(turn.text)
     print(f"payments made: {len(PAYMENTS)} ({sum(PAYMENTS.values()):.2f} EUR)")
     return replies
+
+
+def show(turn: HandoffTurnResult) -> None:
+    """Print a turn in the order it happened: each reply, handoff and approval where it was made."""
+    by_call = {handoff.call_id: handoff for handoff in turn.handoffs}
+    lines: list[str] = []
+    for message in turn.messages:
+        if message.role == "assistant" and message.text:
+            lines.append(f"{message.author_name}: {message.text}")
+        for content in message.contents:
+            handoff = by_call.get(str(content.call_id)) if content.type == "function_call" else None
+            if handoff is not None:
+                lines.append(f"  [{handoff.source} -> {handoff.target}] {handoff.goal}")
+            elif content.type == "function_approval_response" and content.function_call:
+                call = content.function_call
+                verdict = "approved" if content.approved else "declined"
+                lines.append(f"  [approval] {call.name}({call.arguments}) -> {verdict}")
+    if not turn.text:
+        lines.append(last_line(turn))  # why there is no reply
+    if not turn.handoffs:
+        lines[-1] += f"  (no handoff: it remembered {turn.active_agent})"
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,12 @@ from pathlib import Path
 
 from agent_framework import Agent, FileCheckpointStorage, Workflow, tool
 
-from handoff_builder import HANDOFF_TURN_EVENT, HandoffTurnResult, HandoffWorkflowBuilder
+from handoff_builder import (
+    HANDOFF_TURN_EVENT,
+    HandoffEvent,
+    HandoffTurnResult,
+    HandoffWorkflowBuilder,
+)
 from handoff_builder.testing import call_tool, handoff_to, reply
 
 if __package__ in (None, ""):  # python samples/<name>.py: the samples package is one level up
@@ -27,6 +32,9 @@ from samples._shared import run_sample, sample_client, sample_options, show
 @tool(name="issue_refund", description="Refund an amount in EUR.", approval_mode="always_require")
 def issue_refund(amount: float) -> str:
     return f"Refund of {amount:.2f} EUR issued."
+
+
+MESSAGE = "Please refund the 24.90 EUR double charge."
 
 
 def build(provider: str, *, first_run: bool) -> Workflow:
@@ -58,9 +66,10 @@ def build(provider: str, *, first_run: bool) -> Workflow:
 async def main(provider: str = "scripted") -> HandoffTurnResult:
     with tempfile.TemporaryDirectory() as folder:
         storage = FileCheckpointStorage(folder)
-        first = await build(provider, first_run=True).run(
-            "Please refund the 24.90 EUR double charge.", checkpoint_storage=storage
-        )
+        print(f"user: {MESSAGE}")
+        first = await build(provider, first_run=True).run(MESSAGE, checkpoint_storage=storage)
+        for handoff in (e.data for e in first if isinstance(e.data, HandoffEvent)):
+            print(f"  [{handoff.kind}] {handoff.source} -> {handoff.target}: {handoff.goal}")
         [request] = first.get_request_info_events()
         print(f"waiting for approval of {request.data.function_call.name}")
         checkpoint = await storage.get_latest(workflow_name="refunds")
@@ -73,8 +82,19 @@ async def main(provider: str = "scripted") -> HandoffTurnResult:
         answer = request.data.to_function_approval_response(approved=True)
         done = await workflow.run(responses={request.request_id: answer})
         [turn] = [e.data for e in done if e.type == HANDOFF_TURN_EVENT]
-        show(turn)
+        # The turn's messages start before the restart: show what came after the approval.
+        show(turn, start=after_approval(turn))
         return turn
+
+
+def after_approval(turn: HandoffTurnResult) -> int:
+    """The index in ``turn.messages`` of the first message after the (last) approval answer."""
+    answered = [
+        index
+        for index, message in enumerate(turn.messages)
+        if any(content.type == "function_approval_response" for content in message.contents)
+    ]
+    return answered[-1] + 1 if answered else 0
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ if __package__ in (None, ""):  # python samples/<name>.py: the samples package i
 from samples._shared import (
     SPECIALIST,
     TRIAGE,
+    last_line,
     render,
     run_sample,
     run_turn,
@@ -82,7 +83,7 @@ async def main(provider: str = "scripted") -> HandoffTurnResult:
         tools = ", ".join(call.tool_names) or "none"
         print(f"\n--- model call {call.index}: {call.agent} (tools: {tools})")
         print(call.rendered)
-    print(f"\n{turn.active_agent}: {turn.text}")
+    print(f"\n{last_line(turn)}")  # or why there is no reply (a deadline passed)
     return turn
 
 

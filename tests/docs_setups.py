@@ -212,8 +212,6 @@ async def offline(names: dict[str, object], **env: str) -> AsyncGenerator[Setup]
 @page("README.md")
 @asynccontextmanager
 async def readme(servers: Servers) -> AsyncGenerator[Setup]:
-    from handoff_builder.temporal import TemporalConversationHost, connect
-
     desk = support_desk()
     names: dict[str, object] = {
         **desk,
@@ -222,8 +220,6 @@ async def readme(servers: Servers) -> AsyncGenerator[Setup]:
         "builder": HandoffWorkflowBuilder(desk["triage"]).with_handoffs(
             desk["triage"], [desk["billing"], desk["tech"]]
         ),
-        "TemporalConversationHost": TemporalConversationHost,
-        "connect": connect,
     }
     async with temporal_worker(servers) as literals:
         yield Setup(names, literals=literals)

@@ -236,7 +236,7 @@ def test_postgres_workers_help(tmp_path: Path) -> None:
     )  # fmt: skip
     assert unset.returncode == 1
     assert unset.stderr.strip().splitlines() == [
-        "Set HANDOFF_BUILDER_POSTGRES_DSN to a PostgreSQL address, e.g. "
+        "postgres_workers: Set HANDOFF_BUILDER_POSTGRES_DSN to a PostgreSQL address, e.g. "
         "postgresql://postgres@127.0.0.1:5432/test"
     ]
 
@@ -268,6 +268,42 @@ async def test_what_the_model_received(capsys: pytest.CaptureFixture[str]) -> No
         "user[handoff_host]: Handoff from triage to you (billing). Goal: Refund one of two March "
         "charges on card [redacted].\n"
     ) in printed
+
+
+def test_a_turn_without_a_reply_says_why() -> None:
+    """A timed-out turn has no text: its last line says why instead of ``triage: ``."""
+    from samples._shared import last_line
+
+    from handoff_builder import HandoffTurnResult, TurnStatus, TurnTimeoutEvent
+
+    def turn(timeout: TurnTimeoutEvent | None, status: TurnStatus) -> HandoffTurnResult:
+        return HandoffTurnResult(
+            messages=[], active_agent="triage", handoffs=[], escalation=None, conversation=[],
+            timeout=timeout, status=status,
+        )  # fmt: skip
+
+    assert last_line(turn(TurnTimeoutEvent("agent_call", "triage", 120.0), "agent_timeout")) == (
+        "(no reply: triage's call took longer than its 120 s deadline (status agent_timeout))"
+    )
+    assert last_line(turn(TurnTimeoutEvent("turn", "billing", 600.0), "turn_timeout")) == (
+        "(no reply: the turn took longer than its 600 s deadline while billing ran "
+        "(status turn_timeout))"
+    )
+    assert last_line(turn(None, "abandoned")) == (
+        "(no reply: the turn ended with status abandoned)"
+    )
+
+
+def test_log_warnings_on_stderr_name_the_sample(tmp_path: Path) -> None:
+    """A blocked handoff and an escalation are logged; like every other line a sample writes to
+    stderr, they start with the sample's name."""
+    ran = run_sample("incident_investigation", "--stubborn", env=dict(os.environ), cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stderr.splitlines() == [
+        "incident_investigation: escalated to a human: review_rounds at reviewer (limit 2)",
+        "incident_investigation: blocked handoff from supervisor via handoff_to_delete_database "
+        '(unknown_target): {"goal": "Drop the catalog cache tables."}',
+    ]
 
 
 async def test_hand_back(capsys: pytest.CaptureFixture[str]) -> None:
@@ -315,15 +351,22 @@ async def test_autonomous_mode() -> None:
     assert sum(m.role == "user" for m in turn.conversation) == 3  # the question + 2 continuations
 
 
-async def test_tool_approval_checkpoint() -> None:
+async def test_tool_approval_checkpoint(capsys: pytest.CaptureFixture[str]) -> None:
     from samples.tool_approval_checkpoint import main
 
     turn = await main()
     assert turn.text == "Your refund of 24.90 EUR is on its way."
+    assert capsys.readouterr().out.splitlines() == [  # the handoff before the restart
+        "user: Please refund the 24.90 EUR double charge.",
+        "  [handoff] triage -> billing: Refund 24.90 EUR.",
+        "waiting for approval of issue_refund",
+        "(the process restarts; a human approves)",
+        "  billing: Your refund of 24.90 EUR is on its way.",
+    ]
 
 
 @pytest.mark.postgres
-async def test_postgres_workers() -> None:
+async def test_postgres_workers(capsys: pytest.CaptureFixture[str]) -> None:
     from samples.postgres_workers import main
 
     texts = [text for text in await main(postgres_dsn()) if text]
@@ -331,6 +374,14 @@ async def test_postgres_workers() -> None:
     assert all(answer == f"billing handled: {question}" for question, answer in zip(
         texts[0::2], texts[1::2], strict=True
     ))  # fmt: skip
+    out = capsys.readouterr().out.splitlines()
+    [stored] = [line for line in out if line.startswith("stored ")]
+    listed = out[out.index(stored) + 1 :]
+    assert stored.startswith(f"stored {len(listed)} messages, ")  # each one listed
+    assert listed[1:3] == [
+        '  triage: calls handoff_to_billing({"goal": "Billing."})',
+        "  tool: handoff_to_billing returned 'Transferred.'",
+    ]
 
 
 @pytest.mark.postgres
@@ -385,7 +436,11 @@ async def test_temporal_conversation(capsys: pytest.CaptureFixture[str]) -> None
     ]
     assert list(PAYMENTS.values()) == [24.90]
     out = capsys.readouterr().out.splitlines()
-    assert "  [triage -> billing] Refund the duplicate 24.90 EUR charge." in out
+    assert out[1:4] == [  # in the order it happened: the handoff, then billing's refund approved
+        "  [triage -> billing] Refund the duplicate 24.90 EUR charge.",
+        '  [approval] refund({"amount": 24.9}) -> approved',
+        "billing: Done: 24.90 EUR are on their way back to your card.",
+    ]
     assert out[-2] == "billing: Within 3 to 5 working days.  (no handoff: it remembered billing)"
 
 
