@@ -102,6 +102,20 @@ def retrying(attempts: int = 5, *, first_ms: int = 50) -> AgentCallOptions:
     return AgentCallOptions(retry=policy)
 
 
+def breakable_desk() -> tuple[HandoffWorkflowBuilder, Agent, list[bool]]:
+    """triage hands every message to billing, whose model is down while ``broken[0]`` is set."""
+    broken = [True]
+
+    def billing_answer(call: ModelCall) -> Step:
+        if broken[0]:
+            raise ConnectionError("the model is down")
+        return reply(f"billing: {call.user_text}")
+
+    triage = scripted_agent("triage", handoff_to("billing", goal="Billing."))
+    billing = scripted_agent("billing", respond_with=billing_answer)
+    return HandoffWorkflowBuilder(triage).with_handoff(triage, billing), triage, broken
+
+
 def support_desk() -> tuple[HandoffWorkflowBuilder, Agent, Agent, Agent]:
     """The seed's desk: triage, billing and refunds."""
     triage = scripted_agent(
@@ -460,16 +474,7 @@ async def test_a_model_error_is_retried_with_backoff(client: Client, queue: str)
 async def test_a_turn_that_keeps_failing_is_retried_by_the_next_message(
     client: Client, queue: str
 ) -> None:
-    broken = [True]
-
-    def billing_answer(call: ModelCall) -> Step:
-        if broken[0]:
-            raise ConnectionError("the model is down")
-        return reply(f"billing: {call.user_text}")
-
-    triage = scripted_agent("triage", handoff_to("billing", goal="Billing."))
-    billing = scripted_agent("billing", respond_with=billing_answer)
-    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+    builder, triage, broken = breakable_desk()
     options = retrying(2)
     conversation = cid()
     async with serving(client, builder, queue, agent_calls=options) as host:
@@ -1703,16 +1708,7 @@ async def test_a_turn_given_up_after_its_retries_names_its_last_error(
     """As on ConversationHost: the abandoned turn's event says what failed last."""
     from handoff_builder import TurnAbandonedEvent
 
-    broken = [True]
-
-    def billing_answer(call: ModelCall) -> Step:
-        if broken[0]:
-            raise ConnectionError("the model is down")
-        return reply(f"billing: {call.user_text}")
-
-    triage = scripted_agent("triage", handoff_to("billing", goal="Billing."))
-    billing = scripted_agent("billing", respond_with=billing_answer)
-    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+    builder, _, broken = breakable_desk()
     conversation = cid()
     options = retrying(1)
     async with serving(client, builder, queue, agent_calls=options, max_turn_retries=0) as host:
