@@ -43,6 +43,7 @@ class Backend:
     outcomes: list[BaseException | str] = field(default_factory=list[BaseException | str])
     done: list[str] = field(default_factory=list[str])  # what the lifecycle did, in order
     conversation_id: str = "c-1"
+    may_give_up: bool = True  # restore()'s answer
 
     @property
     def host(self) -> Any:
@@ -63,8 +64,9 @@ class Backend:
         reply = TurnRecord(0, 1, "completed", "billing").result([Message("assistant", [outcome])])
         return [WorkflowEvent(HANDOFF_TURN_EVENT, data=reply)]  # pyright: ignore[reportArgumentType]
 
-    async def restore(self) -> None:
+    async def restore(self) -> bool:
         self.done.append("restore")
+        return self.may_give_up
 
     async def give_up(self, event: TurnAbandonedEvent) -> HandoffTurnResult:
         self.done.append(f"give up {event.reason} at {event.agent} after {event.attempts}")
@@ -102,6 +104,17 @@ async def test_the_last_retry_failing_abandons_the_turn_from_its_stored_state() 
         "failed", "billing", 3, "ConnectionError: the model is down"
     )
     assert backend.done == ["attempt ResumeTurn", "restore", "give up failed at billing after 3"]
+
+
+async def test_a_backend_may_keep_the_failure_of_the_last_retry() -> None:
+    """A backend that cannot give the turn up in this call (a Temporal history recorded before)
+    keeps it open: the failure is raised, the next call abandons it."""
+    backend = Backend(failures=2, outcomes=[ConnectionError("the model is down")])
+    backend.may_give_up = False
+    with pytest.raises(ConnectionError):
+        await finish_interrupted(backend, 2)
+    assert backend.done == ["attempt ResumeTurn", "restore"]
+    assert (backend.failures, backend.next_agent) == (3, "billing")
 
 
 async def test_a_turn_past_its_retries_is_abandoned_without_running() -> None:

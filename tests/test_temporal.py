@@ -797,6 +797,58 @@ async def replays(client: Client, conversation: str) -> None:
     await replayer.replay_workflow(history)
 
 
+RECORDED = Path(__file__).parent / "data"
+
+
+def broken_billing_desk() -> HandoffWorkflowBuilder:
+    """The desk of the recorded last-retry history: triage hands over to billing."""
+    return breakable_desk()[0]
+
+
+def refund_desk() -> HandoffWorkflowBuilder:
+    """The desk of the recorded approval history: billing's refund waits for an approval."""
+
+    @tool(approval_mode="always_require")
+    def refund(amount: int) -> str:
+        """Refund money."""
+        return f"refunded {amount} EUR"
+
+    triage = scripted_agent("triage", handoff_to("billing", goal="Refund."))
+    billing = scripted_agent(
+        "billing", call_tool("refund", amount=5), reply("Done."), tools=[refund]
+    )
+    return HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+
+
+@pytest.mark.parametrize(
+    ("recorded", "desk"),
+    [
+        # recorded before the hosted lifecycle was shared: the turn whose last retry failed
+        # failed its Update, and the next message abandoned it
+        ("temporal-history-last-retry-failed-f9d3a5a.json", broken_billing_desk),
+        # recorded before the agent-runner seam: an approval answered by a resolve activity
+        ("temporal-history-approval-a0c0c53.json", refund_desk),
+    ],
+)
+async def test_a_history_recorded_by_an_earlier_release_replays(
+    client: Client, recorded: str, desk: Callable[[], HandoffWorkflowBuilder]
+) -> None:
+    """Running conversations keep working across an upgrade: their histories replay."""
+    from temporalio.client import WorkflowHistory
+    from temporalio.contrib.pydantic import pydantic_data_converter
+    from temporalio.worker import Replayer
+
+    from handoff_builder.temporal import ConversationWorkflow
+
+    text = (RECORDED / recorded).read_text("utf-8")
+    started = json.loads(text)["events"][0]["workflowExecutionStartedEventAttributes"]
+    conversation_worker(client, desk(), task_queue=started["taskQueue"]["name"])  # its builder
+    history = WorkflowHistory.from_json("recorded", text)
+    replayer = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter)
+    replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert replayed.replay_failure is None
+
+
 async def test_the_workflow_replays_deterministically(
     client: Client, queue: str, caplog: pytest.LogCaptureFixture
 ) -> None:

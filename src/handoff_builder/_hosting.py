@@ -282,12 +282,13 @@ class _Opened:
             logger.warning("could not record the failed attempt: %s", unrecorded)
             return False
 
-    async def restore(self) -> None:
+    async def restore(self) -> bool:
         """The conversation as stored, after a failed attempt changed it in memory."""
         release = self.journal.release_when_done
         stored = await self._reopen()
         self.workflow, self.host = stored.workflow, stored.host
         self.journal.release_when_done = release
+        return True
 
     async def give_up(self, event: TurnAbandonedEvent) -> HandoffTurnResult:
         """Abandon the open turn and store it so."""

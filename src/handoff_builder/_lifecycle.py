@@ -167,8 +167,12 @@ class TurnBackend(Protocol):
         """Run ``command`` on the host: its events; a failure of the turn is counted, raised."""
         ...
 
-    async def restore(self) -> None:
-        """Go back to the conversation as stored, after a failed attempt."""
+    async def restore(self) -> bool:
+        """Go back to the conversation as stored, to give up its turn after a failed last retry.
+
+        False: this call leaves the turn open and its failure stands (the next call abandons
+        it), as a backend must where an earlier release did so (a Temporal history).
+        """
         ...
 
     async def give_up(self, event: TurnAbandonedEvent) -> HandoffTurnResult:
@@ -203,9 +207,9 @@ async def finish_interrupted(backend: TurnBackend, max_retries: int) -> HandoffT
             events = await backend.attempt(ResumeTurn())
             return turn_result(backend.conversation_id, backend.host, events)
         except Exception:
-            if backend.failures <= max_retries:
+            # That was the last retry: give the turn up, as stored (where the backend may now).
+            if backend.failures <= max_retries or not await backend.restore():
                 raise
-            await backend.restore()  # that was the last retry: give the turn up, as stored
     event = TurnAbandonedEvent("failed", following, backend.failures, backend.last_error)
     return await backend.give_up(event)
 

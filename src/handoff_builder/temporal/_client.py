@@ -569,6 +569,8 @@ def _error(conversation_id: str, error: Exception) -> Exception:
             details = cast(list[dict[str, Any]], cause.details[0] if cause.details else [])
             return PendingRequestsError(conversation_id, contents(details))
         if cause.type in (NOTHING_PENDING, UNKNOWN_REQUEST):
+            if len(cause.details) != 2:  # a worker of an earlier release gives the text alone
+                return HandoffBuilderError(cause.message)
             unknown, waiting = cause.details
             return UnexpectedAnswersError(conversation_id, unknown, waiting)
         if cause.type == PAYLOAD_TOO_LARGE:

@@ -90,22 +90,26 @@ async def serve(
     loop = asyncio.get_running_loop()
     stopping: list[asyncio.Task[None]] = []
 
+    def tell(text: str) -> None:
+        with contextlib.suppress(OSError):  # a reader that has gone must not keep it running
+            say(text)
+
     def stop(received: signal.Signals) -> None:
         if stopping:
-            say(
+            tell(
                 f"{received.name} again: stopping now; Temporal runs the agent calls that were "
                 "in flight again on another worker once their heartbeat times out"
             )
             _exit_now(128 + received.value)
+        stopping.append(loop.create_task(_shut_down(worker)))  # first: whatever saying it does
         if calls.running:
-            say(
+            tell(
                 f"{received.name}: stopping: no new work is taken; {_calls(calls.running)} in "
                 f"flight may run for up to {grace:g} s more (another {received.name} stops at "
                 "once)"
             )
         else:
-            say(f"{received.name}: stopping: no new work is taken; no agent call is in flight")
-        stopping.append(loop.create_task(_shut_down(worker)))
+            tell(f"{received.name}: stopping: no new work is taken; no agent call is in flight")
 
     handled: list[signal.Signals] = []
     for received in STOP_SIGNALS:

@@ -86,6 +86,9 @@ CONFIGURATION = "Configuration"
 PAYLOAD_TOO_LARGE = "PayloadTooLarge"  # details: what, size, limit
 BUSY = "Busy"
 
+ABANDON_AFTER_LAST_RETRY = "abandon-after-last-retry"
+"""The patch under which a turn whose last retry failed is abandoned in the same Update."""
+
 
 @dataclass(frozen=True)
 class AgentCallOptions:
@@ -796,8 +799,13 @@ class ConversationWorkflow:
             self._failures, self._last_error = 0, None
         return events
 
-    async def restore(self) -> None:
-        """Nothing to do: a failed attempt already went back (``_turn_failed``)."""
+    async def restore(self) -> bool:
+        """A failed attempt already went back (``_turn_failed``); whether to give up now.
+
+        Workflows that ran before this release failed the Update instead and gave the turn up
+        with the next message: their histories replay that way (a Temporal patch).
+        """
+        return workflow.patched(ABANDON_AFTER_LAST_RETRY)
 
     async def give_up(self, event: TurnAbandonedEvent) -> HandoffTurnResult:
         self._failures, self._last_error = 0, None
