@@ -44,7 +44,6 @@ from ._calls import (
     settle,
     unanswered,
 )
-from ._caps import CAPS
 from ._decision import (
     AgentReply,
     Decision,
@@ -69,12 +68,9 @@ from ._events import (
     HANDOFF_INTERMEDIATE_EVENT,
     HANDOFF_TURN_EVENT,
     EscalationEvent,
-    HandoffBlockedEvent,
     HandoffEvent,
     HandoffTurnResult,
-    LimitReachedEvent,
     RoutingStep,
-    StepKind,
     TurnAbandonedEvent,
     TurnStatus,
     TurnTimeoutEvent,
@@ -86,6 +82,7 @@ from ._manager import GroupChatManager
 from ._model_inputs import ModelCallLog
 from ._participant import AgentRun, Participant
 from ._payloads import validate_arguments
+from ._reply import hidden_after, status_of, steps_of, undecided, unless_cut_short
 from ._requests import PendingRequests
 from ._routes import HandoffRoute
 from ._state import (
@@ -583,13 +580,13 @@ class GroupChatHost(Executor):
             name, tuple(delta), calls, unfinished=bool(requests), disabled=disabled,
             verdict=verdict, tool_limit=tool_limit,
         )  # fmt: skip
-        decision = _unless_cut_short(reply, await self._manager.decide(self._history, reply))
+        decision = unless_cut_short(reply, await self._manager.decide(self._history, reply))
         frames = waiting.frames if waiting is not None else ()
         if requests and isinstance(decision, NextAgent):
             await self._wait_for(name, requests, decision, ctx, frames)
             return None
         if requests:
-            self._history.extend(self._settlement(requests, frames, name, _status(decision)))
+            self._history.extend(self._settlement(requests, frames, name, status_of(decision)))
         return decision
 
     def routes_of(self, name: str) -> Mapping[str, HandoffRoute]:
@@ -811,7 +808,7 @@ class GroupChatHost(Executor):
             turn = self._turn or TurnState(start=len(self._history))
             if decision.handoff is not None:
                 turn = turn.with_handoff(decision.handoff)
-            steps = [] if traced else self._steps_of(decision, source, turn)
+            steps = [] if traced else steps_of(decision, source, turn, type(self._manager).__name__)
             if carrying_on:  # its refused calls, and a step its manager named
                 steps = [s for s in steps if s.kind == "blocked" or s is decision.step]
             turn = self._with_steps(turn, steps)
@@ -846,7 +843,9 @@ class GroupChatHost(Executor):
     ) -> None:
         """The turn ends: its last steps and events, then its result."""
         turn = self._turn or TurnState(start=len(self._history))
-        self._turn = self._with_steps(turn, self._steps_of(decision, source, turn))
+        self._turn = self._with_steps(
+            turn, steps_of(decision, source, turn, type(self._manager).__name__)
+        )
         await self._emit(decision.events, ctx)
         if isinstance(decision, Escalate):
             await self._end_turn(ctx, decision.status, decision.escalation)
@@ -864,79 +863,11 @@ class GroupChatHost(Executor):
         trace = self._turn_trace()
         for step in steps:
             trace.step(step)
-            turn = self._hide_for(turn.with_step(step), step)
+            end = len(self._history)
+            turn, producer = hidden_after(turn.with_step(step), step, end, self._reviewed)
+            if producer is not None:  # its review is closed: the producer is the active agent
+                self._speaker = producer
         return turn
-
-    def _hide_for(self, turn: TurnState, step: RoutingStep) -> TurnState:
-        """What ``step`` leaves out of the turn's reply (:attr:`TurnState.hidden`).
-
-        A reply given to its reviewer is held; approved, only the review is left out; closed any
-        other way (changes requested, the review cap, another cap, a deadline, a handoff of the
-        reviewer) the reply is left out too: a reply that was not approved never reaches the
-        user. The producer is the active agent again once its review is closed; a reply of a
-        reviewed producer that a cap or a deadline kept from its review is left out too. A
-        blocked handoff that forced a safe agent (or an escalation) leaves out the blocked
-        agent's run.
-        """
-        end = len(self._history)
-        if step.kind == "review" and step.by == "review":
-            return replace(turn, review=(min(turn.since, end), end, str(step.source)))
-        if turn.review is not None and step.kind not in ("blocked", "delegate"):
-            draft, review, producer = turn.review
-            start = review if step.by == "approve" else draft
-            self._speaker = producer
-            return replace(turn, review=None, hidden=(*turn.hidden, (start, end)))
-        if (
-            turn.review is None
-            and step.source in self._reviewed
-            and step.kind in ("escalate", "limit", "route", "end", "timeout")
-        ):  # a reviewed producer's reply that a cap or a deadline kept from its review
-            return replace(turn, hidden=(*turn.hidden, (min(turn.since, end), end)))
-        if step.by == "blocked_handoff" and step.kind in ("route", "escalate"):
-            # The run that tried to leave the graph is not the answer: the safe agent's is.
-            return replace(turn, hidden=(*turn.hidden, (min(turn.since, end), end)))
-        return turn
-
-    def _steps_of(
-        self, decision: Decision, source: str | None, turn: TurnState
-    ) -> list[RoutingStep]:
-        """The routing steps a decision makes: its refused calls, then the decision itself.
-
-        A manager may say who decided (``decision.step``); otherwise the host names it from the
-        decision: a handoff is the model's; ending after a reply is the model's (it answered); the
-        rest is code, named after the manager.
-        """
-        steps = [
-            RoutingStep("blocked", "code", event.reason, event.source, event.target)
-            for event in decision.events
-            if isinstance(event, HandoffBlockedEvent)
-        ]
-        if decision.step is not None:
-            steps.append(decision.step)
-        elif isinstance(decision, NextAgent):
-            handoff = decision.handoff
-            if handoff is not None:
-                steps.append(
-                    RoutingStep(handoff.kind, handoff.decided_by, handoff.tool_name,
-                                handoff.source, handoff.target)
-                )  # fmt: skip
-            else:  # a manager's own choice: the first agent, the same one again, or another
-                kind: StepKind = "start" if source is None else "continue"
-                if source is not None and decision.agent != source:
-                    kind = "route"
-                by = type(self._manager).__name__
-                steps.append(RoutingStep(kind, "code", by, source, decision.agent))
-        elif isinstance(decision, Escalate):
-            escalation = decision.escalation
-            cap = CAPS.get(escalation.reason)
-            count = cap.turn_count(turn) if cap is not None else None
-            steps.append(
-                RoutingStep("escalate", "code", escalation.reason, source or escalation.agent,
-                            None, escalation.limit, count)
-            )  # fmt: skip
-        else:
-            steps.append(_end_step(decision, source, type(self._manager).__name__))
-        return steps
 
     def _time_left(self) -> tuple[Literal["agent_call", "turn"], float | None]:
         """Which deadline the next agent call runs against, and its seconds (``None``: none)."""
@@ -1025,7 +956,7 @@ class GroupChatHost(Executor):
         waiting = Continuation(then.agent, then.handoff, carried, then.no_handoffs)
         self._pending.open(name, requests, waiting, tuple(frames))
         if self._turn is not None and not traced:
-            steps = self._steps_of(then, name, self._turn)
+            steps = steps_of(then, name, self._turn, type(self._manager).__name__)
             if then.handoff is None and then.step is None and then.agent == name:
                 steps = [step for step in steps if step.kind == "blocked"]  # no hop: it waits
             self._turn = self._with_steps(self._turn, steps)
@@ -1145,7 +1076,7 @@ class GroupChatHost(Executor):
             requests = list(waiting.requests)
             await self._wait_for(name, requests, decision, ctx, waiting.frames, traced=not decides)
         else:  # the turn ends now: the waiting delegation's call is closed
-            self._history.extend(settle_waiting(waiting.frames, _status(decision)))
+            self._history.extend(settle_waiting(waiting.frames, status_of(decision)))
             await self._carry_out(decision, ctx, source=name)
         return None
 
@@ -1451,39 +1382,3 @@ def _with_delegations(run: AgentRun, delegations: Delegations | None) -> AgentRu
     if delegations is None:
         return run
     return run._replace(delegations=tuple(delegations.records), suspension=delegations.suspension)
-
-
-def _end_step(decision: EndTurn, source: str | None, manager: str) -> RoutingStep:
-    """The step of an :class:`EndTurn` no manager described: a deadline, a limit, its own end."""
-    timeout = next((e for e in decision.events if isinstance(e, TurnTimeoutEvent)), None)
-    if timeout is not None:
-        return RoutingStep("timeout", "code", timeout.limit, source or timeout.agent)
-    limit = next((e for e in decision.events if isinstance(e, LimitReachedEvent)), None)
-    if limit is not None:
-        return RoutingStep("limit", "code", limit.kind, source or limit.agent, None, limit.limit)
-    return RoutingStep("end", "code", manager, source)
-
-
-def undecided(then: Continuation, agent: str) -> bool:
-    """True when the turn that waited had not decided where it goes (``agent`` carries on).
-
-    Only then may its answered calls (an approved handoff, a verdict) decide it; a handoff, a
-    route or a safe agent decided with the requests stands.
-    """
-    return then.handoff is None and then.agent == agent
-
-
-def _unless_cut_short(reply: AgentReply, decision: Decision) -> Decision:
-    """The manager's decision, or the escalation that replaces it.
-
-    A turn does not end as completed after a reply that has no answer (its tool loop stopped at
-    agent_framework's limit), whatever the manager: it escalates (``"tool_limit"``).
-    """
-    if not reply.tool_limit or not isinstance(decision, EndTurn) or decision.status != "completed":
-        return decision
-    escalation = EscalationEvent("tool_limit", reply.agent, 0)
-    return Escalate(escalation, events=(*decision.events, escalation))
-
-
-def _status(decision: Decision) -> TurnStatus:
-    return "completed" if isinstance(decision, NextAgent) else decision.status
