@@ -563,8 +563,7 @@ class GroupChatHost(Executor):
                 run = await self.runner.run(call, self._streams(ctx))
         except DeadlinePassedError:  # not a TimeoutError of the agent's own: that one is raised
             return self._timed_out(limit, name)
-        response, calls, disabled, verdict, tool_limit = run[:5]
-        delta = list(response.messages)
+        delta = list(run.response.messages)
         for message in delta:
             if message.author_name is None:
                 message.author_name = name
@@ -577,8 +576,8 @@ class GroupChatHost(Executor):
         if waiting is not None:
             requests = self._delegation_waits(waiting, requests, name)
         reply = AgentReply(
-            name, tuple(delta), calls, unfinished=bool(requests), disabled=disabled,
-            verdict=verdict, tool_limit=tool_limit,
+            name, tuple(delta), run.calls, unfinished=bool(requests), disabled=run.disabled,
+            verdict=run.verdict, tool_limit=run.tool_limit,
         )  # fmt: skip
         decision = unless_cut_short(reply, await self._manager.decide(self._history, reply))
         frames = waiting.frames if waiting is not None else ()

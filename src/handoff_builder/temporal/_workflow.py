@@ -17,7 +17,7 @@ import logging
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any
 
 from agent_framework import Content, Message, Workflow
 from temporalio import activity, workflow
@@ -31,7 +31,6 @@ from handoff_builder._builder import HandoffWorkflowBuilder
 from handoff_builder._events import HandoffTurnResult, TurnAbandonedEvent
 from handoff_builder._host import (
     AgentCall,
-    CallKind,
     GroupChatHost,
     ReissueRequests,
     Streams,
@@ -272,16 +271,13 @@ class AgentActivities:
             self._free.append(host)
 
 
-ActivityKind = Literal["invoke", "resolve", "carry_on"]
-"""An agent call's activity; its name is part of the activity's id (``{n}:{kind}:{agent}``)."""
 _ACTIVITIES = {
-    "invoke": AgentActivities.invoke_agent,
-    "resolve": AgentActivities.resolve_answers,
-    "carry_on": AgentActivities.carry_on_delegation,
+    "run": ("invoke", AgentActivities.invoke_agent),
+    "resolve": ("resolve", AgentActivities.resolve_answers),
+    "carry_on": ("carry_on", AgentActivities.carry_on_delegation),
 }
-_ACTIVITY_OF: dict[CallKind, ActivityKind] = {
-    "run": "invoke", "resolve": "resolve", "carry_on": "carry_on"
-}  # fmt: skip
+"""The activity of each kind of agent call, with the name its id carries (``{n}:{name}:{agent}``,
+as histories of earlier releases recorded it)."""
 
 
 def _fitting(call: AgentCallPayload, what: str, result: AgentCallResult) -> AgentCallResult:
@@ -652,27 +648,18 @@ class ConversationWorkflow:
 
     async def call_agent(self, call: AgentCall) -> AgentRun:
         """The host's agent call, as an activity (see :class:`_ActivityRunner`)."""
-        kind = _ACTIVITY_OF[call.kind]
-        result = await self._activity(
-            kind, call.agent, no_handoffs=call.no_handoffs, seconds=call.seconds
-        )
-        return decode_run(self._host, call.agent, result)
+        return decode_run(self._host, call.agent, await self._activity(call))
 
-    async def _activity(
-        self,
-        kind: ActivityKind,
-        agent: str,
-        *,
-        no_handoffs: bool = False,
-        seconds: float | None = None,
-    ) -> AgentCallResult:
-        """One activity for ``agent``, within ``seconds``.
+    async def _activity(self, agent_call: AgentCall) -> AgentCallResult:
+        """One activity for the call's agent, within the call's ``seconds``.
 
         Its id names the agent, so that a replay that would call another agent (a route that
         decides differently) fails with a nondeterminism error instead of mixing them up.
         """
-        call = self._call(agent, no_handoffs=no_handoffs)
-        if kind == "invoke":  # a failed turn goes on from here (answers given since are not)
+        agent, seconds = agent_call.agent, agent_call.seconds
+        name, method = _ACTIVITIES[agent_call.kind]
+        call = self._call(agent, no_handoffs=agent_call.no_handoffs)
+        if agent_call.kind == "run":  # a failed turn goes on from here (answers since are not)
             self._checkpoint = Carried(history=call.history, host=call.host)
         size, limit = payload_size(call), self._start.payload_limit
         if size > limit:  # Temporal would refuse the command, and the workflow task with it
@@ -682,18 +669,18 @@ class ConversationWorkflow:
         self._calls += 1
         options = self._registered.options
         limit = None if seconds is None else timedelta(seconds=max(seconds, 0.001))
-        activity_id = f"{self._calls}:{kind}:{agent}"
+        activity_id = f"{self._calls}:{name}:{agent}"
         try:
             if self._start.local_activities:  # no deadline: see AgentCallOptions
                 return await workflow.execute_local_activity_method(
-                    _ACTIVITIES[kind],
+                    method,
                     call,
                     activity_id=activity_id,
                     start_to_close_timeout=options.start_to_close,
                     retry_policy=options.retry,
                 )
             return await workflow.execute_activity_method(
-                _ACTIVITIES[kind],
+                method,
                 call,
                 activity_id=activity_id,
                 start_to_close_timeout=options.start_to_close,
