@@ -49,7 +49,7 @@ PUBLIC: dict[str, set[str]] = {
         "AgentReply", "TurnStart", "HandoffCall", "HandoffRequest", "HandoffRoute",
         "ReviewVerdict",
     },
-    "A host of your own": {"GroupChatHost", "Participant"},
+    "A host of your own": {"GroupChatHost", "HostSettings", "Participant"},
     "Hosted conversations and serving": {
         "ConversationHost", "HostedConversationAgent", "devui_agent", "agui_agent",
         "check_agui_request", "agui_request_check", "ROUTING_EVENT_PROPERTY",
@@ -88,7 +88,9 @@ def test_the_public_names_are_the_listed_groups() -> None:
     listed = [name for group in PUBLIC.values() for name in group]
     assert len(listed) == len(set(listed))  # each name in one group
     assert set(handoff_builder.__all__) == set(listed)
-    assert len(listed) == 113  # 122 before the surface was curated; two errors added since
+    assert (
+        len(listed) == 114
+    )  # 122 before the surface was curated; two errors and HostSettings since
 
 
 def test_the_reference_lists_the_same_groups() -> None:

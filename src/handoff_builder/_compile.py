@@ -18,6 +18,7 @@ from ._host import (
     DEFAULT_REVIEW_ESCALATION_MESSAGE,
     HOST_ID,
     GroupChatHost,
+    HostSettings,
     Participant,
 )
 from ._instructions import render_instructions
@@ -166,16 +167,11 @@ def compile_workflow(
         model_calls = ModelCallLog(config.model_inputs)
         for participant in (*participants.values(), *experts.values()):
             participant.middleware = [ModelInputRecorder(participant.name, model_calls)]
-    host = GroupChatHost(
-        participants=participants,
-        manager=manager,
-        apology=config.escalation_message,
+    settings = HostSettings(
         filtering=config.filtering,
         handoff_tools=_handoff_tools(plan),
         output_agents=plan.output_agents,
         intermediate_agents=plan.intermediate_agents,
-        argument_logging=config.argument_logging,
-        workflow_name=config.name or "handoff",
         agent_timeout=config.agent_timeout,
         turn_timeout=config.turn_timeout,
         hook_timeout=config.hook_timeout,
@@ -185,9 +181,17 @@ def compile_workflow(
         apologies=(
             {"review_rounds": DEFAULT_REVIEW_ESCALATION_MESSAGE}
             if config.escalation_message == DEFAULT_ESCALATION_MESSAGE
-            else None
+            else {}
         ),
         model_calls=model_calls,
+        argument_logging=config.argument_logging,
+        workflow_name=config.name or "handoff",
+    )
+    host = GroupChatHost(
+        participants=participants,
+        manager=manager,
+        apology=config.escalation_message,
+        settings=settings,
     )
     builder = WorkflowBuilder(
         start_executor=host,

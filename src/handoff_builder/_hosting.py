@@ -15,6 +15,7 @@ from agent_framework import Content, Message, Workflow, WorkflowEvent
 from pydantic import AwareDatetime
 
 from ._builder import HandoffWorkflowBuilder
+from ._engine import HostSnapshot
 from ._events import (
     HANDOFF_TURN_ABANDONED_EVENT,
     HANDOFF_TURN_EVENT,
@@ -36,7 +37,7 @@ from ._lifecycle import (
     user_messages,
 )
 from ._records import stored_history, stored_host_state
-from ._state import TurnRecord, adapter_for, validated
+from ._state import TurnRecord, adapter_for, encode_host_state, validated
 from .exceptions import (
     ConversationBusyError,
     ConversationConflictError,
@@ -145,18 +146,18 @@ class _StoreJournal:
         self._written: dict[str, Any] = dict(written)  # the state row as last written
         self._receipted: HandoffTurnResult | None = None
 
-    async def record(self, host: GroupChatHost) -> None:
-        history = host.history
+    async def record(self, snapshot: HostSnapshot) -> None:
+        history = snapshot.history
         if self.key is not None and self.key not in self.turn_keys:
             self.turn_keys.append(self.key)
-        result = host.last_result
-        if not host.turn_open:
+        result = snapshot.last_result
+        if not snapshot.turn_open:
             if result is not None and result is not self._receipted and self.turn_keys:
                 self._add_receipt(result)
             self.turn_keys, self.failures, self.last_error = [], 0, None
         self.last_activity = self._clock()
         state: dict[str, Any] = {
-            "host": host.snapshot(),
+            "host": encode_host_state(snapshot.state),
             "last_activity": self.last_activity.isoformat(),
             "receipts": self.receipts,
         }
@@ -164,7 +165,7 @@ class _StoreJournal:
             state["turn_keys"] = list(self.turn_keys)
         if self.failures:
             state["failures"], state["last_error"] = self.failures, self.last_error
-        release = self.release_when_done and not host.turn_open
+        release = self.release_when_done and not snapshot.turn_open
         new = [message.to_dict() for message in history[self.saved :]]
         await self._write(new, state, release=release)
         self.saved = len(history)
@@ -293,7 +294,7 @@ class _Opened:
     async def give_up(self, event: TurnAbandonedEvent) -> HandoffTurnResult:
         """Abandon the open turn and store it so."""
         result = self.host.abandon_turn(event)
-        await self.journal.record(self.host)
+        await self.journal.record(self.host.progress())
         return result
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple, cast
 
 from agent_framework import Content, Message
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, BaseModel, Field
 
 from ._decision import HOST_NOTE_AUTHOR
 from ._events import (
@@ -42,7 +42,7 @@ from ._events import (
     TurnStatus,
     TurnTimeoutEvent,
 )
-from ._payloads import payload_label
+from ._payloads import payload_label, validate_arguments
 from ._routes import EDGE_KINDS, HandoffKind
 from .exceptions import CorruptStateError, SchemaVersionError
 
@@ -139,6 +139,35 @@ class TurnState:
     def with_step(self, step: RoutingStep) -> TurnState:
         """This turn with one more routing step."""
         return replace(self, steps=(*self.steps, step))
+
+    def with_payloads(
+        self, models: Mapping[tuple[str, str], type[BaseModel]], where: str
+    ) -> TurnState:
+        """This turn with its handoffs' payloads read back into their edges' ``models``.
+
+        They are stored as JSON; ``models`` holds each typed edge's model by source and tool.
+
+        Raises:
+            CorruptStateError: a stored payload does not fit its model (it changed since);
+                ``where`` names what saved it.
+        """
+        if not any(isinstance(h.payload, dict) for h in self.handoffs):
+            return self
+        handoffs: list[HandoffEvent] = []
+        for handoff in self.handoffs:
+            model = models.get((handoff.source, handoff.tool_name))
+            if isinstance(handoff.payload, dict) and model is not None:
+                # our own record of a validated payload: read back as it was written
+                payload, problem = validate_arguments(model, handoff.payload, strict=False)
+                if problem is not None:
+                    raise CorruptStateError(
+                        where,
+                        f"the payload of the handoff from {handoff.source} to {handoff.target} "
+                        f"({handoff.tool_name}) does not fit {model.__name__}: {problem}",
+                    )
+                handoff = replace(handoff, payload=payload)
+            handoffs.append(handoff)
+        return replace(self, handoffs=tuple(handoffs))
 
 
 @dataclass(frozen=True)

@@ -28,14 +28,9 @@ from temporalio.exceptions import TimeoutError as TimeoutError_
 from typing_extensions import override
 
 from handoff_builder._builder import HandoffWorkflowBuilder
+from handoff_builder._engine import AgentCall
 from handoff_builder._events import HandoffTurnResult, TurnAbandonedEvent
-from handoff_builder._host import (
-    AgentCall,
-    GroupChatHost,
-    ReissueRequests,
-    Streams,
-    UserTurn,
-)
+from handoff_builder._host import GroupChatHost, ReissueRequests, UserTurn
 from handoff_builder._lifecycle import (
     KEPT_RECEIPTS,
     answers_by_request,
@@ -43,6 +38,7 @@ from handoff_builder._lifecycle import (
     turn_result,
 )
 from handoff_builder._participant import AgentRun
+from handoff_builder._runner import Streams
 from handoff_builder._state import HostState, decode_host_state
 from handoff_builder._telemetry import QUIET_WHILE
 from handoff_builder._timeouts import DeadlinePassedError

@@ -1,0 +1,360 @@
+"""The agent-runner seam: an agent call goes out as a value and its run comes back as a value.
+
+:class:`AgentRunner` is the seam (as a transport is to an HTTP client): the driver hands it each
+:class:`~handoff_builder._engine.AgentCall` the turn engine asks for and gives the engine the
+``AgentRun`` it returns. :class:`LocalAgentRunner`, the default, runs the call in this process on
+the conversation as the engine holds it: the agent reads its view (with its edges' input
+filters), its handoff calls are vetted by the manager and admitted by its gate, and its
+delegations run its experts. The Temporal workflow's runner sends the call to an activity
+instead, where a host loaded with the same conversation runs it with its own local runner. See
+docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Protocol
+
+from agent_framework import AgentResponse, AgentResponseUpdate, Content, Message
+
+from ._calls import call_id_of, delegate_result
+from ._decision import ReviewVerdict
+from ._delegation import (
+    DEFAULT_MAX_DELEGATION_DEPTH,
+    Delegations,
+    DelegationScope,
+    HistoryMode,
+    Suspension,
+    delegate_key,
+)
+from ._hooks import DEFAULT_HOOK_TIMEOUT, HandoffGate
+from ._input_filters import HandoffInput, filtered_input
+from ._participant import AgentRun, Participant
+from ._payloads import validate_arguments
+from ._state import Continuation, DelegationFrame
+from ._timeouts import within
+from ._views import AgentView, HandoffToolCallFiltering
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from ._engine import AgentCall, TurnEngine
+
+__all__ = ["AgentRunner", "LocalAgentRunner", "RunnerSetup", "Sink", "Streams"]
+
+Sink = Callable[[AgentResponseUpdate], Awaitable[None]]
+"""Where a streaming run sends an agent's updates as they come."""
+
+
+class Streams(Protocol):
+    """Where a streaming run's updates go, by who writes them (``None``: not streamed)."""
+
+    def agent(self, name: str) -> Sink | None:
+        """The sink of participant ``name``'s updates."""
+        ...
+
+    def expert(self, name: str) -> Sink | None:
+        """The sink of expert ``name``'s updates, in a delegation."""
+        ...
+
+
+class AgentRunner(Protocol):
+    """Where a host's agents run: the one seam between deciding and running.
+
+    The host sends each agent call out as an ``AgentCall`` and reads its run back as an
+    ``AgentRun``; it never runs an agent itself. :class:`LocalAgentRunner`, the default, runs
+    the call in this process; the Temporal workflow's runner sends it to an activity, where a
+    host loaded with the same conversation runs it locally.
+    """
+
+    async def run(self, call: AgentCall, streams: Streams | None) -> AgentRun:
+        """Run ``call`` on the conversation as it stands (the host's history and state)."""
+        ...
+
+
+@dataclass(frozen=True)
+class RunnerSetup:
+    """What a local runner is told once: the agents, how they read the history, their limits.
+
+    ``filtering``: which of the other agents' tool calls an agent sees; ``handoff_tools``: the
+    tools that count as handoffs; ``experts``: the agents as they answer delegated tasks;
+    ``hook_timeout``: seconds an edge's hook may take (``None``: no limit of its own);
+    ``author``: the host's id, whose notes the views know.
+    """
+
+    participants: Mapping[str, Participant]
+    experts: Mapping[str, Participant] = field(default_factory=dict[str, Participant])
+    filtering: HandoffToolCallFiltering = HandoffToolCallFiltering.HANDOFF_ONLY
+    handoff_tools: frozenset[str] = frozenset()
+    hook_timeout: float | None = DEFAULT_HOOK_TIMEOUT
+    max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH
+    author: str = "handoff_host"
+
+
+def payload_models(
+    participants: Mapping[str, Participant],
+) -> dict[tuple[str, str], type[BaseModel]]:
+    """The typed payload of each edge that has one, by source and tool name.
+
+    By source and tool: two sources may name their tools to one target alike.
+    """
+    return {
+        (route.source, name): route.payload
+        for participant in participants.values()
+        for name, route in participant.routes.items()
+        if route.payload is not None
+    }
+
+
+class LocalAgentRunner:
+    """Runs agent calls here, in this process, on the conversation ``engine`` holds.
+
+    It keeps each agent's view of the history between calls (rebuilt when the engine's
+    ``epoch`` changes: a history loaded, a turn left out of every view).
+    """
+
+    def __init__(self, engine: TurnEngine, setup: RunnerSetup) -> None:
+        self._engine = engine
+        self.setup = setup
+        self._payload_models = engine.rules.payload_models
+        self._input_filters = {
+            (participant.name, name): (participant.routes[name].target, policy.input_filter)
+            for participant in setup.participants.values()
+            for name, policy in participant.policies.items()
+            if policy.input_filter is not None
+        }  # by source and tool: the target and the filter of each edge that has one
+        self._views: dict[str, AgentView] = {}
+        self._expert_views: dict[tuple[str, HandoffToolCallFiltering], AgentView] = {}
+        self._epoch = engine.epoch
+
+    async def run(self, call: AgentCall, streams: Streams | None) -> AgentRun:
+        """Run ``call`` here, on the conversation as it stands, within ``call.seconds``.
+
+        The conversation is not changed: whoever asked for the call gives the engine the run.
+        """
+        if call.kind == "run":
+            work = self._invoke(call, streams)
+        elif call.kind == "resolve":
+            work = self._resolve(streams)
+        else:
+            work = self._carry_on(streams)
+        return await within(call.seconds, work)
+
+    def view_of(self, agent: str) -> list[Message]:
+        """What ``agent`` would receive if it ran now, without its edges' input filters."""
+        return list(self._new_view(agent, self.setup.filtering).update(self._engine.history))
+
+    # -- the three kinds of call -----------------------------------------------------------------
+
+    async def _invoke(self, call: AgentCall, streams: Streams | None) -> AgentRun:
+        participant = self.setup.participants.get(call.agent)
+        if participant is None:
+            raise ValueError(f"No agent named {call.agent!r} in this workflow.")
+        delegations = self._delegations(streams) if participant.delegates else None
+        run = await participant.run(
+            await self._agent_view(call.agent),
+            None if streams is None else streams.agent(call.agent),
+            self._engine.manager.vet_handoff,
+            self._gate_for(participant, no_handoffs=call.no_handoffs),
+            delegations,
+        )
+        return _with_delegations(run, delegations)
+
+    async def _resolve(self, streams: Streams | None) -> AgentRun:
+        """The waiting agent's answered requests carried out.
+
+        Its run: the messages that settle them (approved tools run, declined ones refused), its
+        answered handoff calls, vetted, a reviewer's verdict among them, and the delegations
+        that approved delegate calls made.
+        """
+        pending = self._engine.pending
+        name = str(pending.agent)
+        then = pending.then or Continuation(name)
+        participant = self.setup.participants[name]
+        gate = self._gate_for(participant, no_handoffs=then.no_handoffs and then.agent == name)
+        delegations = None
+        if participant.delegates:  # an expert reads the history as it was before the calls
+            start = self._message_with(list(pending.requests.values()))
+            delegations = self._delegations(streams, history_end=start)
+        verdicts: list[ReviewVerdict] = []
+        vet = self._engine.manager.vet_handoff
+        messages, calls = await pending.resolve(
+            participant, vet, gate, delegations=delegations, verdicts=verdicts
+        )
+        verdict = verdicts[0] if verdicts else None
+        run = AgentRun(AgentResponse(messages=messages), calls, frozenset(), verdict)
+        return _with_delegations(run, delegations)
+
+    async def _carry_on(self, streams: Streams | None) -> AgentRun:
+        """The answers are an expert's, in a delegation that waited: the expert carries on.
+
+        Its answer goes out through the frames above it. The run's one message is the result of
+        the caller's delegate call for the shared history; none when an expert waits again
+        (``suspension``).
+        """
+        pending = self._engine.pending
+        frames = pending.frames
+        inner = frames[-1]
+        delegations = self._delegations(streams, frames, history_end=frames[0].history_end)
+        result: str | None = None
+        if not inner.started:  # the delegate call itself waited for approval
+            answer = next(iter(pending.answers.values()))
+            if answer.approved:
+                result = await delegations.run(replace(inner, started=True))
+            else:
+                result = delegations.decline(inner)
+            result = await delegations.carry_on(frames, result)
+        else:
+            expert = self.setup.experts[inner.expert]
+            nested = Delegations(delegations.scope, inner.depth, delegations.records)
+            vet = self._engine.manager.vet_handoff
+            resolved, _ = await pending.resolve(
+                expert, vet, self._gate_for(expert), delegations=nested
+            )
+            moved = replace(inner, messages=(*inner.messages, *resolved))
+            if nested.suspension is not None:  # an approved delegate of the expert waits in turn
+                inside = nested.suspension
+                delegations.suspension = Suspension(
+                    (*frames[:-1], moved, *inside.frames), inside.requests
+                )
+            else:
+                result = await delegations.carry_on(frames, await delegations.run(moved))
+        outer = frames[0]
+        waits = result is None and delegations.suspension is not None
+        messages = [] if waits else [delegate_result(outer.call_id, str(result), outer.caller)]
+        run = AgentRun(AgentResponse(messages=messages), (), frozenset())
+        return _with_delegations(run, delegations)
+
+    # -- what an agent reads ---------------------------------------------------------------------
+
+    def _fresh(self) -> None:
+        """Drop the views of an earlier epoch of the engine's conversation."""
+        if self._epoch != self._engine.epoch:
+            self._views.clear()
+            self._expert_views.clear()
+            self._epoch = self._engine.epoch
+
+    def _new_view(
+        self, name: str, mode: HandoffToolCallFiltering, *, filtered: bool = False
+    ) -> AgentView:
+        """A view of the history for ``name``, without the abandoned turns.
+
+        ``filtered``: it stops at the handoffs into ``name`` whose edge has an input filter
+        (an agent's own view; :meth:`_agent_view` runs the filters).
+        """
+        stops = (
+            frozenset(edge for edge, (target, _) in self._input_filters.items() if target == name)
+            if filtered
+            else frozenset[tuple[str, str]]()
+        )
+        setup = self.setup
+        left_out = self._engine.left_out
+        return AgentView(
+            name, mode, setup.handoff_tools, setup.author, left_out=left_out, stops=stops
+        )
+
+    async def _agent_view(self, name: str) -> list[Message]:
+        """What agent ``name`` reads when it runs now: its view, with its edges' input filters."""
+        self._fresh()
+        view = self._views.get(name)
+        if view is None:
+            view = self._views[name] = self._new_view(name, self.setup.filtering, filtered=True)
+        history = self._engine.history
+        messages = view.update(history)
+        while view.due is not None:
+            due = view.due
+            handoff = due.handoff.handoff
+            _, function = self._input_filters[(handoff.source, handoff.tool_name)]
+            model = self._payload_models.get((handoff.source, handoff.tool_name))
+            if model is not None:
+                payload, _ = validate_arguments(model, json.loads(handoff.goal or "{}"))
+                handoff = replace(handoff, payload=payload)
+            data = HandoffInput(due.messages, handoff, due.call, due.result, due.note)
+            view.apply(await filtered_input(function, data))
+            messages = view.update(history)
+        return messages
+
+    def _expert_input(self, expert: str, history: HistoryMode, end: int) -> list[Message]:
+        """What ``expert`` reads of the first ``end`` shared messages before its task."""
+        if history == "none":
+            return []
+        shared = self._engine.history
+        mode = self.setup.filtering if history == "filtered" else HandoffToolCallFiltering.NONE
+        if end < len(shared):  # a delegation carried on later: read that prefix afresh
+            return self._new_view(expert, mode).update(shared[:end])
+        self._fresh()
+        view = self._expert_views.get((expert, mode))
+        if view is None:
+            view = self._expert_views[expert, mode] = self._new_view(expert, mode)
+        return list(view.update(shared))
+
+    def _message_with(self, requests: Sequence[Content]) -> int:
+        """The index of the first history message holding a call one of ``requests`` is about.
+
+        The end of the history if none does.
+        """
+        wanted = {call_id_of(request) for request in requests}
+        history = self._engine.history
+        for index, message in enumerate(history):
+            if any(c.type == "function_call" and c.call_id in wanted for c in message.contents):
+                return index
+        return len(history)
+
+    # -- what a run may do -----------------------------------------------------------------------
+
+    def _gate_for(self, participant: Participant, *, no_handoffs: bool = False) -> HandoffGate:
+        """What the participant's edges allow in this run, asked with the conversation so far."""
+        return HandoffGate(
+            participant.policies,
+            self._engine.history,
+            self._engine.conversation_id,
+            no_handoffs=no_handoffs,
+            timeout=self.setup.hook_timeout,
+        )
+
+    def _delegations(
+        self,
+        streams: Streams | None,
+        waiting: Sequence[DelegationFrame] = (),
+        *,
+        history_end: int | None = None,
+    ) -> Delegations:
+        """What one run's delegations need, with this turn's calls of each delegate counted.
+
+        ``waiting``: the frames of a delegation that carries on; their calls count too.
+        ``history_end``: experts read the shared history up to there, not to its end (the
+        caller's response that made the calls is in the history by then).
+        """
+        used: dict[str, int] = {}
+        turn = self._engine.turn
+        finished = turn.delegations if turn is not None else ()
+        calls = [(r.caller, r.tool_name) for r in finished if r.outcome != "refused"]
+        calls += [(frame.caller, frame.tool_name) for frame in waiting]
+        for caller, tool_name in calls:
+            key = delegate_key(caller, tool_name)
+            used[key] = used.get(key, 0) + 1
+        engine = self._engine
+
+        def on_update(expert: str) -> Sink | None:
+            return None if streams is None else streams.expert(expert)
+
+        scope = DelegationScope(
+            experts=self.setup.experts,
+            inputs=self._expert_input,
+            history_length=(
+                (lambda: len(engine.history)) if history_end is None else (lambda: history_end)
+            ),
+            on_update=on_update,
+            max_depth=self.setup.max_delegation_depth,
+            used=used,
+        )
+        return Delegations(scope)
+
+
+def _with_delegations(run: AgentRun, delegations: Delegations | None) -> AgentRun:
+    """``run`` with what ``delegations`` did in it: its finished delegations and one that waits."""
+    if delegations is None:
+        return run
+    return run._replace(delegations=tuple(delegations.records), suspension=delegations.suspension)
