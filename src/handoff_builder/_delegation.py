@@ -67,6 +67,9 @@ __all__ = [
     "Suspension",
     "delegate_key",
     "make_delegate_tool",
+    "settle_waiting",
+    "settlement",
+    "waiting_apart",
 ]
 
 HistoryMode = Literal["none", "full", "filtered"]
@@ -180,6 +183,30 @@ def waiting_call(frame: DelegationFrame) -> Content:
 def settle_waiting(frames: Sequence[DelegationFrame], status: str) -> list[Message]:
     """The result that closes the outermost delegate call when its turn ends without an answer."""
     return unanswered([waiting_call(frames[0])], frames[0].caller, status)
+
+
+def settlement(
+    requests: Sequence[Content], frames: Sequence[DelegationFrame], agent: str, status: str
+) -> list[Message]:
+    """Results for requests a turn ends without: the waiting delegate call's, or each one's."""
+    if frames:
+        return settle_waiting(frames, status)
+    return unanswered(requests, agent, status)
+
+
+def waiting_apart(
+    waiting: Suspension, requests: Sequence[Content], agent: str
+) -> tuple[list[Message], list[Content]]:
+    """The caller's delegate call waits with its expert: what settles the rest, what waits.
+
+    The results that settle the caller's other requests, and the expert's requests, which the
+    turn waits for.
+    """
+    held = waiting.frames[0].call_id
+    others = [r for r in requests if call_id_of(r) != held]
+    text = BESIDE_WAITING_RESULT.format(tool=waiting.frames[0].tool_name)
+    settled = unanswered(others, agent, "waiting", text=text) if others else []
+    return settled, list(waiting.requests)
 
 
 class Delegations:

@@ -25,17 +25,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from agent_framework import Content, Message
 
 from ._calls import (
-    BESIDE_WAITING_RESULT,
-    call_id_of,
     dangling_calls,
     requests_in,
     settle,
-    unanswered,
 )
 from ._decision import (
     AgentReply,
@@ -48,7 +45,7 @@ from ._decision import (
     ReviewVerdict,
     TurnStart,
 )
-from ._delegation import Suspension, settle_waiting
+from ._delegation import Suspension, settle_waiting, settlement, waiting_apart
 from ._events import (
     EscalationEvent,
     HandoffTurnResult,
@@ -57,7 +54,15 @@ from ._events import (
     TurnStatus,
     TurnTimeoutEvent,
 )
-from ._reply import hidden_after, status_of, steps_of, undecided, unless_cut_short
+from ._reply import (
+    hidden_after,
+    past_invocation_cap,
+    status_of,
+    steps_of,
+    timed_out,
+    undecided,
+    unless_cut_short,
+)
 from ._requests import PendingRequests
 from ._state import (
     Continuation,
@@ -356,7 +361,7 @@ class TurnEngine:
             return self._carry_out(self._timed_out(flight.limit, name), now, source=name)
         saved = flight.saved
         requests = [Content.from_dict(item) for item in saved.requests] if saved else []
-        self._extend_after_wait(self._settlement(requests, flight.frames, name, "timed out"))
+        self._extend_after_wait(settlement(requests, flight.frames, name, "timed out"))
         self.pending = PendingRequests()
         return self._carry_out(self._timed_out(flight.limit, name), now)
 
@@ -392,7 +397,7 @@ class TurnEngine:
         if requests:
             agent = str(self.pending.agent or self.speaker or self.rules.author)
             frames = self.pending.frames
-            self._extend_after_wait(self._settlement(requests, frames, agent, "abandoned"))
+            self._extend_after_wait(settlement(requests, frames, agent, "abandoned"))
         self.pending = PendingRequests()
         self.left_out = (*self.left_out, (turn.input_from(self.history), len(self.history)))
         self.epoch += 1  # every view is rebuilt without the turn
@@ -413,7 +418,8 @@ class TurnEngine:
         requests = requests_in(delta)
         waiting = self._add_delegations(run)
         if waiting is not None:
-            requests = self._delegation_waits(waiting, requests, name)
+            beside, requests = waiting_apart(waiting, requests, name)
+            self.history.extend(beside)
         reply = AgentReply(
             name, tuple(delta), run.calls, unfinished=bool(requests), disabled=run.disabled,
             verdict=run.verdict, tool_limit=run.tool_limit,
@@ -423,7 +429,7 @@ class TurnEngine:
         if requests and isinstance(decision, NextAgent):
             return self._wait_for(name, requests, decision, frames)
         if requests:
-            self.history.extend(self._settlement(requests, frames, name, status_of(decision)))
+            self.history.extend(settlement(requests, frames, name, status_of(decision)))
         return self._carry_out(decision, now, source=name)
 
     async def _after_resolve(
@@ -534,7 +540,8 @@ class TurnEngine:
                 return Hop(decision.agent, no_handoffs, self._take_trail(), self.snapshot())
             self.turn = turn
             self._trail.extend(decision.events)
-            decision = self._past_invocation_cap(decision)
+            cap = self.manager.max_iterations
+            decision = past_invocation_cap(decision, self.speaker or decision.agent, cap)
         return self._conclude(decision, source)
 
     def _call(self, agent: str, now: float, *, no_handoffs: bool) -> Step:
@@ -674,25 +681,6 @@ class TurnEngine:
             self._trail.extend(records)
         return run.suspension
 
-    def _delegation_waits(
-        self, waiting: Suspension, requests: Sequence[Content], name: str
-    ) -> list[Content]:
-        """The caller's call waits with its expert: the expert's requests, the rest settled."""
-        held = waiting.frames[0].call_id
-        others = [r for r in requests if call_id_of(r) != held]
-        if others:
-            text = BESIDE_WAITING_RESULT.format(tool=waiting.frames[0].tool_name)
-            self.history.extend(unanswered(others, name, "waiting", text=text))
-        return list(waiting.requests)
-
-    def _settlement(
-        self, requests: Sequence[Content], frames: Sequence[Any], agent: str, status: str
-    ) -> list[Message]:
-        """Results for requests the turn ends without: the waiting delegate call, or each one."""
-        if frames:
-            return settle_waiting(frames, status)
-        return unanswered(requests, agent, status)
-
     def _extend_after_wait(self, messages: Sequence[Message]) -> None:
         """Add the answers of a run that waited.
 
@@ -706,6 +694,10 @@ class TurnEngine:
             start = turn.hidden[-1][0]
             self.turn = replace(turn, hidden=(*turn.hidden[:-1], (start, len(self.history))))
 
+    def _timed_out(self, limit: Limit, agent: str) -> EndTurn:
+        seconds = self.agent_timeout if limit == "agent_call" else self.turn_timeout
+        return timed_out(limit, agent, seconds)
+
     def _time_left(self, now: float) -> tuple[Limit, float | None]:
         """Which deadline the next agent call runs against, and its seconds (``None``: none)."""
         if self.deadline is None and self.turn_timeout is not None:
@@ -714,24 +706,6 @@ class TurnEngine:
         if left is not None and (self.agent_timeout is None or left < self.agent_timeout):
             return "turn", left
         return "agent_call", self.agent_timeout
-
-    def _timed_out(self, limit: Limit, agent: str) -> EndTurn:
-        seconds = self.agent_timeout if limit == "agent_call" else self.turn_timeout
-        event = TurnTimeoutEvent(limit, agent, float(seconds or 0.0))
-        status: TurnStatus = "agent_timeout" if limit == "agent_call" else "turn_timeout"
-        return EndTurn(status, events=(event,))
-
-    def _past_invocation_cap(self, decision: NextAgent) -> Escalate:
-        """The engine's own cap: the manager asked for one invocation too many."""
-        handoff = decision.handoff
-        escalation = EscalationEvent(
-            "max_iterations",
-            self.speaker or decision.agent,
-            self.manager.max_iterations,
-            decision.agent,
-            handoff.goal if handoff is not None else None,
-        )
-        return Escalate(escalation, events=(escalation,))
 
     # -- loading ---------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ them; they read no host and change nothing.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Literal
 
 from ._caps import CAPS
 from ._decision import AgentReply, Decision, EndTurn, Escalate, NextAgent
@@ -136,4 +137,31 @@ def status_of(decision: Decision) -> TurnStatus:
     return "completed" if isinstance(decision, NextAgent) else decision.status
 
 
-__all__ = ["end_step", "hidden_after", "status_of", "steps_of", "undecided", "unless_cut_short"]
+__all__ = [
+    "end_step",
+    "hidden_after",
+    "past_invocation_cap",
+    "status_of",
+    "steps_of",
+    "timed_out",
+    "undecided",
+    "unless_cut_short",
+]
+
+
+def timed_out(limit: Literal["agent_call", "turn"], agent: str, seconds: float | None) -> EndTurn:
+    """The turn ends at a deadline: ``agent`` was about to run, or ran, past ``limit``."""
+    event = TurnTimeoutEvent(limit, agent, float(seconds or 0.0))
+    status: TurnStatus = "agent_timeout" if limit == "agent_call" else "turn_timeout"
+    return EndTurn(status, events=(event,))
+
+
+def past_invocation_cap(decision: NextAgent, source: str, cap: int) -> Escalate:
+    """The turn escalates: ``decision`` would be one agent invocation past ``cap``.
+
+    ``source``: the agent whose reply led to it.
+    """
+    handoff = decision.handoff
+    goal = handoff.goal if handoff is not None else None
+    escalation = EscalationEvent("max_iterations", source, cap, decision.agent, goal)
+    return Escalate(escalation, events=(escalation,))
