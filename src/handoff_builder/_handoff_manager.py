@@ -195,13 +195,9 @@ class HandoffManager(GroupChatManager):
         stopped = "tool_limit" if reply.tool_limit else tally.cap
         if stopped is not None:
             return self._at_cap(stopped, speaker, events, tally.tripped)
-        safe = self._state.safe_agent
-        if safe is not None and safe[0] == speaker:
-            if reply.unfinished:  # it waits for answers: it carries on, no handoffs, past caps
-                return NextAgent(speaker, events=tuple(events), no_handoffs=True)
-            # The safe agent answered: the turn ends with its reply, as the cap's outcome.
-            step = RoutingStep("end", "code", "safe_agent", speaker)
-            return EndTurn(cast(TurnStatus, safe[1]), events=tuple(events), step=step)
+        safe = self._safe_agent_replied(reply, events)
+        if safe is not None:
+            return safe
         if tally.accepted is not None:
             decision = self._hand_over(tally.accepted, events)
         elif self._blocked_outcome(events):
@@ -216,6 +212,17 @@ class HandoffManager(GroupChatManager):
         if isinstance(decision, NextAgent) and tally.rejected > self.settings.max_rejected_handoffs:
             return self._at_cap("rejected_handoffs", speaker, events)
         return decision
+
+    def _safe_agent_replied(self, reply: AgentReply, events: list[Event]) -> Decision | None:
+        """What follows a reply of the safe agent a cap forced (``None``: another agent's)."""
+        safe = self._state.safe_agent
+        if safe is None or safe[0] != reply.agent:
+            return None
+        if reply.unfinished:  # it waits for answers: it carries on, no handoffs, past caps
+            return NextAgent(reply.agent, events=tuple(events), no_handoffs=True)
+        # The safe agent answered: the turn ends with its reply, as the cap's outcome.
+        step = RoutingStep("end", "code", "safe_agent", reply.agent)
+        return EndTurn(cast(TurnStatus, safe[1]), events=tuple(events), step=step)
 
     def _blocked_outcome(self, events: list[Event]) -> bool:
         """A blocked handoff (not one a person declined) with an outcome of its own."""

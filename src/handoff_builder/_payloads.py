@@ -158,28 +158,33 @@ def is_strict_schema(schema: Mapping[str, Any]) -> bool:
     required, in nested models too; a model declares that with ``extra="forbid"`` and no
     defaults. Nothing is rewritten to make a schema qualify.
     """
+    return _strict(schema)
 
-    def strict(node: Any) -> bool:
-        if not isinstance(node, Mapping):
-            return True
-        fields = cast(Mapping[str, Any], node)
-        if "default" in fields:
-            return False
-        if fields.get("type") == "object" or "properties" in fields:
-            properties = cast(Mapping[str, Any], fields.get("properties") or {})
-            required = set(cast(list[str], fields.get("required") or []))
-            if fields.get("additionalProperties") is not False or required != set(properties):
-                return False
-        for key in ("properties", "$defs"):
-            if not all(
-                strict(sub) for sub in cast(Mapping[str, Any], fields.get(key) or {}).values()
-            ):
-                return False
-        for key in ("items", "anyOf", "oneOf", "allOf"):
-            sub = fields.get(key)
-            subs = cast(list[Any], sub) if isinstance(sub, list) else [sub]
-            if not all(strict(item) for item in subs):
-                return False
+
+def _closed(node: Mapping[str, Any]) -> bool:
+    """An object node that strict mode accepts: closed, every property required, no default."""
+    if "default" in node:
+        return False
+    if node.get("type") != "object" and "properties" not in node:
         return True
+    properties = cast(Mapping[str, Any], node.get("properties") or {})
+    required = set(cast(list[str], node.get("required") or []))
+    return node.get("additionalProperties") is False and required == set(properties)
 
-    return strict(schema)
+
+def _children(node: Mapping[str, Any]) -> list[Any]:
+    """The schemas nested in ``node``: its properties, definitions, items and alternatives."""
+    children: list[Any] = []
+    for key in ("properties", "$defs"):
+        children += cast(Mapping[str, Any], node.get(key) or {}).values()
+    for key in ("items", "anyOf", "oneOf", "allOf"):
+        sub = node.get(key)
+        children += cast(list[Any], sub) if isinstance(sub, list) else [sub]
+    return children
+
+
+def _strict(node: Any) -> bool:
+    if not isinstance(node, Mapping):
+        return True
+    fields = cast(Mapping[str, Any], node)
+    return _closed(fields) and all(_strict(child) for child in _children(fields))
