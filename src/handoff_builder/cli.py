@@ -6,22 +6,19 @@ import argparse
 import asyncio
 import atexit
 import contextlib
-import inspect
 import logging
 import os
 import sys
 import threading
 import warnings
 from collections.abc import AsyncIterator, Generator, Sequence
-from typing import TYPE_CHECKING, NoReturn, TextIO
+from typing import NoReturn, TextIO
 
 from typing_extensions import override
 
+from ._loading import load_builder
 from .exceptions import HandoffBuilderError, HandoffConfigurationError
 from .providers import PROVIDERS
-
-if TYPE_CHECKING:
-    from ._builder import HandoffWorkflowBuilder
 
 __all__ = ["main"]
 
@@ -191,56 +188,10 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _load_builder(spec: str) -> HandoffWorkflowBuilder:
-    """The builder ``module:attribute`` names (an attribute path; a function is called)."""
-    import importlib
-    import os
-
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise ValueError(f"expected MODULE:ATTRIBUTE (e.g. myapp.desk:builder), got {spec!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        value: object = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ValueError(f"cannot import {module_name!r}: {error}") from error
-    except (Exception, SystemExit) as error:  # the module's own code failed, or exited
-        raise ValueError(
-            f"importing {module_name!r} raised {type(error).__name__}: {error}"
-        ) from error
-    for part in attribute.split("."):
-        if not hasattr(value, part):
-            raise ValueError(f"{module_name!r} has no attribute {attribute!r}")
-        value = getattr(value, part)
-    return _called(value, spec)
-
-
-def _called(value: object, spec: str) -> HandoffWorkflowBuilder:
-    """``value`` as a builder: itself, or what calling it (a plain function) returns."""
-    from ._builder import HandoffWorkflowBuilder
-
-    if callable(value) and not isinstance(value, HandoffWorkflowBuilder):
-        try:
-            value = value()
-        except (Exception, SystemExit) as error:  # reported in one line
-            raise ValueError(f"calling {spec} raised {type(error).__name__}: {error}") from error
-        if inspect.isawaitable(value):
-            if inspect.iscoroutine(value):
-                value.close()  # never awaited: say so plainly, not with a RuntimeWarning
-            raise ValueError(f"{spec} is async; name a builder, or a plain function returning one")
-    if not isinstance(value, HandoffWorkflowBuilder):
-        raise ValueError(
-            f"{spec} is an object of type {type(value).__name__}, not a HandoffWorkflowBuilder "
-            "(or a function that returns one)"
-        )
-    return value
-
-
 def _graph(spec: str | None, workflow: str) -> int:
     """Print the graph and every lint finding; the exit status (1: the lint found an error)."""
     if spec is not None:
-        builder = _load_builder(spec)
+        builder = load_builder(spec)
     else:
         from ._demo import demo_builder
         from ._support_desk import support_desk
@@ -309,7 +260,7 @@ async def _chat(args: argparse.Namespace) -> None:
                 "--provider and --max-output-tokens set up the built-in support desk; the agents "
                 f"of {args.builder} bring their own clients and options"
             )
-        desk = _load_builder(args.builder)
+        desk = load_builder(args.builder)
     else:
         desk = support_desk(args.provider or "scripted", args.max_output_tokens)
     spec = args.store or default_store()
@@ -332,7 +283,7 @@ async def _worker(args: argparse.Namespace) -> None:
         raise ValueError(
             f"the worker needs Temporal's SDK: pip install 'handoff-builder[temporal]' ({error})"
         ) from error
-    builder = _load_builder(args.builder)
+    builder = load_builder(args.builder)
     try:
         client = await connect(args.temporal, namespace=args.namespace)
     except Exception as error:  # the SDK's connection errors: said in one line
