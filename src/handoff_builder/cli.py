@@ -1,4 +1,4 @@
-"""The ``handoff-builder`` command line: ``demo``, ``chat``, ``graph`` and ``worker``."""
+"""The ``handoff-builder`` command line: ``demo``, ``chat``, ``graph``, ``eval`` and ``worker``."""
 
 from __future__ import annotations
 
@@ -118,6 +118,7 @@ def _parser() -> argparse.ArgumentParser:
         help="without MODULE:ATTRIBUTE, a built-in workflow: support-desk (what chat runs; the "
         "default) or demo (what demo runs)",
     )
+    _eval_parser(commands)
     worker = commands.add_parser(
         "worker",
         help="run a Temporal worker for your workflow's conversations",
@@ -150,6 +151,87 @@ def _parser() -> argparse.ArgumentParser:
         f"are handed back to Temporal for another worker (default: {_DEFAULT_GRACEFUL_SHUTDOWN:g})",
     )
     return parser
+
+
+def _eval_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:  # pyright: ignore[reportPrivateUsage] - argparse's own type for add_subparsers()
+    """``eval``: run a case file against a workflow; ``eval record``: cases from a conversation."""
+    from .evals._command import min_accuracy
+
+    evals = commands.add_parser(
+        "eval",
+        help="measure how often a workflow routes each message to the right agent",
+        usage="handoff-builder eval CASES.jsonl [--workflow MODULE:ATTRIBUTE] [--provider ...] "
+        "[--repeat N] [--concurrency N] [--out DIR] [--min-accuracy X]\n"
+        "       handoff-builder eval record --store SPEC --conversation ID [--redact]",
+        description="Run every case of CASES.jsonl (one JSON object a line: the user's input and "
+        "the agent expected to answer it) as a new conversation, and print the routing accuracy, "
+        "the confusion matrix (expected agent x the agent that answered), each handoff edge, "
+        "hops, refused handoff attempts, escalations, goal and path checks, latency and tokens. "
+        "Exits with status 1 below --min-accuracy. 'eval record' prints a stored conversation's "
+        "user turns as case lines instead. See docs/evals.md.",
+    )
+    evals.add_argument(
+        "cases",
+        metavar="CASES.jsonl",
+        help="the case file, or the word record (to record cases from a stored conversation)",
+    )
+    evals.add_argument(
+        "--workflow",
+        metavar="MODULE:ATTRIBUTE",
+        help="your HandoffWorkflowBuilder, or a function that returns one (default: the built-in "
+        "support desk that chat talks to)",
+    )
+    evals.add_argument(
+        "--provider",
+        choices=PROVIDERS,
+        default=None,
+        help="the model of the support desk (scripted, the default; openai, with OPENAI_BASE_URL "
+        "for an OpenAI-compatible server; azure), or passed to your function as provider=...",
+    )
+    evals.add_argument(
+        "--max-output-tokens",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="output tokens one model response may use: for the support desk, or passed to your "
+        "function as max_output_tokens=...",
+    )
+    evals.add_argument(
+        "--repeat", type=_positive_int, default=1, metavar="N", help="run every case N times"
+    )
+    evals.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        default=4,
+        metavar="N",
+        help="cases run at the same time (default: 4)",
+    )
+    evals.add_argument(
+        "--out",
+        metavar="DIR",
+        help="write DIR/results.jsonl (every turn, with each agent call's input and output), "
+        "DIR/report.md and DIR/confusion.svg",
+    )
+    evals.add_argument(
+        "--min-accuracy",
+        type=min_accuracy,
+        default=None,
+        metavar="X",
+        help="exit with status 1 below this routing accuracy: a fraction (0.8) or a percentage "
+        "(80%%)",
+    )
+    evals.add_argument(
+        "--store",
+        metavar="SPEC",
+        help="eval record: where the conversation is (sqlite:PATH, postgresql://..., memory)",
+    )
+    evals.add_argument("--conversation", metavar="ID", help="eval record: the conversation's id")
+    evals.add_argument(
+        "--redact",
+        action="store_true",
+        help="eval record: leave personal data out (e-mail addresses, IBANs, numbers of six "
+        "digits or more) and the conversation id out of the case ids",
+    )
 
 
 def _positive_int(text: str) -> int:
@@ -356,6 +438,10 @@ def _run(args: argparse.Namespace) -> int:
                 asyncio.run(run_demo(sys.stdout))
             elif args.command == "chat":
                 asyncio.run(_chat(args))
+            elif args.command == "eval":
+                from .evals._command import eval_command
+
+                code = eval_command(args)
             elif args.command == "worker":
                 asyncio.run(_worker(args))
             else:
