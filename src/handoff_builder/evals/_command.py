@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import logging
 import sys
 import time
+from collections.abc import Generator
 from pathlib import Path
 from typing import TextIO
+
+from typing_extensions import override
 
 from handoff_builder._builder import HandoffWorkflowBuilder
 from handoff_builder._loading import builder_of, load_target, parameters_of
@@ -31,6 +36,8 @@ PROGRESS_AFTER = 2.0
 """Seconds a run goes on before progress is shown (a short run shows none)."""
 PROGRESS_EVERY = 5.0
 """Seconds between progress lines when standard error is not a terminal."""
+_LINT = "handoff workflow lint"
+"""How the builder's lint warnings begin (they are logged during an eval too)."""
 _RUN_OPTIONS = ("workflow", "provider", "max_output_tokens", "out", "min_accuracy")
 _RECORD_OPTIONS = ("store", "conversation", "redact")
 
@@ -63,7 +70,8 @@ def eval_command(args: argparse.Namespace) -> int:
     _refuse(args, _RECORD_OPTIONS, "eval CASES.jsonl (they are eval record's)")
     cases = load_cases(args.cases)
     builder = _builder(args)
-    results = asyncio.run(_run(builder, cases, args))
+    with _turns_not_logged():
+        results = asyncio.run(_run(builder, cases, args))
     report = EvalReport(ordered(results, cases), runs=args.repeat)
     sys.stdout.write(report.summary())
     if args.out is not None:
@@ -83,7 +91,8 @@ def _refuse(args: argparse.Namespace, options: tuple[str, ...], what: str) -> No
     given = [name for name in options if getattr(args, name) not in (None, False)]
     if given:
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
-        raise ValueError(f"{flags} {'is' if len(given) == 1 else 'are'} not an option of {what}")
+        are = "is not an option" if len(given) == 1 else "are not options"
+        raise ValueError(f"{flags} {are} of {what}")
 
 
 def _builder(args: argparse.Namespace) -> HandoffWorkflowBuilder:
@@ -144,6 +153,25 @@ async def _record(spec: str, conversation_id: str, *, redact: bool) -> int:
     for case in cases:
         sys.stdout.write(json.dumps(case.to_json(), ensure_ascii=False) + "\n")
     return 0
+
+
+class _TurnWarnings(logging.Filter):
+    """Drops the warnings of the turns themselves (a refused handoff, an escalation)."""
+
+    @override
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno != logging.WARNING or str(record.msg).startswith(_LINT)
+
+
+@contextlib.contextmanager
+def _turns_not_logged() -> Generator[None, None, None]:
+    """While cases run, the summary counts what each turn would log; the lint is still logged."""
+    logger, kept = logging.getLogger("handoff_builder"), _TurnWarnings()
+    logger.addFilter(kept)
+    try:
+        yield
+    finally:
+        logger.removeFilter(kept)
 
 
 class _Progress:

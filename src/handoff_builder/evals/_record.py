@@ -31,13 +31,14 @@ __all__ = ["REDACTIONS", "record_cases"]
 REDACTIONS: tuple[tuple[str, str], ...] = (
     (r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+", "[email]"),
     (r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b", "[iban]"),
-    (r"\+?\d(?:[\s()./-]{0,2}\d){5,}", "[number]"),
+    (r"\b\d{1,3}(?:\.\d{1,3}){3}\b", "[ip]"),
+    (r"\+?\(?\d(?:[\s()./-]{0,2}\d){5,}", "[number]"),
 )
 """What ``redact=True`` replaces, in this order: e-mail addresses; IBANs (two capital letters,
-two digits, then 11 to 30 letters or digits, spaces allowed between them); and every number of
-six digits or more, counted across spaces, dots, dashes, slashes and brackets between them
-(phone numbers, card and account numbers, IP addresses, dates written in digits), a leading
-``+`` included."""
+two digits, then 11 to 30 capital letters or digits, single spaces allowed between them); IPv4
+addresses; and every number of six digits or more, counted across up to two spaces, dots,
+dashes, slashes or brackets between digits (phone numbers, card and account numbers, dates
+written in digits), with a leading ``+`` or ``(``."""
 
 _redactions = [redact_patterns(pattern, replacement=marker) for pattern, marker in REDACTIONS]
 
@@ -66,7 +67,7 @@ async def record_cases(
     record = await store.load(conversation_id)
     where = f"conversation {conversation_id!r}"
     if record is None:
-        raise EvalCaseError(where, None, "is not in the store")
+        raise EvalCaseError(where, None, "not in the store")
     history = stored_history(record)
     state = stored_host_state(record)
     turns = _turns(history)
@@ -82,7 +83,7 @@ async def record_cases(
         if case is not None:
             cases.append(case)
     if not cases:
-        raise EvalCaseError(where, None, "has no finished user turn to make a case of")
+        raise EvalCaseError(where, None, "no finished user turn to make a case of")
     return cases
 
 
