@@ -198,7 +198,8 @@ class _Handler(BaseHTTPRequestHandler):
         message = fake.replies.pop(0)
         if self.path != PATHS["responses"]:
             if body.get("stream"):
-                usage = bool((body.get("stream_options") or {}).get("include_usage"))
+                options: dict[str, Any] = body.get("stream_options") or {}
+                usage = bool(options.get("include_usage"))
                 chunks = _completion_chunks(number, model, message, usage=usage)
                 self._stream(chunks, named=False)
             else:
