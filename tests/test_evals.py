@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_framework import Agent, Content, Message
+from agent_framework import Agent, Content, Message, tool
 
 from handoff_builder import (
     ConversationHost,
@@ -38,7 +38,15 @@ from handoff_builder.evals import (
     record_cases,
 )
 from handoff_builder.stores import InMemoryConversationStore
-from handoff_builder.testing import ModelCall, Step, call_tool, handoff_to, reply, respond
+from handoff_builder.testing import (
+    ModelCall,
+    ScriptedChatClient,
+    Step,
+    call_tool,
+    handoff_to,
+    reply,
+    respond,
+)
 from handoff_builder.testing import scripted_agent as agent
 from tests.fake_openai import FakeOpenAI, text, tool_call
 
@@ -854,3 +862,32 @@ async def test_record_cases_reads_turns_hand_backs_and_several_messages_at_once(
     assert (report.correct, report.checks("path")) == (3, (3, 3))
     with pytest.raises(EvalCaseError, match=r"^conversation 'nobody': not in the store$"):
         await record_cases(store, "nobody")
+
+
+@tool(approval_mode="always_require")
+def refund(amount: float) -> str:
+    """Refund an amount in EUR."""
+    return f"refunded {amount} EUR"
+
+
+async def test_a_turn_that_waits_for_an_approval_is_answered_by_the_agent_that_asks(
+    tmp_path: Path,
+) -> None:
+    """The eval answers no approval: the turn waits at billing, which routing reached."""
+
+    def billing_refunds(call: ModelCall) -> Step:
+        return call_tool("refund", amount=5)
+
+    triage = agent("triage", respond_with=always_billing)
+    billing = Agent(
+        client=ScriptedChatClient(name="billing", respond_with=billing_refunds),
+        name="billing",
+        tools=[refund],
+    )
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+    (tmp_path / "one.jsonl").write_text(case_line("b1") + "\n", encoding="utf-8")
+    report = await evaluate(builder, tmp_path / "one.jsonl")  # a case file's path
+    [result] = report.results
+    assert (result.answered, result.status, result.correct) == ("billing", "waiting", True)
+    assert result.path == ("triage", "billing")
+    assert result.model_calls == ()  # a turn's calls come with its result, which waits
