@@ -35,7 +35,7 @@ from handoff_builder._state import HostState, encode_host_state
 from handoff_builder.exceptions import ModelConnectionError
 from handoff_builder.stores import InMemoryConversationStore
 
-from ._cases import EvalCase, check_agents
+from ._cases import CaseMessage, EvalCase, check_agents
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -182,7 +182,8 @@ async def run_cases(
 
     The results come in the order their turns end, not in the cases' order.
     A turn that raises is a result with ``answered`` :data:`FAILED`; a model that cannot be
-    reached stops the whole run (its :class:`~handoff_builder.ModelConnectionError`).
+    reached stops the whole run (its :class:`~handoff_builder.ModelConnectionError`). ``source``
+    names the cases in an error (a case file's path).
 
     Raises:
         EvalCaseError: a case names an agent the workflow does not have (nothing runs).
@@ -251,7 +252,7 @@ async def _store_before(
     await store.append(conversation_id, start=0, messages=messages, state=state, expected_version=0)
 
 
-def _message(message: Any) -> Message:
+def _message(message: CaseMessage) -> Message:
     return Message(role=message.role, contents=[message.text], author_name=message.agent)
 
 
