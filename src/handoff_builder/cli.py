@@ -197,7 +197,11 @@ def _eval_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "function as max_output_tokens=...",
     )
     evals.add_argument(
-        "--repeat", type=_positive_int, default=1, metavar="N", help="run every case N times"
+        "--repeat",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="run every case N times (default: 1)",
     )
     evals.add_argument(
         "--concurrency",
@@ -229,8 +233,8 @@ def _eval_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     evals.add_argument(
         "--redact",
         action="store_true",
-        help="eval record: leave personal data out (e-mail addresses, IBANs, numbers of six "
-        "digits or more) and the conversation id out of the case ids",
+        help="eval record: leave personal data out (e-mail addresses, IBANs, IP addresses, "
+        "numbers of six digits or more) and the conversation id out of the case ids",
     )
 
 
