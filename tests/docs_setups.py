@@ -381,6 +381,21 @@ async def end_to_end(servers: Servers) -> AsyncGenerator[Setup]:
         )
 
 
+@page("docs/evals.md")
+def evals_page(servers: Servers) -> AbstractAsyncContextManager[Setup]:
+    """triage hands off on a keyword; billing and tech hand what belongs to the other back."""
+    del servers
+    triage = desk_agent("triage", routes=TRIAGE_ROUTES)
+    billing = desk_agent("billing", routes={"crash": "triage", "error": "triage"})
+    tech = desk_agent("tech", routes={"charge": "triage", "invoice": "triage"})
+    builder = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoffs(triage, [billing, tech])
+        .with_handoffs([billing, tech], triage)
+    )
+    return offline({"builder": builder})
+
+
 @page("docs/graphs.md")
 def graphs(servers: Servers) -> AbstractAsyncContextManager[Setup]:
     del servers

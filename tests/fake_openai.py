@@ -59,6 +59,10 @@ def text(content: str) -> dict[str, Any]:
 # -- chat completions ------------------------------------------------------------------------------
 
 
+USAGE = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+"""The usage every reply reports (one token in, one out)."""
+
+
 def _completion(number: int, model: str, message: dict[str, Any]) -> dict[str, Any]:
     finish = "tool_calls" if message.get("tool_calls") else "stop"
     return {
@@ -67,13 +71,16 @@ def _completion(number: int, model: str, message: dict[str, Any]) -> dict[str, A
         "created": 0,
         "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        "usage": USAGE,
     }
 
 
 def _completion_chunks(
-    number: int, model: str, message: dict[str, Any]
+    number: int, model: str, message: dict[str, Any], *, usage: bool = False
 ) -> Iterator[dict[str, Any]]:
+    """The chunks of one streamed reply; with ``usage`` (``stream_options.include_usage``), a
+    last chunk without choices carries the usage, as OpenAI and llama.cpp send it."""
+
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         return {
             "id": f"chatcmpl-{number}",
@@ -90,6 +97,8 @@ def _completion_chunks(
     for index, call in enumerate(calls):
         yield chunk({"tool_calls": [{**call, "index": index}]})
     yield chunk({}, "tool_calls" if calls else "stop")
+    if usage:
+        yield {**chunk({}), "choices": [], "usage": USAGE}
 
 
 # -- responses -------------------------------------------------------------------------------------
@@ -189,7 +198,10 @@ class _Handler(BaseHTTPRequestHandler):
         message = fake.replies.pop(0)
         if self.path != PATHS["responses"]:
             if body.get("stream"):
-                self._stream(_completion_chunks(number, model, message), named=False)
+                options: dict[str, Any] = body.get("stream_options") or {}
+                usage = bool(options.get("include_usage"))
+                chunks = _completion_chunks(number, model, message, usage=usage)
+                self._stream(chunks, named=False)
             else:
                 self._send(200, _completion(number, model, message))
         elif body.get("stream"):

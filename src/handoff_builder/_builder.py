@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeAlias, cast, overload
@@ -42,7 +44,7 @@ from ._views import HandoffToolCallFiltering
 from ._workflow import HandoffWorkflow
 from .exceptions import HandoffArgumentError
 
-__all__ = ["HandoffWorkflowBuilder", "Outcome"]
+__all__ = ["HandoffWorkflowBuilder", "Outcome", "agent_names", "recording_model_inputs"]
 
 Outcome: TypeAlias = "CapOutcome | Agent[Any]"
 """A cap's outcome: a :class:`CapOutcome`, or an agent (the safe agent)."""
@@ -907,3 +909,26 @@ def _name(agent: Agent | str) -> str:
 
 def _at_least_one(what: str, value: int) -> int:
     return int_argument(what, value)
+
+
+def recording_model_inputs(builder: HandoffWorkflowBuilder) -> HandoffWorkflowBuilder:
+    """``builder``, or a copy of it, whose workflows keep what each model receives.
+
+    A builder set up with ``with_model_inputs`` is returned as it is (its redaction and bound
+    stay); any other gets a copy with ``with_model_inputs()``'s defaults, sharing its agents and
+    every other setting. ``builder`` itself is never changed. The evals read each model call
+    this way (``handoff_builder.evals``).
+    """
+    config = builder._config  # pyright: ignore[reportPrivateUsage] - this module's class
+    if config.model_inputs is not None:
+        return builder
+    copied = copy.copy(builder)
+    recording = dataclasses.replace(config, model_inputs=ModelInputs())
+    copied._config = recording  # pyright: ignore[reportPrivateUsage] - this module's class
+    return copied
+
+
+def agent_names(builder: HandoffWorkflowBuilder) -> tuple[str, ...]:
+    """The names of the agents that take part in ``builder``'s conversations, in the order added."""
+    config = builder._config  # pyright: ignore[reportPrivateUsage] - this module's class
+    return tuple(_name(agent) for agent in config.participants.values())

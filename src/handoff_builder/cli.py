@@ -1,4 +1,4 @@
-"""The ``handoff-builder`` command line: ``demo``, ``chat``, ``graph`` and ``worker``."""
+"""The ``handoff-builder`` command line: ``demo``, ``chat``, ``graph``, ``eval`` and ``worker``."""
 
 from __future__ import annotations
 
@@ -6,22 +6,19 @@ import argparse
 import asyncio
 import atexit
 import contextlib
-import inspect
 import logging
 import os
 import sys
 import threading
 import warnings
 from collections.abc import AsyncIterator, Generator, Sequence
-from typing import TYPE_CHECKING, NoReturn, TextIO
+from typing import NoReturn, TextIO
 
 from typing_extensions import override
 
+from ._loading import load_builder
 from .exceptions import HandoffBuilderError, HandoffConfigurationError
 from .providers import PROVIDERS
-
-if TYPE_CHECKING:
-    from ._builder import HandoffWorkflowBuilder
 
 __all__ = ["main"]
 
@@ -121,6 +118,7 @@ def _parser() -> argparse.ArgumentParser:
         help="without MODULE:ATTRIBUTE, a built-in workflow: support-desk (what chat runs; the "
         "default) or demo (what demo runs)",
     )
+    _eval_parser(commands)
     worker = commands.add_parser(
         "worker",
         help="run a Temporal worker for your workflow's conversations",
@@ -153,6 +151,91 @@ def _parser() -> argparse.ArgumentParser:
         f"are handed back to Temporal for another worker (default: {_DEFAULT_GRACEFUL_SHUTDOWN:g})",
     )
     return parser
+
+
+def _eval_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:  # pyright: ignore[reportPrivateUsage] - argparse's own type for add_subparsers()
+    """``eval``: run a case file against a workflow; ``eval record``: cases from a conversation."""
+    from .evals._command import min_accuracy
+
+    evals = commands.add_parser(
+        "eval",
+        help="measure how often a workflow routes each message to the right agent",
+        usage="handoff-builder eval CASES.jsonl [--workflow MODULE:ATTRIBUTE] [--provider ...] "
+        "[--repeat N] [--concurrency N] [--out DIR] [--min-accuracy X]\n"
+        "       handoff-builder eval record --store SPEC --conversation ID [--redact]",
+        description="Run every case of CASES.jsonl (one JSON object a line: the user's input and "
+        "the agent expected to answer it) as a new conversation, and print the routing accuracy, "
+        "the confusion matrix (expected agent x the agent that answered), each handoff edge, "
+        "hops, refused handoff attempts, escalations, goal and path checks, latency and tokens. "
+        "Exits with status 1 below --min-accuracy. 'eval record' prints a stored conversation's "
+        "user turns as case lines instead. See docs/evals.md.",
+    )
+    evals.add_argument(
+        "cases",
+        metavar="CASES.jsonl",
+        help="the case file, or the word record (to record cases from a stored conversation)",
+    )
+    evals.add_argument(
+        "--workflow",
+        metavar="MODULE:ATTRIBUTE",
+        help="your HandoffWorkflowBuilder, or a function that returns one (default: the built-in "
+        "support desk that chat talks to)",
+    )
+    evals.add_argument(
+        "--provider",
+        choices=PROVIDERS,
+        default=None,
+        help="the model of the support desk (scripted, the default; openai, with OPENAI_BASE_URL "
+        "for an OpenAI-compatible server; azure), or passed to your function as provider=...",
+    )
+    evals.add_argument(
+        "--max-output-tokens",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="output tokens one model response may use: for the support desk, or passed to your "
+        "function as max_output_tokens=...",
+    )
+    evals.add_argument(
+        "--repeat",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="run every case N times (default: 1)",
+    )
+    evals.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        default=4,
+        metavar="N",
+        help="cases run at the same time (default: 4)",
+    )
+    evals.add_argument(
+        "--out",
+        metavar="DIR",
+        help="write DIR/results.jsonl (every turn, with each agent call's input and output), "
+        "DIR/report.md and DIR/confusion.svg",
+    )
+    evals.add_argument(
+        "--min-accuracy",
+        type=min_accuracy,
+        default=None,
+        metavar="X",
+        help="exit with status 1 below this routing accuracy: a fraction (0.8) or a percentage "
+        "(80%%)",
+    )
+    evals.add_argument(
+        "--store",
+        metavar="SPEC",
+        help="eval record: where the conversation is (sqlite:PATH, postgresql://..., memory)",
+    )
+    evals.add_argument("--conversation", metavar="ID", help="eval record: the conversation's id")
+    evals.add_argument(
+        "--redact",
+        action="store_true",
+        help="eval record: leave personal data out (e-mail addresses, IBANs, IP addresses, "
+        "numbers of six digits or more) and the conversation id out of the case ids",
+    )
 
 
 def _positive_int(text: str) -> int:
@@ -191,56 +274,10 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _load_builder(spec: str) -> HandoffWorkflowBuilder:
-    """The builder ``module:attribute`` names (an attribute path; a function is called)."""
-    import importlib
-    import os
-
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise ValueError(f"expected MODULE:ATTRIBUTE (e.g. myapp.desk:builder), got {spec!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        value: object = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ValueError(f"cannot import {module_name!r}: {error}") from error
-    except (Exception, SystemExit) as error:  # the module's own code failed, or exited
-        raise ValueError(
-            f"importing {module_name!r} raised {type(error).__name__}: {error}"
-        ) from error
-    for part in attribute.split("."):
-        if not hasattr(value, part):
-            raise ValueError(f"{module_name!r} has no attribute {attribute!r}")
-        value = getattr(value, part)
-    return _called(value, spec)
-
-
-def _called(value: object, spec: str) -> HandoffWorkflowBuilder:
-    """``value`` as a builder: itself, or what calling it (a plain function) returns."""
-    from ._builder import HandoffWorkflowBuilder
-
-    if callable(value) and not isinstance(value, HandoffWorkflowBuilder):
-        try:
-            value = value()
-        except (Exception, SystemExit) as error:  # reported in one line
-            raise ValueError(f"calling {spec} raised {type(error).__name__}: {error}") from error
-        if inspect.isawaitable(value):
-            if inspect.iscoroutine(value):
-                value.close()  # never awaited: say so plainly, not with a RuntimeWarning
-            raise ValueError(f"{spec} is async; name a builder, or a plain function returning one")
-    if not isinstance(value, HandoffWorkflowBuilder):
-        raise ValueError(
-            f"{spec} is an object of type {type(value).__name__}, not a HandoffWorkflowBuilder "
-            "(or a function that returns one)"
-        )
-    return value
-
-
 def _graph(spec: str | None, workflow: str) -> int:
     """Print the graph and every lint finding; the exit status (1: the lint found an error)."""
     if spec is not None:
-        builder = _load_builder(spec)
+        builder = load_builder(spec)
     else:
         from ._demo import demo_builder
         from ._support_desk import support_desk
@@ -309,7 +346,7 @@ async def _chat(args: argparse.Namespace) -> None:
                 "--provider and --max-output-tokens set up the built-in support desk; the agents "
                 f"of {args.builder} bring their own clients and options"
             )
-        desk = _load_builder(args.builder)
+        desk = load_builder(args.builder)
     else:
         desk = support_desk(args.provider or "scripted", args.max_output_tokens)
     spec = args.store or default_store()
@@ -332,7 +369,7 @@ async def _worker(args: argparse.Namespace) -> None:
         raise ValueError(
             f"the worker needs Temporal's SDK: pip install 'handoff-builder[temporal]' ({error})"
         ) from error
-    builder = _load_builder(args.builder)
+    builder = load_builder(args.builder)
     try:
         client = await connect(args.temporal, namespace=args.namespace)
     except Exception as error:  # the SDK's connection errors: said in one line
@@ -405,6 +442,10 @@ def _run(args: argparse.Namespace) -> int:
                 asyncio.run(run_demo(sys.stdout))
             elif args.command == "chat":
                 asyncio.run(_chat(args))
+            elif args.command == "eval":
+                from .evals._command import eval_command
+
+                code = eval_command(args)
             elif args.command == "worker":
                 asyncio.run(_worker(args))
             else:
