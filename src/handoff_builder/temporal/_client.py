@@ -126,8 +126,8 @@ def conversation_worker(
     A relay made here from a URL is closed when the worker stops.
 
     Raises:
-        HandoffConfigurationError: the builder does not build, or a relay is given without
-            redis-py installed.
+        HandoffConfigurationError: the builder does not build.
+        ImportError: a relay URL is given, and redis-py is not installed.
     """
     options = agent_calls or AgentCallOptions()
     register(task_queue, builder, options)

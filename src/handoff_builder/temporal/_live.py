@@ -34,7 +34,6 @@ from handoff_builder._state import validated
 from ._payloads import RelayedCall, TurnOutcome
 from ._relay import (
     AttemptEntry,
-    DoneEntry,
     FailedEntry,
     RedisRelay,
     RelayUnavailableError,
@@ -43,6 +42,9 @@ from ._relay import (
 )
 
 logger = logging.getLogger("handoff_builder.temporal.relay")
+
+READ_TRIES = 3  # a read of the relay that fails is tried this often in all
+READ_RETRY_SECONDS = 0.1  # times the tries so far, before the next
 
 HANDOFF_RETRY_EVENT: str = "handoff_agent_call_retried"
 """``WorkflowEvent.type`` of an agent call run again (``data``: an AgentCallRetriedEvent)."""
@@ -87,6 +89,10 @@ def _event(data: Any) -> WorkflowEvent[Any]:
     return WorkflowEvent(data.event_type, data=data)
 
 
+class RelayGap(Exception):  # noqa: N818 - what it is, not an error of the turn's
+    """The relay misses some of the turn's entries: its replies are read from its result."""
+
+
 @dataclass
 class _Attempt:
     agent: str
@@ -108,26 +114,37 @@ class LiveTurn:
         """The events of one relay entry.
 
         Raises:
-            ValueError: not an entry of this release.
+            RelayGap: the entry shows that the relay misses some of the turn's, or it does not
+                read (a worker of another release).
         """
-        entry = read_entry(raw)
-        if isinstance(entry, UpdateEntry):
-            attempt = self.attempts.get((entry.call, entry.attempt))
-            if attempt is not None:
-                attempt.updates += 1
-            update = AgentResponseUpdate.from_dict(entry.update)
-            kind = "output" if entry.sink == "output" else HANDOFF_INTERMEDIATE_EVENT
-            return [WorkflowEvent(cast(Any, kind), data=update)]
-        if isinstance(entry, AttemptEntry):
-            return self._began(entry)
+        try:
+            entry = read_entry(raw)
+            if isinstance(entry, UpdateEntry):
+                return self._update(entry)
+            if isinstance(entry, AttemptEntry):
+                return self._began(entry)
+        except ValueError as error:
+            first = str(error).splitlines()[0]
+            raise RelayGap(f"an entry of the relay does not read ({first})") from error
         if isinstance(entry, FailedEntry):
             self.failures[entry.call] = entry.error
             return []
-        done: DoneEntry = entry
-        attempt = self.attempts.get((done.call, done.attempt))
+        attempt = self.attempts.get((entry.call, entry.attempt))
         if attempt is not None:
-            attempt.done = done.updates
+            attempt.done = entry.updates
         return []
+
+    def _update(self, entry: UpdateEntry) -> list[WorkflowEvent[Any]]:
+        attempt = self.attempts.get((entry.call, entry.attempt))
+        call = f"agent call {entry.call} (attempt {entry.attempt})"
+        if attempt is None:  # its start was trimmed away, or this reader came after it expired
+            raise RelayGap(f"the relay misses the start of {call}")
+        if entry.n != attempt.updates:
+            raise RelayGap(f"the relay skips from update {attempt.updates} to {entry.n} of {call}")
+        attempt.updates += 1
+        update = AgentResponseUpdate.from_dict(entry.update)
+        kind = "output" if entry.sink == "output" else HANDOFF_INTERMEDIATE_EVENT
+        return [WorkflowEvent(cast(Any, kind), data=update)]
 
     def _began(self, entry: AttemptEntry) -> list[WorkflowEvent[Any]]:
         where = f"The relayed turn of conversation {self.conversation_id!r}"
@@ -149,17 +166,15 @@ class LiveTurn:
         """What the relay misses of the agent calls the turn kept (``None``: nothing)."""
         for kept in relayed:
             attempt = self.attempts.get((kept.call, kept.attempt))
+            call = f"agent call {kept.call} (attempt {kept.attempt})"
             if attempt is None:
                 return (
-                    f"no live update of agent call {kept.call} (attempt {kept.attempt}) "
-                    "arrived: does its worker have the relay?"
+                    f"the relay has no update of {call}: it expired, was trimmed, or its "
+                    "worker has no relay"
                 )
             if attempt.done is None or attempt.updates != attempt.done:
-                published = "?" if attempt.done is None else attempt.done
-                return (
-                    f"agent call {kept.call} (attempt {kept.attempt}) relayed "
-                    f"{attempt.updates} of its {published} live updates"
-                )
+                of = "" if attempt.done is None else f" of its {attempt.done}"
+                return f"the relay has {attempt.updates}{of} updates of {call}, not all"
         return None
 
 
@@ -186,6 +201,8 @@ async def follow(
             yield event
     except RelayUnavailableError as error:
         lost = f"the relay did not answer ({error})"
+    except RelayGap as gap:
+        lost = str(gap)
     if lost is not None:  # said at once; the replies follow whole once the turn is over
         _warn(live, lost)
         yield _event(StreamIncompleteEvent(lost))
@@ -193,12 +210,7 @@ async def follow(
     raw = outcome.result()
     result = result_of(raw)
     if lost is None:
-        if raw.relayed is None:  # a receipt of a turn that was sent, not streamed
-            lost = "the turn was not relayed"
-        else:
-            lost = live.missing(raw.relayed)
-            if lost is not None:
-                _warn(live, lost)
+        lost = _unread(live, raw)
         if lost is not None:
             yield _event(StreamIncompleteEvent(lost))
     for event in closing_events(result, live, whole=lost is not None):
@@ -225,9 +237,7 @@ class _Reader:
         reading: asyncio.Task[list[tuple[str, bytes]]] | None = None
         try:
             while not outcome.done():
-                reading = reading or asyncio.ensure_future(
-                    self._relay.read(self._key, self._after, block=True)
-                )
+                reading = reading or asyncio.ensure_future(self._read(block=True))
                 await asyncio.wait({reading, outcome}, return_when=asyncio.FIRST_COMPLETED)
                 if not reading.done():
                     return  # the turn is over; the read waits for nothing more
@@ -247,20 +257,43 @@ class _Reader:
             RelayUnavailableError: Redis did not answer.
         """
         events: list[WorkflowEvent[Any]] = []
-        while entries := await self._relay.read(self._key, self._after, block=False):
+        while entries := await self._read(block=False):
             events.extend(self._events(entries))
         return events
 
+    async def _read(self, *, block: bool) -> list[tuple[str, bytes]]:
+        """The next entries, tried ``READ_TRIES`` times in all.
+
+        A retry reads from the same entry: a dropped connection, or an event loop that stalled
+        past the read's timeout, loses nothing.
+        """
+        tried = 1
+        while True:
+            try:
+                return await self._relay.read(self._key, self._after, block=block)
+            except RelayUnavailableError:
+                if tried >= READ_TRIES:
+                    raise
+            await asyncio.sleep(READ_RETRY_SECONDS * tried)
+            tried += 1
+
     def _events(self, entries: list[tuple[str, bytes]]) -> list[WorkflowEvent[Any]]:
+        """The events of ``entries`` (see :meth:`LiveTurn.events`)."""
         events: list[WorkflowEvent[Any]] = []
         for entry_id, raw in entries:
             self._after = entry_id
-            try:
-                events.extend(self._live.events(raw))
-            except ValueError as error:  # another release's worker: missing, said at the end
-                logger.warning("relay: an entry of conversation %s does not read: %s",
-                               self._live.conversation_id, error)  # fmt: skip
+            events.extend(self._live.events(raw))
         return events
+
+
+def _unread(live: LiveTurn, outcome: TurnOutcome) -> str | None:
+    """What the relay missed of the turn's agent calls (``None``: nothing)."""
+    if outcome.relayed is None:  # a receipt of a turn that was sent, not streamed
+        return "the turn was not relayed"
+    missing = live.missing(outcome.relayed)
+    if missing is not None:
+        _warn(live, missing)
+    return missing
 
 
 def _warn(live: LiveTurn, why: str) -> None:

@@ -35,7 +35,7 @@ from handoff_builder._events import DelegationEvent, HandoffEvent
 from handoff_builder._host import GroupChatHost, HostSettings
 from handoff_builder._runner import Sink
 from handoff_builder._state import adapter_for
-from handoff_builder.exceptions import HandoffBuilderError, HandoffConfigurationError
+from handoff_builder.exceptions import HandoffBuilderError
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -78,6 +78,8 @@ class UpdateEntry(BaseModel):
     t: Literal["update"] = "update"
     call: str
     attempt: int
+    n: int
+    """Its number among the attempt's updates, from 0: a reader sees a gap."""
     sink: Literal["output", "intermediate"]
     update: dict[str, Any]
 
@@ -135,9 +137,8 @@ class RedisRelay:
         timeout: Seconds to connect to Redis, and for a command, before it counts as down.
 
     Raises:
-        HandoffConfigurationError: redis-py is not installed (``handoff-builder[redis]``), or
-            a setting is out of range.
-        ValueError: ``url`` is not a Redis URL.
+        ImportError: redis-py is not installed (``handoff-builder[redis]``).
+        ValueError: ``url`` is not a Redis URL, or a setting is not more than 0.
     """
 
     def __init__(
@@ -151,13 +152,11 @@ class RedisRelay:
     ) -> None:
         for name, value in (("ttl", ttl), ("timeout", timeout), ("max_entries", max_entries)):
             if not value > 0:
-                raise HandoffConfigurationError(
-                    f"RedisRelay's {name} must be more than 0, got {value!r}."
-                )
+                raise ValueError(f"RedisRelay's {name} must be more than 0, got {value!r}.")
         try:
             from redis.asyncio import Redis
         except ImportError as error:
-            raise HandoffConfigurationError(
+            raise ImportError(
                 "The relay needs redis-py: pip install 'handoff-builder[temporal,redis]' "
                 f"({error})."
             ) from error
@@ -341,12 +340,15 @@ class _PublishingStreams:
         async def publish(update: AgentResponseUpdate) -> None:
             if author is not None and update.author_name is None:
                 update.author_name = author
-            self.updates += 1
-            self._publisher.put(
-                UpdateEntry(
-                    call=self._call, attempt=self._attempt, sink=sink, update=update.to_dict()
-                )
+            entry = UpdateEntry(
+                call=self._call,
+                attempt=self._attempt,
+                n=self.updates,
+                sink=sink,
+                update=update.to_dict(),
             )
+            self.updates += 1
+            self._publisher.put(entry)
 
         return publish
 
