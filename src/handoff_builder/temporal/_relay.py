@@ -188,8 +188,8 @@ class RedisRelay:
         """
         from redis.exceptions import RedisError
 
-        try:
-            async with self._redis.pipeline(transaction=False) as pipe:
+        try:  # in MULTI/EXEC: a reader blocked on the stream is handed the whole batch at once
+            async with self._redis.pipeline(transaction=True) as pipe:
                 for entry in entries:
                     pipe.xadd(key, {"e": entry}, maxlen=self.max_entries, approximate=True)
                 pipe.expire(key, math.ceil(self.ttl))
