@@ -433,6 +433,37 @@ async def test_redis_down_loses_the_updates_not_the_turn(
     assert any("the live updates of its turn are incomplete" in line for line in said), said
 
 
+async def test_a_redis_that_hangs_is_tried_once_and_the_turn_goes_on(
+    client: Client, queue: str, relay: RedisRelay, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The workers' Redis accepts connections and never answers: the first write gives up after
+    ``timeout``, the next ones are dropped at once for a while (a call does not wait for it
+    again), and the turn goes on, its replies whole."""
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+        await reader.read()  # never answers; returns once the relay hangs up
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    hung = RedisRelay(f"redis://127.0.0.1:{port}/0", timeout=0.5)
+    caplog.set_level(logging.WARNING, logger="handoff_builder.temporal.relay")
+    async with serving(client, delegating_desk(), queue, relay, worker_relay=hung) as host:
+        events = [e async for e in host.stream(cid(), "I was charged twice")]
+    await hung.aclose()
+    for writer in accepted:
+        writer.close()
+    server.close()
+    await server.wait_closed()
+    got = [seen(e) for e in events]
+    assert texts(got) == [("triage", "One moment. "), ("billing", "Refund issued.")]
+    assert got[-1] == (HANDOFF_TURN_EVENT, "One moment. Refund issued.", "billing", "completed")
+    assert len(accepted) == 1  # tried by triage's call; billing's updates were dropped at once
+    said = [record.getMessage() for record in caplog.records]
+    assert any(f"relay redis://127.0.0.1:{port}/0 is unreachable (Timeout" in s for s in said)
+
+
 async def test_a_worker_without_the_relay_is_named(
     client: Client, queue: str, relay: RedisRelay
 ) -> None:

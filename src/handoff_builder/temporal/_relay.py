@@ -52,6 +52,7 @@ DEFAULT_RELAY_MAX_ENTRIES = 100_000
 READ_BLOCK_SECONDS = 1.0  # one blocking read waits this long for new entries, then reads again
 READ_COUNT = 1000  # entries one read takes at most
 FLUSH_SECONDS = 2.0  # an attempt waits this long for its last entries to reach Redis
+DOWN_SECONDS = 5.0  # after Redis failed a write, writes are dropped this long before one is tried
 
 
 class RelayUnavailableError(HandoffBuilderError, ConnectionError):
@@ -165,12 +166,14 @@ class RedisRelay:
         self.ttl = ttl
         self.max_entries = max_entries
         self.timeout = timeout
-        self._redis: Redis = Redis.from_url(  # pyright: ignore[reportUnknownMemberType] - its **kwargs
-            url,
-            socket_connect_timeout=timeout,
-            socket_timeout=timeout + READ_BLOCK_SECONDS,  # a blocking read waits that long
+        self._writes: Redis = Redis.from_url(  # pyright: ignore[reportUnknownMemberType] - its **kwargs
+            url, socket_connect_timeout=timeout, socket_timeout=timeout
+        )  # a worker's; a client's reads wait up to READ_BLOCK_SECONDS more (connected lazily)
+        self._reads: Redis = Redis.from_url(  # pyright: ignore[reportUnknownMemberType] - its **kwargs
+            url, socket_connect_timeout=timeout, socket_timeout=timeout + READ_BLOCK_SECONDS
         )
         self._down = False  # said once, until Redis answers again
+        self._down_until = 0.0  # the loop's clock: writes are dropped until then
 
     @override
     def __repr__(self) -> str:
@@ -188,13 +191,17 @@ class RedisRelay:
         """
         from redis.exceptions import RedisError
 
+        now = asyncio.get_running_loop().time()
+        if now < self._down_until:  # a Redis that hangs would cost each call its timeout
+            raise RelayUnavailableError(f"relay {self.url}: down (tried again soon)")
         try:  # in MULTI/EXEC: a reader blocked on the stream is handed the whole batch at once
-            async with self._redis.pipeline(transaction=True) as pipe:
+            async with self._writes.pipeline(transaction=True) as pipe:
                 for entry in entries:
                     pipe.xadd(key, {"e": entry}, maxlen=self.max_entries, approximate=True)
                 pipe.expire(key, math.ceil(self.ttl))
                 await pipe.execute()
         except (RedisError, OSError) as error:
+            self._down_until = asyncio.get_running_loop().time() + DOWN_SECONDS
             self._report_down(error)
             raise RelayUnavailableError(f"relay {self.url}: {error}") from error
         if self._down:
@@ -212,7 +219,7 @@ class RedisRelay:
         from redis.exceptions import RedisError
 
         try:
-            found: Any = await self._redis.xread(
+            found: Any = await self._reads.xread(
                 {key: after},
                 count=READ_COUNT,
                 block=int(READ_BLOCK_SECONDS * 1000) if block else None,
@@ -228,7 +235,8 @@ class RedisRelay:
 
     async def aclose(self) -> None:
         """Close its connections to Redis (a later call connects again)."""
-        await self._redis.aclose()
+        await self._writes.aclose()
+        await self._reads.aclose()
 
     def _report_down(self, error: BaseException) -> None:
         if not self._down:
@@ -289,9 +297,17 @@ class _Publisher:
             try:
                 await self._relay.append(self._key, batch)
             except RelayUnavailableError:
-                self.lost = True
-                self._pending = []
+                self._lose()
                 return
+            except Exception:  # best effort: nothing of the relay may fail the agent's call
+                logger.exception("relay %s: the live updates of %s are lost", self._relay.url,
+                                 self._key)  # fmt: skip
+                self._lose()
+                return
+
+    def _lose(self) -> None:
+        self.lost = True
+        self._pending = []
 
     async def close(self) -> None:
         """Send what is left, within ``FLUSH_SECONDS``; give up on it after that."""
@@ -304,7 +320,7 @@ class _Publisher:
             await asyncio.wait_for(asyncio.shield(task), FLUSH_SECONDS)
         except asyncio.TimeoutError:
             task.cancel()
-            self.lost = True
+            self._lose()
             logger.warning(
                 "relay %s: the last live updates of %s did not reach Redis within %g s",
                 self._relay.url, self._key, FLUSH_SECONDS,
@@ -340,15 +356,18 @@ class _PublishingStreams:
         async def publish(update: AgentResponseUpdate) -> None:
             if author is not None and update.author_name is None:
                 update.author_name = author
-            entry = UpdateEntry(
-                call=self._call,
-                attempt=self._attempt,
-                n=self.updates,
-                sink=sink,
-                update=update.to_dict(),
-            )
+            try:
+                entry = UpdateEntry(
+                    call=self._call,
+                    attempt=self._attempt,
+                    n=self.updates,
+                    sink=sink,
+                    update=update.to_dict(),
+                )
+                self._publisher.put(entry)
+            except Exception:  # best effort: the update is lost, counted so, the call goes on
+                logger.exception("relay: an update of %s does not encode", self._call)
             self.updates += 1
-            self._publisher.put(entry)
 
         return publish
 
