@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -50,6 +52,7 @@ from handoff_builder.testing import (
 temporalio = pytest.importorskip("temporalio")
 redis_asyncio = pytest.importorskip("redis.asyncio")
 
+from temporalio import activity  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
 from handoff_builder.temporal import (  # noqa: E402
@@ -540,6 +543,48 @@ async def test_a_model_error_and_its_retry_are_announced(
     assert retried.call == "2:invoke:billing"
     assert retried.error is not None
     assert "the model is down" in retried.error
+
+
+async def test_a_stalled_attempt_that_writes_on_after_its_retry_began_is_not_shown(
+    client: Client, queue: str, relay: RedisRelay
+) -> None:
+    """billing's first attempt stalls its worker past the heartbeat timeout, then writes on: the
+    retry has begun by then, and what the first attempt writes after that is not yielded."""
+
+    @tool
+    async def stall() -> str:
+        """Look something up."""
+        if activity.info().attempt == 1:
+            time.sleep(5)  # noqa: ASYNC251 - the point: the worker's event loop stalls
+        return "found"
+
+    def billing_answer(call: ModelCall) -> Step:
+        attempt = activity.info().attempt
+        if call.messages[-1].role == "tool":
+            return respond(f"done-{attempt} ", "now.")
+        return respond(f"start-{attempt} ", call_tool("stall"))
+
+    triage = scripted_agent("triage", respond("One ", "moment. ", handoff_to("billing")))
+    billing = scripted_agent(
+        "billing", respond_with=billing_answer, description="charges", tools=[stall]
+    )
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+    options = AgentCallOptions(heartbeat=timedelta(seconds=2), retry=retrying(first_ms=50).retry)
+    async with serving(client, builder, queue, relay, agent_calls=options) as host:
+        events = [e async for e in host.stream(cid(), "I was charged twice")]
+    shown, attempts = 1, [1]
+    for event in events:  # after a retry, only the updates of the new attempt
+        if isinstance(event.data, AgentCallRetriedEvent):
+            shown = event.data.attempt
+            attempts.append(shown)
+        elif is_text(event, f"start-{shown} ") or is_text(event, f"done-{shown} "):
+            continue
+        else:
+            assert not (isinstance(event.data, AgentResponseUpdate) and "-" in event.data.text)
+    assert attempts[:2] == [1, 2]  # the first attempt was taken for dead, and retried
+    result = events[-1].data
+    assert isinstance(result, HandoffTurnResult)
+    assert result.text.endswith(f"start-{shown} done-{shown} now.")  # the last attempt's
 
 
 @pytest.fixture

@@ -109,6 +109,7 @@ class LiveTurn:
     delegations: int = 0  # and its delegations
     attempts: dict[tuple[str, int], _Attempt] = field(default_factory=dict[tuple[str, int], Any])
     failures: dict[str, str] = field(default_factory=dict[str, str])  # by call: the last one
+    latest: dict[str, int] = field(default_factory=dict[str, int])  # by call: its last attempt
 
     def events(self, raw: bytes) -> list[WorkflowEvent[Any]]:
         """The events of one relay entry.
@@ -123,8 +124,8 @@ class LiveTurn:
                 return self._update(entry)
             if isinstance(entry, AttemptEntry):
                 return self._began(entry)
-        except ValueError as error:
-            first = str(error).splitlines()[0]
+        except (ValueError, TypeError, KeyError) as error:
+            first = str(error).splitlines()[0] if str(error) else type(error).__name__
             raise RelayGap(f"an entry of the relay does not read ({first})") from error
         if isinstance(entry, FailedEntry):
             self.failures[entry.call] = entry.error
@@ -135,6 +136,8 @@ class LiveTurn:
         return []
 
     def _update(self, entry: UpdateEntry) -> list[WorkflowEvent[Any]]:
+        if entry.attempt < self.latest.get(entry.call, 0):  # void: a worker that was taken for
+            return []  # dead (its heartbeat timed out) wrote on after the retry began
         attempt = self.attempts.get((entry.call, entry.attempt))
         call = f"agent call {entry.call} (attempt {entry.attempt})"
         if attempt is None:  # its start was trimmed away, or this reader came after it expired
@@ -156,6 +159,7 @@ class LiveTurn:
         self.delegations = max(self.delegations, len(entry.delegations))
         self.handoffs = max(self.handoffs, len(entry.handoffs))
         self.attempts[entry.call, entry.attempt] = _Attempt(entry.agent)
+        self.latest[entry.call] = max(self.latest.get(entry.call, 0), entry.attempt)
         if entry.attempt > 1:
             error = self.failures.get(entry.call)
             retried = AgentCallRetriedEvent(entry.agent, entry.attempt, entry.call, error)
