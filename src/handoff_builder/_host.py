@@ -192,6 +192,10 @@ class HostSettings:
     workflow_name: str = "handoff"
 
 
+_NONE_MEANT = frozenset({"argument_logging", "apologies", "experts"})
+"""Keywords of the constructor before ``HostSettings`` whose ``None`` meant their default."""
+
+
 class GroupChatHost(Executor):
     """Runs a group chat: keeps the shared, append-only history and carries out decisions.
 
@@ -226,7 +230,8 @@ class GroupChatHost(Executor):
                 DeprecationWarning,
                 stacklevel=2,
             )
-            settings = HostSettings(**{**vars(settings or HostSettings()), **options})
+            given = {k: v for k, v in options.items() if v is not None or k not in _NONE_MEANT}
+            settings = HostSettings(**{**vars(settings or HostSettings()), **given})
         settings = settings or HostSettings()
         self.settings = settings
         """How the host runs its turns (:class:`HostSettings`)."""
