@@ -230,8 +230,9 @@ class GroupChatHost(Executor):
                 DeprecationWarning,
                 stacklevel=2,
             )
-            given = {k: v for k, v in options.items() if v is not None or k not in _NONE_MEANT}
-            settings = HostSettings(**{**vars(settings or HostSettings()), **given})
+            given: dict[str, Any] = {**vars(settings or HostSettings())}
+            given.update((k, v) for k, v in options.items() if not (v is None and k in _NONE_MEANT))
+            settings = HostSettings(**given)
         settings = settings or HostSettings()
         self.settings = settings
         """How the host runs its turns (:class:`HostSettings`)."""
