@@ -27,12 +27,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from enum import Enum
 from typing import NamedTuple, cast
 
 from agent_framework import Content, Message
 
 from ._routes import EDGE_KINDS
+from ._settings import HandoffToolCallFiltering
 from ._state import RecordedHandoff, transferred_handoff
 
 __all__ = ["AgentView", "FilterDue", "HandoffToolCallFiltering", "handoff_note"]
@@ -42,21 +42,6 @@ _USER_SAFE_TYPES = frozenset({"text", "data", "uri", "usage"})
 _EXCHANGE_TYPES = frozenset({"function_result", "usage", *_APPROVAL_TYPES})
 """Contents that belong to an open tool exchange; anything else ends it."""
 _NO_STOPS = frozenset[tuple[str, str]]()
-
-
-class HandoffToolCallFiltering(str, Enum):
-    """Which tool calls of other agents an agent sees (.NET's ``HandoffToolCallFilteringBehavior``).
-
-    * ``NONE``: every call and result.
-    * ``HANDOFF_ONLY`` (default): all but handoff calls and their results.
-    * ``ALL``: no tool calls and no tool results at all.
-
-    In every mode the agent also reads a note for each handoff another agent made.
-    """
-
-    NONE = "none"
-    HANDOFF_ONLY = "handoff_only"
-    ALL = "all"
 
 
 def handoff_note(recorded: RecordedHandoff, viewer: str) -> str:
