@@ -1,4 +1,9 @@
-"""The fluent :class:`HandoffWorkflowBuilder`: it records a configuration; ``build()`` compiles."""
+"""The fluent :class:`HandoffWorkflowBuilder`: it records a configuration; ``build()`` compiles.
+
+Importing it imports none of the runtime (agent_framework's workflows, the host, the managers,
+the events): what it records is made of :mod:`._settings` and :mod:`._config`. ``build()``,
+``lint()`` and ``to_mermaid()`` import the runtime when first called.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,9 @@ import copy
 import dataclasses
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeAlias, cast, overload
+from typing import TYPE_CHECKING, Any, TypeAlias, cast, overload
 
-from agent_framework import Agent, CheckpointStorage
-from pydantic import BaseModel
+from agent_framework import Agent
 
 from ._arguments import (
     agent_argument,
@@ -19,30 +23,41 @@ from ._arguments import (
     check_function,
     check_input_filter,
     int_argument,
+    label,
 )
-from ._compile import compile_workflow, to_mermaid
-from ._config import AutonomousSettings, BuildConfig, DelegateEdge, HandBack, ManagerFactory
-from ._delegation import HISTORY_MODES, HistoryMode
-from ._hooks import DEFAULT_HOOK_TIMEOUT, EdgePolicy, HandoffHook, HandoffPredicate
-from ._host import DEFAULT_AGENT_TIMEOUT, DEFAULT_TURN_TIMEOUT
-from ._input_filters import InputFilter
+from ._config import AutonomousSettings, BuildConfig, DelegateEdge, Edge, HandBack
 from ._instructions import DEFAULT_HANDOFF_INSTRUCTIONS
-from ._lint import LintFinding
-from ._logging import DEFAULT_LOGGED_ARGUMENT_LENGTH, ArgumentLogging
-from ._manager import (
+from ._settings import (
+    DEFAULT_AGENT_TIMEOUT,
     DEFAULT_AUTONOMOUS_PROMPT,
     DEFAULT_AUTONOMOUS_TURN_LIMIT,
+    DEFAULT_HOOK_TIMEOUT,
+    DEFAULT_LOGGED_ARGUMENT_LENGTH,
+    DEFAULT_MAX_MODEL_CALLS,
+    DEFAULT_MAX_REVIEW_ROUNDS,
+    DEFAULT_TURN_TIMEOUT,
+    HISTORY_MODES,
+    ArgumentLogging,
     CapOutcome,
-    RouteFunction,
-    TerminationCondition,
+    EdgePolicy,
+    HandoffHook,
+    HandoffPredicate,
+    HandoffToolCallFiltering,
+    HistoryMode,
+    ModelInputs,
+    Redaction,
 )
-from ._model_inputs import DEFAULT_MAX_MODEL_CALLS, ModelInputs, Redaction
-from ._plan import lint
-from ._review import DEFAULT_MAX_REVIEW_ROUNDS
-from ._validation import Edge, label
-from ._views import HandoffToolCallFiltering
-from ._workflow import HandoffWorkflow
 from .exceptions import HandoffArgumentError
+
+if TYPE_CHECKING:
+    from agent_framework import CheckpointStorage
+    from pydantic import BaseModel
+
+    from ._config import ManagerFactory
+    from ._input_filters import InputFilter
+    from ._lint import LintFinding
+    from ._manager import RouteFunction, TerminationCondition
+    from ._workflow import HandoffWorkflow
 
 __all__ = ["HandoffWorkflowBuilder", "Outcome", "agent_names", "recording_model_inputs"]
 
@@ -811,6 +826,8 @@ class HandoffWorkflowBuilder:
         (``sanitised-tool-name``), and more (``docs/reference.md``). Errors come first. It never
         raises for the configuration: ``build()`` does.
         """
+        from ._plan import lint
+
         return lint(self._config)
 
     def build(self, *, strict: bool = False) -> HandoffWorkflow:
@@ -824,6 +841,8 @@ class HandoffWorkflowBuilder:
         Raises:
             HandoffConfigurationError: listing every problem found, each naming the agents.
         """
+        from ._compile import compile_workflow
+
         return compile_workflow(self._config, strict=strict, report=self._report)
 
     def _report(self, findings: Sequence[LintFinding]) -> None:
@@ -841,6 +860,8 @@ class HandoffWorkflowBuilder:
         Raises:
             HandoffConfigurationError: the same problems ``build()`` reports.
         """
+        from ._compile import to_mermaid
+
         return to_mermaid(self._config)
 
 
