@@ -99,7 +99,13 @@ if _typing.TYPE_CHECKING:
         TurnTimeoutEvent,
     )
     from ._handoff_manager import HandoffManager
-    from ._host import GroupChatHost, HostSettings, ReissueRequests, UserTurn
+    from ._host import (
+        GroupChatHost,
+        HostSettings,
+        KeptConversation,
+        ReissueRequests,
+        UserTurn,
+    )
     from ._hosted_agent import HostedConversationAgent, devui_agent
     from ._hosting import (
         ABANDONED_TURN_PROPERTY,
@@ -152,7 +158,7 @@ _LAZY_MODULES: dict[str, tuple[str, ...]] = {
         "TurnAbandonedEvent", "TurnStatus", "TurnTimeoutEvent",
     ),
     "._handoff_manager": ("HandoffManager",),
-    "._host": ("GroupChatHost", "HostSettings", "ReissueRequests", "UserTurn"),
+    "._host": ("GroupChatHost", "HostSettings", "KeptConversation", "ReissueRequests", "UserTurn"),
     "._input_filters": ("HandoffInput", "InputFilter"),
     "._lint": ("LintFinding", "LintSeverity"),
     "._manager": (
@@ -309,6 +315,7 @@ __all__ = [
     "HostedConversationAgent",
     "InputFilter",
     "InvalidMessageError",
+    "KeptConversation",
     "LeaseLostError",
     "LimitReachedEvent",
     "LintFinding",

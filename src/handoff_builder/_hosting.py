@@ -22,7 +22,7 @@ from ._events import (
     HandoffTurnResult,
     TurnAbandonedEvent,
 )
-from ._host import GroupChatHost, ReissueRequests, UserTurn
+from ._host import GroupChatHost, KeptConversation, ReissueRequests, UserTurn
 from ._lifecycle import (
     DEFAULT_MAX_TURN_RETRIES,
     MAX_IDEMPOTENCY_KEY_LENGTH,
@@ -232,6 +232,19 @@ class _StoreJournal:
         return None
 
 
+_FREE_WORKFLOWS = 8
+"""How many built workflows a ConversationHost keeps between conversations (more are built when
+that many conversations run at once)."""
+
+
+@dataclass(frozen=True)
+class _Parked:
+    """A conversation kept live between turns: as its host released it, and its journal."""
+
+    kept: KeptConversation
+    journal: _StoreJournal
+
+
 class _Opened:
     """A conversation this worker opened for a call: the lifecycle's backend on a store.
 
@@ -394,7 +407,8 @@ class ConversationHost:
         self.lease_ttl = lease_ttl
         self.worker_id = worker_id
         self.max_turn_retries = max_turn_retries
-        self._live: OrderedDict[str, _Opened] = OrderedDict()
+        self._live: OrderedDict[str, _Parked] = OrderedDict()
+        self._free: list[tuple[Workflow, GroupChatHost]] = []  # built, between conversations
 
     async def send(
         self,
@@ -458,17 +472,17 @@ class ConversationHost:
         finds the conversation busy or changed since (another worker wrote), the turn is given
         up unseen and ``None`` returned: the caller runs it the usual way (lease first, reload).
         """
-        opened = self._live.pop(conversation_id)
-        journal = opened.journal
-        if opened.host.turn_open:  # not kept that way; reload to be sure
+        parked = self._live.pop(conversation_id)
+        journal = parked.journal
+        if parked.kept.state.turn is not None:  # not kept that way; reload to be sure
             return None
         if key is not None:
             receipt = journal.receipt(key)  # receipts only ever grow: a found one holds
             if receipt is not None:
-                self._live[conversation_id] = opened
-                return receipt.result(opened.host.history)
+                self._live[conversation_id] = parked
+                return receipt.result(parked.kept.history)
         held = LeaseHold(self.store, conversation_id, new_owner(self.worker_id), self.lease_ttl)
-        journal.held = held
+        opened = self._unpark(conversation_id, parked, held)
         self._last_step(opened, key)
         try:
             events = await opened.attempt(self._user_turn(opened, messages))
@@ -743,13 +757,9 @@ class ConversationHost:
         live = self._live.pop(conversation_id, None)
         # Reuse the conversation kept from this worker's last turn if nobody wrote since.
         if live is not None and reuse and held.lease.version == live.journal.version:
-            live.journal.held = held
-            return live
+            return self._unpark(conversation_id, live, held)
         record = await self.store.load(conversation_id)  # errors surface before any model call
-        workflow = self.builder.build()
-        host = workflow.get_start_executor()
-        if not isinstance(host, GroupChatHost):  # pragma: no cover - build() always makes one
-            raise TypeError("ConversationHost needs a workflow built by HandoffWorkflowBuilder.")
+        workflow, host = self._built()
         version, saved, written = 0, 0, {}
         if record is not None:
             history = stored_history(record)
@@ -768,6 +778,18 @@ class ConversationHost:
             self.store, conversation_id, version=version, saved=saved, clock=self._clock,
             written=written,
         )  # fmt: skip
+        return self._opened(conversation_id, workflow, host, journal, held, strict=strict)
+
+    def _opened(
+        self,
+        conversation_id: str,
+        workflow: Workflow,
+        host: GroupChatHost,
+        journal: _StoreJournal,
+        held: LeaseHold,
+        *,
+        strict: bool = True,
+    ) -> _Opened:
         journal.held = held
         host.journal = journal
         host.conversation_id = conversation_id
@@ -777,15 +799,38 @@ class ConversationHost:
 
         return _Opened(conversation_id, workflow, host, stored)
 
+    def _built(self) -> tuple[Workflow, GroupChatHost]:
+        """A built workflow and its host, free for one conversation: one kept, or a new one."""
+        if self._free:
+            return self._free.pop()
+        workflow = self.builder.build()
+        host = workflow.get_start_executor()
+        if not isinstance(host, GroupChatHost):  # pragma: no cover - build() always makes one
+            raise TypeError("ConversationHost needs a workflow built by HandoffWorkflowBuilder.")
+        return workflow, host
+
+    def _unpark(self, conversation_id: str, parked: _Parked, held: LeaseHold) -> _Opened:
+        """A conversation kept live, in a built workflow again (its state as it was kept)."""
+        workflow, host = self._built()
+        host.take(parked.kept)
+        return self._opened(conversation_id, workflow, host, parked.journal, held)
+
     def _keep(self, opened: _Opened) -> None:
-        """Keep a conversation that ended its turn cleanly, for this worker's next turn of it."""
-        journal = opened.host.journal
+        """Keep a conversation that ended its turn cleanly, for this worker's next turn of it.
+
+        What is kept is the conversation (its history, its state, its journal); the built
+        workflow goes back to this host's free ones, for the next conversation.
+        """
+        host = opened.host
+        journal = host.journal
         if self.live_conversations < 1 or not isinstance(journal, _StoreJournal):
             return
         journal.key, journal.release_when_done, journal.held = None, False, None
-        self._live[opened.conversation_id] = opened
+        self._live[opened.conversation_id] = _Parked(host.release(), journal)
         while len(self._live) > self.live_conversations:
             self._live.popitem(last=False)
+        if len(self._free) < _FREE_WORKFLOWS:
+            self._free.append((opened.workflow, host))
 
     def _user_turn(self, opened: _Opened, messages: list[Message]) -> UserTurn:
         """The turn to run, with this host's policy: remember the active agent, unless idle."""
