@@ -15,7 +15,7 @@
 # settings come from the environment:
 #   BUDGET, SIZES, ADAPTERS               bench_turn       (360, 0,100,1000, ours + floor + peers)
 #   CKPT_BUDGET, CKPT_SIZES, CKPT_ROUNDS  bench_checkpoint (150, 0,100,1000, 3 rounds at least)
-#   MEM_ADAPTERS                          bench_memory     (same adapters as bench_turn)
+#   MEM_ADAPTERS                          bench_memory     (bench_turn's adapters and handoff_builder_hosted)
 #   IMPORT_ROUNDS                         bench_import     (9)
 #   TRACE_ROUNDS                          bench_tracing    (7)
 set -euo pipefail
@@ -28,7 +28,7 @@ ADAPTERS=${ADAPTERS:-baseline floor handoff_builder agent_framework openai_agent
 CKPT_BUDGET=${CKPT_BUDGET:-150}
 CKPT_SIZES=${CKPT_SIZES:-0,100,1000}
 CKPT_ROUNDS=${CKPT_ROUNDS:-3}
-MEM_ADAPTERS=${MEM_ADAPTERS:-$ADAPTERS}
+MEM_ADAPTERS=${MEM_ADAPTERS:-$ADAPTERS handoff_builder_hosted}
 IMPORT_ROUNDS=${IMPORT_ROUNDS:-9}
 TRACE_ROUNDS=${TRACE_ROUNDS:-7}
 STAMP="$VENV/.bench-installed"

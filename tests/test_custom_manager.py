@@ -31,6 +31,7 @@ from handoff_builder import (
     HandoffRoute,
     HandoffTurnResult,
     HandoffWorkflowBuilder,
+    HostSettings,
     ManagerSettings,
     NextAgent,
     Participant,
@@ -99,6 +100,20 @@ async def test_round_robin_manager_on_the_group_chat_host() -> None:
     assert turn.active_agent == "critic"
     assert turn.status == "completed"
     assert client_of(critic).calls[0].texts == ["Write a greeting.", "Draft: hello world."]
+
+
+def test_the_hosts_former_keywords_still_work_with_a_warning() -> None:
+    writer = Participant(scripted_agent("writer", reply("Draft.")))
+    with pytest.warns(DeprecationWarning, match=r"GroupChatHost\(agent_timeout, experts=\.\.\.\)"):
+        host = GroupChatHost(
+            participants={"writer": writer},
+            manager=RoundRobin(["writer"]),
+            agent_timeout=5.0,
+            experts=None,
+        )
+    assert host.agent_timeout == 5.0
+    assert host.settings.experts == {}
+    assert host.turn_timeout == HostSettings().turn_timeout
 
 
 class EveryoneOnce(GroupChatManager):

@@ -62,7 +62,7 @@ PUBLIC: dict[str, set[str]] = {
         "AgentReply", "TurnStart", "HandoffCall", "HandoffRequest", "HandoffRoute",
         "ReviewVerdict",
     },
-    "A host of your own": {"GroupChatHost", "HostSettings", "Participant"},
+    "A host of your own": {"GroupChatHost", "HostSettings", "KeptConversation", "Participant"},
     "Hosted conversations and serving": {
         "ConversationHost", "HostedConversationAgent", "devui_agent", "agui_agent",
         "check_agui_request", "agui_request_check", "ROUTING_EVENT_PROPERTY",
@@ -101,9 +101,8 @@ def test_the_public_names_are_the_listed_groups() -> None:
     listed = [name for group in PUBLIC.values() for name in group]
     assert len(listed) == len(set(listed))  # each name in one group
     assert set(handoff_builder.__all__) == set(listed)
-    assert (
-        len(listed) == 114
-    )  # 122 before the surface was curated; two errors and HostSettings since
+    # 122 before the surface was curated; two errors, HostSettings and KeptConversation since
+    assert len(listed) == 115
 
 
 def test_the_evals_subpackage_exports_its_listed_names_each_documented() -> None:
@@ -181,6 +180,42 @@ def test_importing_the_package_leaves_the_hosting_layer_unloaded() -> None:
         "assert 'handoff_builder.stores' in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60)  # noqa: S603 - our script
+
+
+def test_configuring_a_builder_leaves_the_runtime_unloaded() -> None:
+    """The builder and its settings import without agent_framework's workflows, the host, the
+    managers and the events; build() imports them (the import cost, benchmarks/bench_import)."""
+    script = (
+        "import sys\n"
+        "from agent_framework import Agent, FunctionInvocationLayer, BaseChatClient\n"
+        "from handoff_builder import CapOutcome, HandoffToolCallFiltering, HandoffWorkflowBuilder\n"
+        "class Client(FunctionInvocationLayer, BaseChatClient):\n"
+        "    async def _inner_get_response(self, **kwargs): raise NotImplementedError\n"
+        "runtime = ('agent_framework._workflows', 'handoff_builder._host', "
+        "'handoff_builder._events', 'handoff_builder._manager', 'handoff_builder._payloads')\n"
+        "a, b = (Agent(client=Client(), name=n) for n in 'ab')\n"
+        "builder = (HandoffWorkflowBuilder(a).with_handoff(a, b, is_enabled=lambda c: True)\n"
+        "    .with_max_handoffs_per_turn(2, outcome=CapOutcome.RETURN_TO_USER)\n"
+        "    .with_tool_call_filtering(HandoffToolCallFiltering.ALL).with_timeouts(turn=60))\n"
+        "loaded = [m for m in runtime if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+        "workflow = builder.build()\n"
+        "assert all(m in sys.modules for m in runtime)\n"
+        "assert type(workflow).__name__ == 'HandoffWorkflow'\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)  # noqa: S603 - our script
+
+
+def test_each_default_is_defined_once() -> None:
+    """The runtime's modules take the builder's defaults from _settings, not copies of them."""
+    from handoff_builder import _engine, _host, _settings  # pyright: ignore[reportPrivateUsage]
+
+    for name in (
+        "DEFAULT_AGENT_TIMEOUT", "DEFAULT_TURN_TIMEOUT", "DEFAULT_ESCALATION_MESSAGE",
+        "DEFAULT_REVIEW_ESCALATION_MESSAGE",
+    ):  # fmt: skip
+        assert getattr(_host, name) is getattr(_settings, name), name
+        assert getattr(_engine, name) is getattr(_settings, name), name
 
 
 def test_the_stores_module_is_an_attribute_of_the_package() -> None:

@@ -31,6 +31,7 @@ from handoff_builder import (
 )
 from handoff_builder.stores import (
     ConversationStore,
+    InMemoryConversationStore,
     PostgresConversationStore,
     SqliteConversationStore,
     hold,
@@ -453,3 +454,46 @@ async def test_deleting_a_conversation_whose_turn_runs_is_busy(store: Conversati
     async with hold(store, "conv-2", ttl=30, owner="another-worker"):
         with pytest.raises(ConversationBusyError):
             await host.delete("conv-2")
+
+
+async def test_live_conversations_share_built_workflows_and_keep_their_own_views() -> None:
+    """A live conversation keeps its history, state and views, not a built workflow: the
+    built ones go from conversation to conversation, and each agent still reads only its own
+    conversation, handoff notes included."""
+    triage = scripted_agent(
+        "triage",
+        respond_with=lambda call: handoff_to("billing", goal=f"About: {call.texts[-1]}"),
+    )
+    billing = scripted_agent("billing", respond_with=lambda call: reply(f"{len(call.texts)} read"))
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+    builds = 0
+    build = builder.build
+
+    def counted() -> Any:
+        nonlocal builds
+        builds += 1
+        return build()
+
+    builder.build = counted  # type: ignore[method-assign]
+    host = ConversationHost(builder, InMemoryConversationStore())
+
+    for turn in range(3):
+        for name in ("alice", "bob"):
+            result = await host.send(name, f"{name} message {turn}")
+            assert result.active_agent == "billing"
+
+    assert builds == 1  # one built workflow served both conversations, turn after turn
+    billing_calls = client_of(billing).calls
+    assert billing_calls[0].texts == [
+        "alice message 0",
+        "Handoff from triage to you (billing). Goal: About: alice message 0",
+    ]
+    # Bob's third turn: billing reads Bob's turns only (it answered the first one itself)
+    assert billing_calls[-1].texts == [
+        "bob message 0",
+        "Handoff from triage to you (billing). Goal: About: bob message 0",
+        "2 read",
+        "bob message 1",
+        "4 read",
+        "bob message 2",
+    ]

@@ -3,8 +3,11 @@
 Several agents share one conversation; the active agent answers the user or passes the
 conversation on by calling a handoff tool. Start with :class:`HandoffWorkflowBuilder`.
 
-The hosting layer (:class:`ConversationHost`, ``handoff_builder.stores``) is imported on first
-use, so a program that only builds and runs workflows does not load it (nor ``sqlite3``).
+Importing the package imports the builder, its settings and the errors. The runtime
+(agent_framework's workflows, the host, the managers, the events) is imported by ``build()``, or
+when one of its names is first asked for; the hosting layer (:class:`ConversationHost`,
+``handoff_builder.stores``) likewise, so a program that only builds and runs workflows does not
+load it (nor ``sqlite3``).
 """
 
 import typing as _typing
@@ -12,80 +15,25 @@ from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
 from ._builder import HandoffWorkflowBuilder
-from ._decision import (
-    AgentReply,
-    Decision,
-    EndTurn,
-    Escalate,
-    Event,
-    HandoffCall,
-    HandoffRequest,
-    NextAgent,
-    ReviewVerdict,
-    TurnStart,
-)
-from ._delegation import DEFAULT_MAX_DELEGATION_DEPTH, HistoryMode
-from ._events import (
-    HANDOFF_BLOCKED_EVENT,
-    HANDOFF_DELEGATION_EVENT,
-    HANDOFF_ESCALATED_EVENT,
-    HANDOFF_EVENT,
-    HANDOFF_INTERMEDIATE_EVENT,
-    HANDOFF_LIMIT_EVENT,
-    HANDOFF_TIMEOUT_EVENT,
-    HANDOFF_TURN_ABANDONED_EVENT,
-    HANDOFF_TURN_EVENT,
-    DecidedBy,
-    DelegationEvent,
-    DelegationOutcome,
-    EscalationEvent,
-    HandoffBlockedEvent,
-    HandoffEvent,
-    HandoffTurnResult,
-    LimitReachedEvent,
-    RoutingStep,
-    StepKind,
-    TurnAbandonedEvent,
-    TurnStatus,
-    TurnTimeoutEvent,
-)
-from ._handoff_manager import HandoffManager
-from ._hooks import DEFAULT_HOOK_TIMEOUT, HandoffContext, HandoffHook, HandoffPredicate
-from ._host import (
-    DEFAULT_AGENT_TIMEOUT,
-    DEFAULT_ESCALATION_MESSAGE,
-    DEFAULT_REVIEW_ESCALATION_MESSAGE,
-    DEFAULT_TURN_TIMEOUT,
-    GroupChatHost,
-    HostSettings,
-    Participant,
-    ReissueRequests,
-    UserTurn,
-)
-from ._input_filters import HandoffInput, InputFilter
 from ._instructions import DEFAULT_HANDOFF_INSTRUCTIONS, HANDOFF_TOOLS_PLACEHOLDER
-from ._lint import LintFinding, LintSeverity
-from ._manager import (
+from ._settings import (
+    DEFAULT_AGENT_TIMEOUT,
     DEFAULT_AUTONOMOUS_PROMPT,
     DEFAULT_AUTONOMOUS_TURN_LIMIT,
-    AutonomousMode,
+    DEFAULT_ESCALATION_MESSAGE,
+    DEFAULT_HOOK_TIMEOUT,
+    DEFAULT_MAX_DELEGATION_DEPTH,
+    DEFAULT_MAX_MODEL_CALLS,
+    DEFAULT_REVIEW_ESCALATION_MESSAGE,
+    DEFAULT_TURN_TIMEOUT,
     CapOutcome,
-    CodeRoute,
-    GroupChatManager,
-    ManagerSettings,
-    RouteFunction,
-    TerminationCondition,
+    HandoffContext,
+    HandoffHook,
+    HandoffPredicate,
+    HandoffToolCallFiltering,
+    HistoryMode,
+    Redaction,
 )
-from ._model_calls import ModelCall
-from ._model_inputs import DEFAULT_MAX_MODEL_CALLS, Redaction, redact_patterns
-from ._payloads import DelegateTask, HandBackSummary, HandoffGoal, ReviewApproval, ReviewChanges
-from ._requests import decline
-from ._review import Review
-from ._routes import HandoffRoute, hand_back_tool_name, handoff_tool_name
-from ._routing_updates import ROUTING_EVENT_PROPERTY
-from ._state import HandoffState
-from ._views import HandoffToolCallFiltering
-from ._workflow import HandoffWorkflow, MessageBatch
 from .exceptions import (
     ConversationBusyError,
     ConversationConflictError,
@@ -114,6 +62,50 @@ if _typing.TYPE_CHECKING:
     from . import stores as stores
     from ._agui import agui_request_check, check_agui_request
     from ._agui_agent import agui_agent
+    from ._decision import (
+        AgentReply,
+        Decision,
+        EndTurn,
+        Escalate,
+        Event,
+        HandoffCall,
+        HandoffRequest,
+        NextAgent,
+        ReviewVerdict,
+        TurnStart,
+    )
+    from ._events import (
+        HANDOFF_BLOCKED_EVENT,
+        HANDOFF_DELEGATION_EVENT,
+        HANDOFF_ESCALATED_EVENT,
+        HANDOFF_EVENT,
+        HANDOFF_INTERMEDIATE_EVENT,
+        HANDOFF_LIMIT_EVENT,
+        HANDOFF_TIMEOUT_EVENT,
+        HANDOFF_TURN_ABANDONED_EVENT,
+        HANDOFF_TURN_EVENT,
+        DecidedBy,
+        DelegationEvent,
+        DelegationOutcome,
+        EscalationEvent,
+        HandoffBlockedEvent,
+        HandoffEvent,
+        HandoffTurnResult,
+        LimitReachedEvent,
+        RoutingStep,
+        StepKind,
+        TurnAbandonedEvent,
+        TurnStatus,
+        TurnTimeoutEvent,
+    )
+    from ._handoff_manager import HandoffManager
+    from ._host import (
+        GroupChatHost,
+        HostSettings,
+        KeptConversation,
+        ReissueRequests,
+        UserTurn,
+    )
     from ._hosted_agent import HostedConversationAgent, devui_agent
     from ._hosting import (
         ABANDONED_TURN_PROPERTY,
@@ -121,22 +113,82 @@ if _typing.TYPE_CHECKING:
         DEFAULT_MAX_INPUT_BYTES,
         ConversationHost,
     )
+    from ._input_filters import HandoffInput, InputFilter
     from ._lifecycle import MAX_IDEMPOTENCY_KEY_LENGTH
+    from ._lint import LintFinding, LintSeverity
+    from ._manager import (
+        AutonomousMode,
+        CodeRoute,
+        GroupChatManager,
+        ManagerSettings,
+        RouteFunction,
+        TerminationCondition,
+    )
+    from ._model_calls import ModelCall
+    from ._model_inputs import redact_patterns
+    from ._participant import Participant
+    from ._payloads import (
+        DelegateTask,
+        HandBackSummary,
+        HandoffGoal,
+        ReviewApproval,
+        ReviewChanges,
+    )
+    from ._requests import decline
+    from ._review import Review
+    from ._routes import HandoffRoute, hand_back_tool_name, handoff_tool_name
+    from ._routing_updates import ROUTING_EVENT_PROPERTY
+    from ._state import HandoffState
+    from ._workflow import HandoffWorkflow, MessageBatch
 
-# name -> (module, attribute of it; None for the module itself)
-_LAZY: dict[str, tuple[str, str | None]] = {
-    "ConversationHost": ("._hosting", "ConversationHost"),
-    "HostedConversationAgent": ("._hosted_agent", "HostedConversationAgent"),
-    "devui_agent": ("._hosted_agent", "devui_agent"),
-    "agui_agent": ("._agui_agent", "agui_agent"),  # needs agent-framework-ag-ui (the serve extra)
-    "ABANDONED_TURN_PROPERTY": ("._hosting", "ABANDONED_TURN_PROPERTY"),
-    "DEFAULT_IDLE_TIMEOUT": ("._hosting", "DEFAULT_IDLE_TIMEOUT"),
-    "DEFAULT_MAX_INPUT_BYTES": ("._hosting", "DEFAULT_MAX_INPUT_BYTES"),
-    "MAX_IDEMPOTENCY_KEY_LENGTH": ("._lifecycle", "MAX_IDEMPOTENCY_KEY_LENGTH"),
-    "stores": (".stores", None),
-    "check_agui_request": ("._agui", "check_agui_request"),  # needs FastAPI (the serve extra)
-    "agui_request_check": ("._agui", "agui_request_check"),
-}
+# The names imported on first use, by the module they come from ("stores" is a module itself).
+# The same names are imported above for type checkers.
+_LAZY_MODULES: dict[str, tuple[str, ...]] = {
+    # the runtime: what build() imports
+    "._decision": (
+        "AgentReply", "Decision", "EndTurn", "Escalate", "Event", "HandoffCall", "HandoffRequest",
+        "NextAgent", "ReviewVerdict", "TurnStart",
+    ),
+    "._events": (
+        "HANDOFF_BLOCKED_EVENT", "HANDOFF_DELEGATION_EVENT", "HANDOFF_ESCALATED_EVENT",
+        "HANDOFF_EVENT", "HANDOFF_INTERMEDIATE_EVENT", "HANDOFF_LIMIT_EVENT",
+        "HANDOFF_TIMEOUT_EVENT", "HANDOFF_TURN_ABANDONED_EVENT", "HANDOFF_TURN_EVENT", "DecidedBy",
+        "DelegationEvent", "DelegationOutcome", "EscalationEvent", "HandoffBlockedEvent",
+        "HandoffEvent", "HandoffTurnResult", "LimitReachedEvent", "RoutingStep", "StepKind",
+        "TurnAbandonedEvent", "TurnStatus", "TurnTimeoutEvent",
+    ),
+    "._handoff_manager": ("HandoffManager",),
+    "._host": ("GroupChatHost", "HostSettings", "KeptConversation", "ReissueRequests", "UserTurn"),
+    "._input_filters": ("HandoffInput", "InputFilter"),
+    "._lint": ("LintFinding", "LintSeverity"),
+    "._manager": (
+        "AutonomousMode", "CodeRoute", "GroupChatManager", "ManagerSettings", "RouteFunction",
+        "TerminationCondition",
+    ),
+    "._model_calls": ("ModelCall",),
+    "._model_inputs": ("redact_patterns",),
+    "._participant": ("Participant",),
+    "._payloads": (
+        "DelegateTask", "HandBackSummary", "HandoffGoal", "ReviewApproval", "ReviewChanges",
+    ),
+    "._requests": ("decline",),
+    "._review": ("Review",),
+    "._routes": ("HandoffRoute", "hand_back_tool_name", "handoff_tool_name"),
+    "._routing_updates": ("ROUTING_EVENT_PROPERTY",),
+    "._state": ("HandoffState",),
+    "._workflow": ("HandoffWorkflow", "MessageBatch"),
+    # the hosting layer
+    "._hosting": (
+        "ConversationHost", "ABANDONED_TURN_PROPERTY", "DEFAULT_IDLE_TIMEOUT",
+        "DEFAULT_MAX_INPUT_BYTES",
+    ),
+    "._hosted_agent": ("HostedConversationAgent", "devui_agent"),
+    "._agui_agent": ("agui_agent",),  # needs agent-framework-ag-ui (the serve extra)
+    "._agui": ("check_agui_request", "agui_request_check"),  # needs FastAPI (the serve extra)
+    "._lifecycle": ("MAX_IDEMPOTENCY_KEY_LENGTH",),
+    ".stores": ("stores",),
+}  # fmt: skip
+_LAZY = {name: module for module, names in _LAZY_MODULES.items() for name in names}
 
 # Names that were exported before the public surface was curated (issue 23): still importable
 # from here, with a DeprecationWarning; not in __all__ nor dir(). name -> (module, why).
@@ -146,11 +198,11 @@ _WITHDRAWN: dict[str, tuple[str, str]] = {
     "AgentRun": ("._participant", "what Participant.run returns to the host"),
     "DelegateRoute": ("._delegation", "a compiled delegate edge"),
     "Outcome": ("._builder", "the type of a cap's outcome= (a CapOutcome or an agent)"),
-    "DEFAULT_LOGGED_ARGUMENT_LENGTH": ("._logging", "with_logging's default argument_length"),
-    "DEFAULT_MAX_HANDOFFS_PER_TURN": ("._manager", "with_max_handoffs_per_turn's default"),
-    "DEFAULT_MAX_ITERATIONS": ("._manager", "with_max_iterations's default"),
-    "DEFAULT_MAX_REJECTED_HANDOFFS": ("._manager", "with_max_rejected_handoffs's default"),
-    "DEFAULT_MAX_REVIEW_ROUNDS": ("._review", "with_review's default max_rounds"),
+    "DEFAULT_LOGGED_ARGUMENT_LENGTH": ("._settings", "with_logging's default argument_length"),
+    "DEFAULT_MAX_HANDOFFS_PER_TURN": ("._settings", "with_max_handoffs_per_turn's default"),
+    "DEFAULT_MAX_ITERATIONS": ("._settings", "with_max_iterations's default"),
+    "DEFAULT_MAX_REJECTED_HANDOFFS": ("._settings", "with_max_rejected_handoffs's default"),
+    "DEFAULT_MAX_REVIEW_ROUNDS": ("._settings", "with_review's default max_rounds"),
     "DEFAULT_MAX_TURN_RETRIES": ("._lifecycle", "ConversationHost's default max_turn_retries"),
 }
 
@@ -163,7 +215,7 @@ except _PackageNotFoundError:  # pragma: no cover - a source tree that was never
 
 
 def __getattr__(name: str) -> object:
-    """Import the hosting layer when one of its names is first asked for."""
+    """Import the runtime or the hosting layer when one of their names is first asked for."""
     from importlib import import_module
 
     if name in _WITHDRAWN:
@@ -177,11 +229,11 @@ def __getattr__(name: str) -> object:
             stacklevel=2,
         )
         return getattr(import_module(module_name, __name__), name)
-    if name not in _LAZY:
+    module_name = _LAZY.get(name)
+    if module_name is None:
         raise AttributeError(f"module 'handoff_builder' has no attribute {name!r}")
-    module_name, attribute = _LAZY[name]
     module = import_module(module_name, __name__)
-    value = module if attribute is None else getattr(module, attribute)
+    value = module if module_name == f".{name}" else getattr(module, name)
     globals()[name] = value
     return value
 
@@ -263,6 +315,7 @@ __all__ = [
     "HostedConversationAgent",
     "InputFilter",
     "InvalidMessageError",
+    "KeptConversation",
     "LeaseLostError",
     "LimitReachedEvent",
     "LintFinding",

@@ -24,7 +24,16 @@ __all__ = [
     "check_function",
     "check_input_filter",
     "int_argument",
+    "label",
 ]
+
+
+def label(agent: Any) -> str:
+    """How an agent is named in error messages."""
+    name = getattr(agent, "name", None)
+    if isinstance(name, str) and name.strip():
+        return repr(name)
+    return f"<unnamed agent id={getattr(agent, 'id', '?')!r}>"
 
 
 def agent_argument(value: object, argument: str) -> Agent:

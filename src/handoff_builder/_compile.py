@@ -12,29 +12,22 @@ from typing_extensions import override
 from ._config import BuildConfig
 from ._delegation import DelegateRoute, make_delegate_tool
 from ._handoff_manager import HandoffManager
-from ._hooks import EdgePolicy
-from ._host import (
-    DEFAULT_ESCALATION_MESSAGE,
-    DEFAULT_REVIEW_ESCALATION_MESSAGE,
-    HOST_ID,
-    GroupChatHost,
-    HostSettings,
-    Participant,
-)
+from ._host import HOST_ID, GroupChatHost, HostSettings, Participant
 from ._instructions import render_instructions
 from ._lint import LintFinding
-from ._manager import (
-    DEFAULT_MAX_HANDOFFS_PER_TURN,
-    DEFAULT_MAX_ITERATIONS,
-    AutonomousMode,
-    CapOutcome,
-    GroupChatManager,
-    ManagerSettings,
-)
+from ._manager import AutonomousMode, GroupChatManager, ManagerSettings
 from ._model_inputs import ModelCallLog, ModelInputRecorder
 from ._plan import Plan, plan_of
 from ._review import REVIEW_TOOL_KINDS, review_tools
 from ._routes import HandoffRoute
+from ._settings import (
+    DEFAULT_ESCALATION_MESSAGE,
+    DEFAULT_MAX_HANDOFFS_PER_TURN,
+    DEFAULT_MAX_ITERATIONS,
+    DEFAULT_REVIEW_ESCALATION_MESSAGE,
+    CapOutcome,
+    EdgePolicy,
+)
 from ._tools import make_handoff_tool
 from ._validation import own_tool_names
 from ._workflow import HandoffWorkflow, specialise

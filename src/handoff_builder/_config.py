@@ -1,42 +1,68 @@
 """What a :class:`~handoff_builder.HandoffWorkflowBuilder` records: plain values, no logic.
 
 ``build()`` checks and resolves this record (:mod:`._plan`), then assembles the workflow from it
-(:mod:`._compile`).
+(:mod:`._compile`). Like the builder, this module imports none of the runtime: only
+:mod:`._settings` and :mod:`._instructions` when it runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
-from ._delegation import DEFAULT_MAX_DELEGATION_DEPTH, DELEGATE_TOOL_PREFIX, HistoryMode
-from ._hooks import DEFAULT_HOOK_TIMEOUT, PLAIN, EdgePolicy
-from ._host import DEFAULT_AGENT_TIMEOUT, DEFAULT_ESCALATION_MESSAGE, DEFAULT_TURN_TIMEOUT
 from ._instructions import DEFAULT_HANDOFF_INSTRUCTIONS
-from ._logging import ArgumentLogging
-from ._manager import (
+from ._settings import (
+    DEFAULT_AGENT_TIMEOUT,
+    DEFAULT_ESCALATION_MESSAGE,
+    DEFAULT_HOOK_TIMEOUT,
+    DEFAULT_MAX_DELEGATION_DEPTH,
     DEFAULT_MAX_REJECTED_HANDOFFS,
-    GroupChatManager,
-    ManagerSettings,
-    TerminationCondition,
+    DEFAULT_TURN_TIMEOUT,
+    DELEGATE_TOOL_PREFIX,
+    PLAIN,
+    ArgumentLogging,
+    EdgePolicy,
+    HandoffToolCallFiltering,
+    HistoryMode,
 )
-from ._model_inputs import ModelInputs
-from ._routes import sanitize_tool_name
-from ._validation import Edge
-from ._views import HandoffToolCallFiltering
+
+if TYPE_CHECKING:
+    from ._manager import GroupChatManager, ManagerSettings, TerminationCondition
+    from ._model_inputs import ModelInputs
+    from ._routes import EdgeKind, HandoffKind
 
 __all__ = [
     "AgentRef",
     "AutonomousSettings",
     "BuildConfig",
     "DelegateEdge",
+    "Edge",
     "HandBack",
     "ManagerFactory",
 ]
 
 AgentRef = Any  # an Agent, or a participant's name
-ManagerFactory = Callable[[ManagerSettings], GroupChatManager]
+ManagerFactory: TypeAlias = "Callable[[ManagerSettings], GroupChatManager]"
+
+
+class Edge(NamedTuple):
+    """A declared handoff: ``source`` may pass the conversation to ``target``."""
+
+    source: Any
+    target: Any
+    reason: str | None = None
+    tool_name: str | None = None
+    kind: HandoffKind = "handoff"
+    payload: Any = None
+    policy: EdgePolicy = PLAIN
+
+    @property
+    def edge(self) -> EdgeKind:
+        """The row of the edge-kind table for this edge."""
+        from ._routes import EDGE_KINDS  # the table's payload models are the runtime's
+
+        return EDGE_KINDS[self.kind]
 
 
 class HandBack(NamedTuple):
@@ -65,6 +91,8 @@ class DelegateEdge(NamedTuple):
     @property
     def tool(self) -> str:
         """The tool's name: the one given, else ``ask_<expert name>``, sanitised."""
+        from ._routes import sanitize_tool_name  # the runtime's; read once the config is built
+
         name = str(getattr(self.expert, "name", "") or "")
         return self.tool_name or sanitize_tool_name(DELEGATE_TOOL_PREFIX + name)
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from agent_framework import (
     AgentResponse,
@@ -52,6 +52,11 @@ from ._calls import (
 )
 from ._events import DelegationEvent, DelegationOutcome
 from ._payloads import DelegateTask, payload_label, validate_arguments
+from ._settings import (
+    DEFAULT_MAX_DELEGATION_DEPTH,
+    DELEGATE_TOOL_PREFIX,
+    HistoryMode,
+)
 from ._state import DelegationFrame
 from ._telemetry import delegation_span, settle_delegation_span
 from ._tools import HandoffTool, schema_tool
@@ -72,12 +77,6 @@ __all__ = [
     "waiting_apart",
 ]
 
-HistoryMode = Literal["none", "full", "filtered"]
-"""What an expert sees besides its task: nothing, the shared conversation, or its filtered view."""
-HISTORY_MODES: tuple[HistoryMode, ...] = ("none", "full", "filtered")
-DELEGATE_TOOL_PREFIX = "ask_"
-DEFAULT_MAX_DELEGATION_DEPTH = 3
-"""How deep delegations nest by default: a participant's expert's expert's expert."""
 DELEGATE_APPROVAL_ID_PREFIX = "delegation-approval-"
 """How the id of a delegate call's approval request starts (stored in pending state)."""
 

@@ -64,6 +64,12 @@ from ._reply import (
     unless_cut_short,
 )
 from ._requests import PendingRequests
+from ._settings import (
+    DEFAULT_AGENT_TIMEOUT,
+    DEFAULT_ESCALATION_MESSAGE,
+    DEFAULT_REVIEW_ESCALATION_MESSAGE,
+    DEFAULT_TURN_TIMEOUT,
+)
 from ._state import (
     Continuation,
     DelegationFrame,
@@ -102,21 +108,6 @@ __all__ = [
 ]
 
 HOST_ID = "handoff_host"
-DEFAULT_AGENT_TIMEOUT = 120.0
-"""Seconds one agent call may take, its own tool calls included, before the turn is cut short."""
-DEFAULT_TURN_TIMEOUT = 600.0
-"""Seconds one user turn may take, every agent call and handoff included."""
-DEFAULT_ESCALATION_MESSAGE = (
-    "I'm sorry, I wasn't able to get your request to the right place. I'm passing this "
-    "conversation to a human colleague, who will get back to you."
-)
-"""What the user reads when a turn escalates (unless ``escalation_message`` was given)."""
-DEFAULT_REVIEW_ESCALATION_MESSAGE = (
-    "I'm sorry, I couldn't get an answer ready that passed its review. I'm passing this "
-    "conversation to a human colleague, who will get back to you."
-)
-"""What the user reads when a review escalates (unless ``escalation_message`` was given)."""
-
 CallKind = Literal["run", "resolve", "carry_on"]
 """What an agent call does: ``run`` the agent; ``resolve`` the requests its run waited for,
 now answered (approved tools run, declined ones refused); ``carry_on`` a delegation whose

@@ -18,15 +18,20 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import NamedTuple, TypeVar, cast
+from typing import TypeVar, cast
 
 from agent_framework import Message
-from pydantic import BaseModel
 
 from ._decision import HandoffCall, HandoffRequest, refused_call
-from ._input_filters import InputFilter
 from ._routes import HandoffRoute
+from ._settings import (
+    DEFAULT_HOOK_TIMEOUT,
+    PLAIN,
+    EdgePolicy,
+    HandoffContext,
+    HandoffHook,
+    HandoffPredicate,
+)
 from ._timeouts import DeadlinePassedError, within
 from .exceptions import HandoffHookError
 
@@ -39,58 +44,6 @@ __all__ = [
     "HandoffPredicate",
 ]
 
-
-DEFAULT_HOOK_TIMEOUT = 30.0
-"""Seconds an edge's hook may take to answer (``with_timeouts(hook=...)``): shorter than an agent
-call's limit, so that a hook that hangs is reported as itself, not as a slow agent."""
-
-
-@dataclass(frozen=True)
-class HandoffContext:
-    """What a handoff's hooks and predicates are given.
-
-    ``goal`` is the call's goal or summary, or its payload as JSON, and ``payload`` the validated
-    payload (``None`` for an edge without one); both are empty for ``is_enabled``, which is asked
-    before the agent runs. ``conversation`` is the shared conversation so far (read-only) and
-    ``conversation_id`` the hosted conversation's id (``None`` outside ``ConversationHost``).
-    """
-
-    source: str
-    target: str
-    tool_name: str
-    goal: str
-    payload: BaseModel | None
-    conversation: Sequence[Message]
-    conversation_id: str | None
-
-
-HandoffHook = Callable[[HandoffContext], "str | Awaitable[str | None] | None"]
-"""``on_handoff``: ``None`` lets the handoff go; a string vetoes it."""
-
-HandoffPredicate = Callable[[HandoffContext], "bool | Awaitable[bool]"]
-"""``is_enabled`` / ``approval`` as a function of the handoff."""
-
-
-class EdgePolicy(NamedTuple):
-    """The code one edge runs around its handoffs (``input_filter``: see ``_input_filters``)."""
-
-    on_handoff: HandoffHook | None = None
-    is_enabled: bool | HandoffPredicate = True
-    approval: bool | HandoffPredicate = False
-    input_filter: InputFilter | None = None
-
-    @property
-    def is_plain(self) -> bool:
-        """True when the edge runs no code of its own (the common case: nothing to ask)."""
-        return (
-            self.on_handoff is None
-            and self.is_enabled is True
-            and self.approval is False
-            and self.input_filter is None
-        )
-
-
-PLAIN = EdgePolicy()
 
 _T = TypeVar("_T")
 

@@ -65,7 +65,15 @@ from ._manager import GroupChatManager
 from ._model_inputs import ModelCallLog
 from ._participant import AgentRun, Participant
 from ._routes import HandoffRoute
-from ._runner import AgentRunner, LocalAgentRunner, RunnerSetup, Sink, Streams, payload_models
+from ._runner import (
+    AgentRunner,
+    LocalAgentRunner,
+    RunnerSetup,
+    Sink,
+    Streams,
+    Views,
+    payload_models,
+)
 from ._state import HostState, decode_host_state, encode_host_state
 from ._telemetry import TurnTrace
 from ._timeouts import DeadlinePassedError
@@ -79,6 +87,7 @@ __all__ = [
     "DEFAULT_TURN_TIMEOUT",
     "GroupChatHost",
     "HostSettings",
+    "KeptConversation",
     "Participant",
     "ReissueRequests",
     "ResumeTurn",
@@ -192,6 +201,10 @@ class HostSettings:
     workflow_name: str = "handoff"
 
 
+_NONE_MEANT = frozenset({"argument_logging", "apologies", "experts"})
+"""Keywords of the constructor before ``HostSettings`` whose ``None`` meant their default."""
+
+
 class GroupChatHost(Executor):
     """Runs a group chat: keeps the shared, append-only history and carries out decisions.
 
@@ -226,7 +239,9 @@ class GroupChatHost(Executor):
                 DeprecationWarning,
                 stacklevel=2,
             )
-            settings = HostSettings(**{**vars(settings or HostSettings()), **options})
+            given: dict[str, Any] = {**vars(settings or HostSettings())}
+            given.update((k, v) for k, v in options.items() if not (v is None and k in _NONE_MEANT))
+            settings = HostSettings(**given)
         settings = settings or HostSettings()
         self.settings = settings
         """How the host runs its turns (:class:`HostSettings`)."""
@@ -629,6 +644,22 @@ class GroupChatHost(Executor):
         """:meth:`state` as JSON."""
         return encode_host_state(self._engine.state())
 
+    def release(self) -> "KeptConversation":
+        """Give the conversation up, between turns: what to :meth:`take` it back with.
+
+        The host then holds no conversation (an empty one), ready for another. What is kept is
+        the history, the state and the agents' views of it (so they are not rebuilt).
+        """
+        kept = KeptConversation(list(self.history), self.state(), self._local.kept_views())
+        self.load([], HostState())
+        self.journal, self.conversation_id = None, None
+        return kept
+
+    def take(self, kept: "KeptConversation") -> None:
+        """Hold the conversation another host released (:meth:`release`), as it was."""
+        self.load(kept.history, kept.state)
+        self._local.keep_views(kept.views)
+
     def load(self, history: Sequence[Message], state: HostState, *, strict: bool = True) -> None:
         """Replace the host's conversation and state with saved ones (see :meth:`state`).
 
@@ -662,6 +693,15 @@ class GroupChatHost(Executor):
         host_state = decode_host_state({k: v for k, v in state.items() if k != "history"}, where)
         self.load([Message.from_dict(item) for item in saved], host_state)
         self._saved = saved
+
+
+@dataclass(frozen=True)
+class KeptConversation:
+    """A conversation a host released between turns: its history, its state, its views."""
+
+    history: list[Message]
+    state: HostState
+    views: Views
 
 
 def _now() -> float:

@@ -12,32 +12,27 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, cast
 
 from agent_framework import Content, Message, Workflow, WorkflowEvent
-from pydantic import AwareDatetime
 
 from ._builder import HandoffWorkflowBuilder
-from ._engine import HostSnapshot
 from ._events import (
     HANDOFF_TURN_ABANDONED_EVENT,
     HANDOFF_TURN_EVENT,
     HandoffTurnResult,
     TurnAbandonedEvent,
 )
-from ._host import GroupChatHost, ReissueRequests, UserTurn
+from ._host import GroupChatHost, KeptConversation, ReissueRequests, UserTurn
+from ._journal import HostedState, StoreJournal, decode_hosted
 from ._lifecycle import (
     DEFAULT_MAX_TURN_RETRIES,
     MAX_IDEMPOTENCY_KEY_LENGTH,
-    Receipt,
     UserInput,
     answers_by_request,
     check_idempotency_key,
-    failure_text,
     finish_interrupted,
-    kept,
     turn_result,
     user_messages,
 )
 from ._records import stored_history, stored_host_state
-from ._state import TurnRecord, adapter_for, encode_host_state, validated
 from .exceptions import (
     ConversationBusyError,
     ConversationConflictError,
@@ -100,136 +95,17 @@ def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+_FREE_WORKFLOWS = 8
+"""How many built workflows a ConversationHost keeps between conversations (more are built when
+that many conversations run at once)."""
+
+
 @dataclass(frozen=True)
-class _Hosted:
-    """What the hosting layer keeps in a conversation's state row beside the host's state."""
+class _Parked:
+    """A conversation kept live between turns: as its host released it, and its journal."""
 
-    last_activity: AwareDatetime | None = None
-    turn_keys: tuple[str, ...] = ()  # idempotency keys of the calls that ran the open turn
-    failures: int = 0  # failed attempts of the open turn
-    last_error: str | None = None
-    receipts: tuple[Receipt, ...] = ()
-
-
-class _StoreJournal:
-    """Writes a hosted turn's progress: the new messages and the state row, in one fenced write."""
-
-    def __init__(
-        self,
-        store: ConversationStore,
-        conversation_id: str,
-        *,
-        version: int,
-        saved: int,
-        clock: Callable[[], datetime],
-        written: Mapping[str, Any],
-    ) -> None:
-        """Start from ``written``, the stored state row (empty for a new conversation).
-
-        Its hosting fields are checked here (``CorruptConversationError``), so the receipts are
-        kept as stored and decoded only when a repeated call asks for one.
-        """
-        hosted = _decode(_Hosted, written, conversation_id) if written else _Hosted()
-        self._store = store
-        self._conversation_id = conversation_id
-        self.held: LeaseHold | None = None
-        self.release_when_done = False  # this call's last turn: its last write gives the lease back
-        self.version = version
-        self.saved = saved
-        self._clock = clock
-        self.last_activity = hosted.last_activity
-        self.turn_keys = list(hosted.turn_keys)
-        self.failures = hosted.failures
-        self.last_error = hosted.last_error
-        self.receipts: list[dict[str, Any]] = list(written.get("receipts", []))
-        self.key: str | None = None  # the key of the call running now
-        self._written: dict[str, Any] = dict(written)  # the state row as last written
-        self._receipted: HandoffTurnResult | None = None
-
-    async def record(self, snapshot: HostSnapshot) -> None:
-        history = snapshot.history
-        if self.key is not None and self.key not in self.turn_keys:
-            self.turn_keys.append(self.key)
-        result = snapshot.last_result
-        if not snapshot.turn_open:
-            if result is not None and result is not self._receipted and self.turn_keys:
-                self._add_receipt(result)
-            self.turn_keys, self.failures, self.last_error = [], 0, None
-        self.last_activity = self._clock()
-        state: dict[str, Any] = {
-            "host": encode_host_state(snapshot.state),
-            "last_activity": self.last_activity.isoformat(),
-            "receipts": self.receipts,
-        }
-        if self.turn_keys:
-            state["turn_keys"] = list(self.turn_keys)
-        if self.failures:
-            state["failures"], state["last_error"] = self.failures, self.last_error
-        release = self.release_when_done and not snapshot.turn_open
-        new = [message.to_dict() for message in history[self.saved :]]
-        await self._write(new, state, release=release)
-        self.saved = len(history)
-
-    async def record_failure(self, error: BaseException) -> bool:
-        """Count a failed attempt of the open turn, as stored; False when no turn was stored open.
-
-        The state row is written again as it was, with the count: whatever the failed attempt
-        changed in memory is not stored.
-        """
-        host_state: Any = self._written.get("host")
-        if not isinstance(host_state, dict) or cast(dict[str, Any], host_state).get("turn") is None:
-            return False
-        self.failures += 1
-        self.last_error = failure_text(error)
-        state = {**self._written, "failures": self.failures, "last_error": self.last_error}
-        await self._write([], state)
-        return True
-
-    async def _write(
-        self, messages: list[dict[str, Any]], state: dict[str, Any], *, release: bool = False
-    ) -> None:
-        held = self.held
-        if held is not None and not held.taken:  # the turn's first write takes the lease
-            held.asking()
-            lease = await self._store.acquire_and_append(
-                self._conversation_id,
-                owner=held.owner,
-                ttl=held.ttl,
-                start=self.saved,
-                messages=messages,
-                state=state,
-                expected_version=self.version,
-                release=release,
-            )
-            if lease is None:
-                raise ConversationBusyError(self._conversation_id)
-            held.acquired(lease)
-            self.version = lease.version
-        else:
-            self.version = await self._store.append(
-                self._conversation_id,
-                start=self.saved,
-                messages=messages,
-                state=state,
-                expected_version=self.version,
-                lease=None if held is None else held.lease,
-                release=release and held is not None,
-            )
-        self._written = state
-        if release and held is not None:
-            held.released_by_write()
-
-    def _add_receipt(self, result: HandoffTurnResult) -> None:
-        receipt = Receipt(**vars(TurnRecord.of(result)), keys=tuple(self.turn_keys))
-        self.receipts = kept(self.receipts, _encode(Receipt, receipt))
-        self._receipted = result
-
-    def receipt(self, key: str) -> Receipt | None:
-        for raw in reversed(self.receipts):
-            keys = raw.get("keys")
-            if isinstance(keys, list) and key in keys:
-                return _decode(Receipt, raw, self._conversation_id)
-        return None
+    kept: KeptConversation
+    journal: StoreJournal
 
 
 class _Opened:
@@ -254,8 +130,8 @@ class _Opened:
         self._reopen = reopen
 
     @property
-    def journal(self) -> _StoreJournal:
-        return cast(_StoreJournal, self.host.journal)
+    def journal(self) -> StoreJournal:
+        return cast(StoreJournal, self.host.journal)
 
     @property
     def failures(self) -> int:
@@ -394,7 +270,8 @@ class ConversationHost:
         self.lease_ttl = lease_ttl
         self.worker_id = worker_id
         self.max_turn_retries = max_turn_retries
-        self._live: OrderedDict[str, _Opened] = OrderedDict()
+        self._live: OrderedDict[str, _Parked] = OrderedDict()
+        self._free: list[tuple[Workflow, GroupChatHost]] = []  # built, between conversations
 
     async def send(
         self,
@@ -458,17 +335,17 @@ class ConversationHost:
         finds the conversation busy or changed since (another worker wrote), the turn is given
         up unseen and ``None`` returned: the caller runs it the usual way (lease first, reload).
         """
-        opened = self._live.pop(conversation_id)
-        journal = opened.journal
-        if opened.host.turn_open:  # not kept that way; reload to be sure
+        parked = self._live.pop(conversation_id)
+        journal = parked.journal
+        if parked.kept.state.turn is not None:  # not kept that way; reload to be sure
             return None
         if key is not None:
             receipt = journal.receipt(key)  # receipts only ever grow: a found one holds
             if receipt is not None:
-                self._live[conversation_id] = opened
-                return receipt.result(opened.host.history)
+                self._live[conversation_id] = parked
+                return receipt.result(parked.kept.history)
         held = LeaseHold(self.store, conversation_id, new_owner(self.worker_id), self.lease_ttl)
-        journal.held = held
+        opened = self._unpark(conversation_id, parked, held)
         self._last_step(opened, key)
         try:
             events = await opened.attempt(self._user_turn(opened, messages))
@@ -716,7 +593,7 @@ class ConversationHost:
         record = await self.store.load(conversation_id)
         if record is None:
             return None
-        hosted: _Hosted = _decode(_Hosted, record.state, conversation_id)
+        hosted: HostedState = decode_hosted(HostedState, record.state, conversation_id)
         return hosted.last_activity
 
     # -- internals --------------------------------------------------------------------------------
@@ -743,13 +620,9 @@ class ConversationHost:
         live = self._live.pop(conversation_id, None)
         # Reuse the conversation kept from this worker's last turn if nobody wrote since.
         if live is not None and reuse and held.lease.version == live.journal.version:
-            live.journal.held = held
-            return live
+            return self._unpark(conversation_id, live, held)
         record = await self.store.load(conversation_id)  # errors surface before any model call
-        workflow = self.builder.build()
-        host = workflow.get_start_executor()
-        if not isinstance(host, GroupChatHost):  # pragma: no cover - build() always makes one
-            raise TypeError("ConversationHost needs a workflow built by HandoffWorkflowBuilder.")
+        workflow, host = self._built()
         version, saved, written = 0, 0, {}
         if record is not None:
             history = stored_history(record)
@@ -764,10 +637,22 @@ class ConversationHost:
                 detail = f"the host state does not load ({type(error).__name__}: {error})"
                 raise CorruptConversationError(conversation_id, detail) from error
             version, saved = record.version, len(history)
-        journal = _StoreJournal(
+        journal = StoreJournal(
             self.store, conversation_id, version=version, saved=saved, clock=self._clock,
             written=written,
         )  # fmt: skip
+        return self._opened(conversation_id, workflow, host, journal, held, strict=strict)
+
+    def _opened(
+        self,
+        conversation_id: str,
+        workflow: Workflow,
+        host: GroupChatHost,
+        journal: StoreJournal,
+        held: LeaseHold,
+        *,
+        strict: bool = True,
+    ) -> _Opened:
         journal.held = held
         host.journal = journal
         host.conversation_id = conversation_id
@@ -777,15 +662,38 @@ class ConversationHost:
 
         return _Opened(conversation_id, workflow, host, stored)
 
+    def _built(self) -> tuple[Workflow, GroupChatHost]:
+        """A built workflow and its host, free for one conversation: one kept, or a new one."""
+        if self._free:
+            return self._free.pop()
+        workflow = self.builder.build()
+        host = workflow.get_start_executor()
+        if not isinstance(host, GroupChatHost):  # pragma: no cover - build() always makes one
+            raise TypeError("ConversationHost needs a workflow built by HandoffWorkflowBuilder.")
+        return workflow, host
+
+    def _unpark(self, conversation_id: str, parked: _Parked, held: LeaseHold) -> _Opened:
+        """A conversation kept live, in a built workflow again (its state as it was kept)."""
+        workflow, host = self._built()
+        host.take(parked.kept)
+        return self._opened(conversation_id, workflow, host, parked.journal, held)
+
     def _keep(self, opened: _Opened) -> None:
-        """Keep a conversation that ended its turn cleanly, for this worker's next turn of it."""
-        journal = opened.host.journal
-        if self.live_conversations < 1 or not isinstance(journal, _StoreJournal):
+        """Keep a conversation that ended its turn cleanly, for this worker's next turn of it.
+
+        What is kept is the conversation (its history, its state, its journal); the built
+        workflow goes back to this host's free ones, for the next conversation.
+        """
+        host = opened.host
+        journal = host.journal
+        if self.live_conversations < 1 or not isinstance(journal, StoreJournal):
             return
         journal.key, journal.release_when_done, journal.held = None, False, None
-        self._live[opened.conversation_id] = opened
+        self._live[opened.conversation_id] = _Parked(host.release(), journal)
         while len(self._live) > self.live_conversations:
             self._live.popitem(last=False)
+        if len(self._free) < _FREE_WORKFLOWS:
+            self._free.append((opened.workflow, host))
 
     def _user_turn(self, opened: _Opened, messages: list[Message]) -> UserTurn:
         """The turn to run, with this host's policy: remember the active agent, unless idle."""
@@ -857,16 +765,3 @@ def _marked(message: Message) -> Message:
         message_id=message.message_id,
         additional_properties=properties,
     )
-
-
-def _encode(kind: type[Any], value: Any) -> dict[str, Any]:
-    return cast(dict[str, Any], adapter_for(kind).dump_python(value, mode="json"))
-
-
-def _decode(kind: type[Any], raw: Any, conversation_id: str) -> Any:
-    try:
-        return validated(kind, raw, "the hosting state")
-    except CorruptStateError as error:
-        raise CorruptConversationError(
-            conversation_id, f"the hosting state is not valid ({error.detail})"
-        ) from error

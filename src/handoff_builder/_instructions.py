@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 __all__ = ["DEFAULT_HANDOFF_INSTRUCTIONS", "HANDOFF_TOOLS_PLACEHOLDER", "render_instructions"]
@@ -23,7 +24,13 @@ def render_instructions(template: str, tool_names: Sequence[str]) -> str:
     """``template`` with :data:`HANDOFF_TOOLS_PLACEHOLDER` replaced by ``tool_names``.
 
     The names are listed in backticks, separated by commas; nothing else in the template is
-    interpreted, so braces elsewhere stay as written.
+    interpreted, so braces elsewhere stay as written. The same template and names give the same
+    string object: the workflows built from one configuration (a conversation each) share it.
     """
+    return _rendered(template, tuple(tool_names))
+
+
+@functools.lru_cache(maxsize=256)
+def _rendered(template: str, tool_names: tuple[str, ...]) -> str:
     listed = ", ".join(f"`{name}`" for name in tool_names)
     return template.replace(HANDOFF_TOOLS_PLACEHOLDER, listed)

@@ -10,7 +10,6 @@ with a marker that says how long it was, or left out altogether
 from __future__ import annotations
 
 import logging
-from typing import NamedTuple
 
 from ._decision import Event
 from ._events import (
@@ -21,29 +20,11 @@ from ._events import (
     TurnTimeoutEvent,
 )
 from ._routes import EDGE_KINDS
+from ._settings import DEFAULT_LOGGED_ARGUMENT_LENGTH, ArgumentLogging
 
 __all__ = ["DEFAULT_LOGGED_ARGUMENT_LENGTH", "ArgumentLogging", "log_event"]
 
 logger = logging.getLogger("handoff_builder")
-
-DEFAULT_LOGGED_ARGUMENT_LENGTH = 200
-"""Characters of a handoff's argument kept in a log line (the event keeps all of it)."""
-
-
-class ArgumentLogging(NamedTuple):
-    """Whether log lines carry handoff arguments, and how much of them."""
-
-    include: bool = True
-    max_length: int = DEFAULT_LOGGED_ARGUMENT_LENGTH
-
-    def shown(self, argument: str | None) -> str:
-        """``argument`` as a log line shows it."""
-        if not self.include:
-            return "(argument not logged)"
-        text = argument or ""
-        if len(text) <= self.max_length:
-            return text
-        return f"{text[: self.max_length]}... [cut: {len(text)} characters]"
 
 
 def log_event(event: Event, settings: ArgumentLogging) -> None:

@@ -6,7 +6,6 @@ import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from agent_framework import Message
@@ -22,6 +21,14 @@ from ._decision import (
     refused_call,
 )
 from ._routes import HandoffRoute
+from ._settings import (
+    DEFAULT_AUTONOMOUS_PROMPT,
+    DEFAULT_AUTONOMOUS_TURN_LIMIT,
+    DEFAULT_MAX_HANDOFFS_PER_TURN,
+    DEFAULT_MAX_ITERATIONS,
+    DEFAULT_MAX_REJECTED_HANDOFFS,
+    CapOutcome,
+)
 
 if TYPE_CHECKING:
     from ._review import Review
@@ -42,31 +49,12 @@ __all__ = [
 ]
 
 
-DEFAULT_MAX_ITERATIONS = 40
-DEFAULT_MAX_HANDOFFS_PER_TURN = 3
-DEFAULT_MAX_REJECTED_HANDOFFS = 3
-DEFAULT_AUTONOMOUS_TURN_LIMIT = 50
-DEFAULT_AUTONOMOUS_PROMPT = "User did not respond. Continue assisting autonomously."
-
 TerminationCondition = Callable[[Sequence[Message]], "bool | Awaitable[bool]"]
 """Called with the whole conversation after an agent reply without a handoff; true ends the turn."""
 
 RouteFunction = Callable[[Sequence[Message], AgentReply], "str | Awaitable[str | None] | None"]
 """Called after the route's source replied without a handoff, with the conversation and the reply;
 returns the name of the agent that runs next, or ``None`` to end the turn."""
-
-
-class CapOutcome(str, Enum):
-    """What a cap (or a blocked handoff) does to the turn, unless a safe agent is named.
-
-    ``ESCALATE``: the turn goes to a human, the user gets the apology (the default for caps).
-    ``RETURN_TO_USER``: the turn ends with the last reply, no apology, no escalation.
-    Naming an agent instead (the safe agent) runs it once, with no handoff tools, and the turn
-    ends with its reply.
-    """
-
-    ESCALATE = "escalate"
-    RETURN_TO_USER = "return_to_user"
 
 
 @dataclass(frozen=True)

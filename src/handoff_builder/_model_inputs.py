@@ -18,12 +18,13 @@ import logging
 import re
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from agent_framework import ChatContext, ChatMiddleware, Content, Message
 from typing_extensions import override
 
 from ._model_calls import ModelCall
+from ._settings import DEFAULT_MAX_MODEL_CALLS, ModelInputs, Redaction
 from ._telemetry import model_call_event
 
 __all__ = [
@@ -37,24 +38,8 @@ __all__ = [
 
 logger = logging.getLogger("handoff_builder")
 
-DEFAULT_MAX_MODEL_CALLS = 50
-"""Model calls a turn's result keeps at most (the latest), unless ``max_calls`` says otherwise."""
-
-Redaction = Callable[[Message], Message]
-"""A function that returns a recorded message as it may be kept (the same message if it has
-nothing to hide); ``with_model_inputs(redact=...)``. It must not change the message it is given:
-that one is the conversation's."""
-
 NOT_RECORDED = "[not recorded: the redaction raised {error}]"
 """What a recorded message says instead when the redaction raised or returned no message."""
-
-
-class ModelInputs(NamedTuple):
-    """``with_model_inputs`` settings: the redaction, the bound, and whether to trace too."""
-
-    redact: Redaction | None = None
-    max_calls: int = DEFAULT_MAX_MODEL_CALLS
-    trace: bool = False
 
 
 class ModelCallLog:

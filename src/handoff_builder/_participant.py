@@ -63,7 +63,7 @@ class AgentRun(NamedTuple):
     """A delegation of the run that waits for answers (an expert's approval, say)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Participant:
     """An agent as the host runs it: its own configuration plus what this workflow adds per run.
 

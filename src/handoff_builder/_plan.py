@@ -12,20 +12,19 @@ from typing import Any, NamedTuple, cast
 
 from agent_framework import Agent
 
-from ._config import AgentRef, BuildConfig, DelegateEdge
-from ._delegation import DELEGATE_TOOL_PREFIX, DelegateRoute
+from ._arguments import label
+from ._config import AgentRef, BuildConfig, DelegateEdge, Edge
+from ._delegation import DelegateRoute
 from ._handoff_manager import HandoffManager
-from ._hooks import PLAIN, EdgePolicy
 from ._lint import LintFinding, lint_graph, renamed_tools
 from ._manager import AutonomousMode, CodeRoute
 from ._review import REVIEW_TOOL_KINDS, Review
 from ._routes import HandoffRoute, default_tool_name
+from ._settings import DELEGATE_TOOL_PREFIX, PLAIN, EdgePolicy
 from ._validation import (
-    Edge,
     delegate_problems,
     edge_problems,
     handoff_description,
-    label,
     own_tool_names,
     participant_problems,
     problem,

@@ -27,6 +27,7 @@ from typing_extensions import override
 
 from ._decision import ReviewVerdict
 from ._payloads import ReviewApproval, ReviewChanges, validate_arguments
+from ._settings import DEFAULT_MAX_REVIEW_ROUNDS
 from ._tools import HandoffTool, schema_tool
 
 __all__ = [
@@ -41,7 +42,6 @@ __all__ = [
 
 APPROVE_TOOL = "approve"
 REQUEST_CHANGES_TOOL = "request_changes"
-DEFAULT_MAX_REVIEW_ROUNDS = 2
 
 VerdictKind = Literal["approve", "request_changes"]
 

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
     from ._engine import AgentCall, TurnEngine
 
-__all__ = ["AgentRunner", "LocalAgentRunner", "RunnerSetup", "Sink", "Streams"]
+__all__ = ["AgentRunner", "LocalAgentRunner", "RunnerSetup", "Sink", "Streams", "Views"]
 
 Sink = Callable[[AgentResponseUpdate], Awaitable[None]]
 """Where a streaming run sends an agent's updates as they come."""
@@ -108,6 +108,16 @@ def payload_models(
     }
 
 
+@dataclass(frozen=True)
+class Views:
+    """A conversation's views, by agent and by expert and mode: what a runner keeps of it."""
+
+    agents: dict[str, AgentView] = field(default_factory=dict[str, AgentView])
+    experts: dict[tuple[str, HandoffToolCallFiltering], AgentView] = field(
+        default_factory=dict[tuple[str, HandoffToolCallFiltering], AgentView]
+    )
+
+
 class LocalAgentRunner:
     """Runs agent calls here, in this process, on the conversation ``engine`` holds.
 
@@ -141,6 +151,21 @@ class LocalAgentRunner:
         else:
             work = self._carry_on(streams)
         return await within(call.seconds, work)
+
+    def kept_views(self) -> Views:
+        """Hand over the views of the conversation as it stands (for :meth:`keep_views`)."""
+        self._fresh()
+        views = Views(self._views, self._expert_views)
+        self._views, self._expert_views = {}, {}  # handed over: this runner builds new ones
+        return views
+
+    def keep_views(self, views: Views) -> None:
+        """Read the engine's conversation with ``views``, kept from an earlier host of it.
+
+        Call it right after the engine loaded that conversation as it was when they were kept.
+        """
+        self._views, self._expert_views = views.agents, views.experts
+        self._epoch = self._engine.epoch
 
     def view_of(self, agent: str) -> list[Message]:
         """What ``agent`` would receive if it ran now, without its edges' input filters."""
@@ -231,9 +256,8 @@ class LocalAgentRunner:
 
     def _fresh(self) -> None:
         """Drop the views of an earlier epoch of the engine's conversation."""
-        if self._epoch != self._engine.epoch:
-            self._views.clear()
-            self._expert_views.clear()
+        if self._epoch != self._engine.epoch:  # new dicts: kept ones may be held elsewhere
+            self._views, self._expert_views = {}, {}
             self._epoch = self._engine.epoch
 
     def _new_view(

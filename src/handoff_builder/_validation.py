@@ -10,31 +10,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
 from agent_framework import Agent
 from pydantic import BaseModel
 
-from ._hooks import PLAIN, EdgePolicy
+from ._arguments import label
+from ._config import Edge
 from ._lint import LintFinding
-from ._routes import EDGE_KINDS, MAX_TOOL_NAME_LENGTH, EdgeKind, HandoffKind, is_valid_tool_name
-
-
-class Edge(NamedTuple):
-    """A declared handoff: ``source`` may pass the conversation to ``target``."""
-
-    source: Any
-    target: Any
-    reason: str | None = None
-    tool_name: str | None = None
-    kind: HandoffKind = "handoff"
-    payload: Any = None
-    policy: EdgePolicy = PLAIN
-
-    @property
-    def edge(self) -> EdgeKind:
-        """The row of the edge-kind table for this edge."""
-        return EDGE_KINDS[self.kind]
+from ._routes import MAX_TOOL_NAME_LENGTH, is_valid_tool_name
 
 
 def problem(code: str, agents: Iterable[Any], message: str) -> LintFinding:
@@ -47,14 +31,6 @@ def _name(agent: Any) -> str:
         return agent
     name = getattr(agent, "name", None)
     return name if isinstance(name, str) and name.strip() else label(agent)
-
-
-def label(agent: Any) -> str:
-    """How an agent is named in error messages."""
-    name = getattr(agent, "name", None)
-    if isinstance(name, str) and name.strip():
-        return repr(name)
-    return f"<unnamed agent id={getattr(agent, 'id', '?')!r}>"
 
 
 def agent_instructions(agent: Agent[Any]) -> str | None:

@@ -17,17 +17,22 @@ incrementally (only messages added since its last run are looked at), in which
   A note never separates a tool call from its result: while a call in the view waits for its
   result (an external call answered later), the note waits after it;
 * messages left empty are dropped.
+
+A view keeps each note as its text and writes it out as a message each time it is read (when its
+agent runs): a conversation keeps no note messages between its agents' runs (a note with an input
+filter to run is the exception: the filter gets it as a message, and the view keeps that one).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from enum import Enum
+from typing import NamedTuple, cast
 
 from agent_framework import Content, Message
 
 from ._routes import EDGE_KINDS
+from ._settings import HandoffToolCallFiltering
 from ._state import RecordedHandoff, transferred_handoff
 
 __all__ = ["AgentView", "FilterDue", "HandoffToolCallFiltering", "handoff_note"]
@@ -36,21 +41,7 @@ _APPROVAL_TYPES = frozenset({"function_approval_request", "function_approval_res
 _USER_SAFE_TYPES = frozenset({"text", "data", "uri", "usage"})
 _EXCHANGE_TYPES = frozenset({"function_result", "usage", *_APPROVAL_TYPES})
 """Contents that belong to an open tool exchange; anything else ends it."""
-
-
-class HandoffToolCallFiltering(str, Enum):
-    """Which tool calls of other agents an agent sees (.NET's ``HandoffToolCallFilteringBehavior``).
-
-    * ``NONE``: every call and result.
-    * ``HANDOFF_ONLY`` (default): all but handoff calls and their results.
-    * ``ALL``: no tool calls and no tool results at all.
-
-    In every mode the agent also reads a note for each handoff another agent made.
-    """
-
-    NONE = "none"
-    HANDOFF_ONLY = "handoff_only"
-    ALL = "all"
+_NO_STOPS = frozenset[tuple[str, str]]()
 
 
 def handoff_note(recorded: RecordedHandoff, viewer: str) -> str:
@@ -82,6 +73,20 @@ class FilterDue:
     messages: tuple[Message, ...]
 
 
+class _Note(NamedTuple):
+    """A handoff note in a view, written out as a message whenever the view is read."""
+
+    text: str
+    author: str
+
+    def message(self) -> Message:
+        return Message(role="user", contents=[self.text], author_name=self.author)
+
+
+_Item = Message | _Note
+"""What a view holds: the messages it shows, and its notes not written out yet."""
+
+
 @dataclass(slots=True)
 class _Call:
     """A function call the view has seen and whose result has not come yet."""
@@ -107,14 +112,15 @@ class AgentView:
         "_calls",
         "_handoff_tools",
         "_held_notes",
+        "_items",
         "_left_out",
         "_mode",
         "_note_author",
+        "_notes",
         "_stops",
         "agent",
         "cursor",
         "due",
-        "messages",
     )
 
     def __init__(
@@ -131,13 +137,15 @@ class AgentView:
         self._mode = mode
         self._handoff_tools = handoff_tools
         self._note_author = note_author
-        self.messages: list[Message] = []
+        self._items: list[_Item] = []  # the view so far
+        self._notes = 0  # how many of the items are notes not written out (_Note)
         self.cursor = 0
         self._calls: list[_Call] = []  # calls waiting for their result, in order
         # notes that wait until the open calls are answered, each with its filter if it has one
-        self._held_notes: list[tuple[Message, FilterDue | None]] = []
+        self._held_notes: list[tuple[_Item, FilterDue | None]] = []
         self._left_out = tuple(left_out)  # history ranges the view skips: abandoned turns
-        self._stops = stops  # (source, tool) of the handoffs into the agent that are filtered
+        # (source, tool) of the handoffs into the agent that are filtered
+        self._stops = stops or _NO_STOPS
         self._answered: dict[str, Content] = {}  # calls the message being read answers
         self.due: FilterDue | None = None
         """A handoff whose input filter must run before the view goes on (see :meth:`apply`)."""
@@ -158,7 +166,7 @@ class AgentView:
                 self._answered.clear()
                 seen = self._see(message)
                 if seen is not None:
-                    self.messages.append(seen)
+                    self._items.append(seen)
                 if message.role == "tool" and message.author_name != self.agent:
                     self._add_notes(message)
                 if self._held_notes and not self._open():
@@ -166,10 +174,11 @@ class AgentView:
                 if self.due is not None:
                     end = index + 1
                     break
+            self._answered.clear()
             self.cursor = end
         if self._open():
             return self._without_open_calls()
-        return self.messages
+        return self._written(self._items)
 
     def apply(self, messages: Sequence[Message]) -> None:
         """What the input filter of :attr:`due` returned becomes the view so far.
@@ -178,19 +187,24 @@ class AgentView:
         call left without a result, is left out.
         """
         due = self.due
-        after = self.messages[len(due.messages) :] if due is not None else []  # read since
+        after = self._items[len(due.messages) :] if due is not None else []  # read since
         self.due = None
-        self.messages = []
+        self._items = []
+        self._notes = 0
         self._calls = []
         for message in [*messages, *after]:
+            if isinstance(message, _Note):  # text: it ends any open exchange
+                self._close()
+                self._append(message)
+                continue
             marked = [(content, True) for content in message.contents]
             if any(c.type not in _EXCHANGE_TYPES for c in message.contents):
                 self._close()
             contents = [c for c, keep in marked if self._paired(c, keep)]
             if len(contents) == len(message.contents):
-                self.messages.append(message)
+                self._items.append(message)
             elif contents:
-                self.messages.append(_copy(message, contents, role=message.role))
+                self._items.append(_copy(message, contents, role=message.role))
 
     def _open(self) -> bool:
         return any(call.kept for call in self._calls)
@@ -202,28 +216,40 @@ class AgentView:
                 continue
             recorded = transferred_handoff(content)
             if recorded is not None and recorded.handoff.source != self.agent:
-                text = handoff_note(recorded, self.agent)
-                note = Message(role="user", contents=[text], author_name=self._note_author)
+                note = _Note(handoff_note(recorded, self.agent), self._note_author)
                 handoff = recorded.handoff
                 due = None
+                held: _Item = note
                 if handoff.target == self.agent and (handoff.source, handoff.tool_name) in (
                     self._stops
                 ):
                     call = self._answered.get(str(content.call_id))
-                    due = FilterDue(recorded, call, content, note, ())
-                self._held_notes.append((note, due))
+                    held = note.message()  # the filter gets it, and the view keeps that one
+                    due = FilterDue(recorded, call, content, held, ())
+                self._held_notes.append((held, due))
                 if not self._open():
                     self._release_notes()
 
     def _release_notes(self) -> None:
         """The held notes join the view; the first with a filter makes the view stop there."""
         for position, (note, due) in enumerate(self._held_notes):
-            self.messages.append(note)
+            self._append(note)
             if due is not None:
-                self.due = replace(due, messages=tuple(self.messages))
+                self.due = replace(due, messages=tuple(self._written(self._items)))
                 del self._held_notes[: position + 1]
                 return
         self._held_notes.clear()
+
+    def _append(self, item: _Item) -> None:
+        self._items.append(item)
+        if isinstance(item, _Note):
+            self._notes += 1
+
+    def _written(self, items: list[_Item]) -> list[Message]:
+        """``items`` as messages: the list itself when it holds no note to write out."""
+        if not self._notes:
+            return cast("list[Message]", items)
+        return [item.message() if isinstance(item, _Note) else item for item in items]
 
     def _see(self, message: Message) -> Message | None:
         """The message as the view shows it (``None``: nothing of it).
@@ -265,7 +291,7 @@ class AgentView:
         """
         kind = content.type
         if kind == "function_call":
-            self._calls.append(_Call(str(content.call_id), keep, content, len(self.messages)))
+            self._calls.append(_Call(str(content.call_id), keep, content, len(self._items)))
             return keep
         if kind == "function_result":
             call = self._take(str(content.call_id))
@@ -291,7 +317,7 @@ class AgentView:
         self._calls.clear()
         if open_calls:
             first = min(call.index for call in open_calls)
-            self.messages[first:] = _without(self.messages[first:], open_calls)
+            self._items[first:] = _without(self._items[first:], open_calls)
         if self._held_notes:
             self._release_notes()
 
@@ -299,11 +325,12 @@ class AgentView:
         """The view as a model may receive it now: without the calls still waiting for results."""
         open_calls = [call for call in self._calls if call.kept]
         first = min(call.index for call in open_calls)
-        return [
-            *self.messages[:first],
-            *_without(self.messages[first:], open_calls),
+        items = [
+            *self._items[:first],
+            *_without(self._items[first:], open_calls),
             *(note for note, _ in self._held_notes),
         ]
+        return [item.message() if isinstance(item, _Note) else item for item in items]
 
     def _keeps(self, content: Content, *, other: bool) -> bool:
         """What the mode keeps of a message that is not the agent's own.
@@ -329,10 +356,13 @@ class AgentView:
         return True
 
 
-def _without(messages: Sequence[Message], calls: Sequence[_Call]) -> list[Message]:
-    """``messages`` without ``calls`` and the approval requests and answers about them."""
-    kept: list[Message] = []
-    for message in messages:
+def _without(items: Sequence[_Item], calls: Sequence[_Call]) -> list[_Item]:
+    """``items`` without ``calls`` and the approval requests and answers about them."""
+    kept: list[_Item] = []
+    for message in items:
+        if isinstance(message, _Note):
+            kept.append(message)
+            continue
         contents = [c for c in message.contents if not _about(c, calls)]
         if len(contents) == len(message.contents):
             kept.append(message)
