@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 import uuid
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
@@ -246,9 +247,15 @@ async def temporal_worker(
     queue, conversation = f"docs-{uuid.uuid4().hex[:8]}", f"docs-{uuid.uuid4().hex[:8]}"
     client = await connect(servers.temporal)
     async with AsyncExitStack() as stack:
-        await stack.enter_async_context(conversation_worker(client, builder, task_queue=queue))
+        relay = os.environ.get("HANDOFF_BUILDER_REDIS_URL") or None  # for streaming turns
+        await stack.enter_async_context(
+            conversation_worker(client, builder, task_queue=queue, relay=relay)
+        )
+        literals = {"127.0.0.1:7233": servers.temporal, "desk": queue, "customer-42": conversation}
+        if relay is not None:
+            literals["redis://127.0.0.1:6379/0"] = relay
         try:
-            yield {"127.0.0.1:7233": servers.temporal, "desk": queue, "customer-42": conversation}
+            yield literals
         finally:
             with contextlib.suppress(RPCError):  # the block may not have started it
                 await client.get_workflow_handle(conversation).terminate(reason="docs test")

@@ -1,8 +1,10 @@
 """A Temporal worker process for the tests: ``python -m tests.temporal_worker ADDRESS QUEUE LOG``.
 
-It serves :func:`desk` (or :func:`experts`, with ``TEMPORAL_WORKER_DESK=experts``) on task queue
-QUEUE until it is killed. Every model call of its agents is
-appended to the file LOG as one JSON line (``{"pid", "agent", "user"}``) before it is answered.
+It serves :func:`desk` (or :func:`experts` / :func:`streaming`, with ``TEMPORAL_WORKER_DESK`` set
+to ``experts`` / ``streaming``) on task queue QUEUE until it is killed, publishing its agents'
+updates to the Redis relay at ``TEMPORAL_WORKER_RELAY`` when it is set. Every model call of its
+agents is appended to the file LOG as one JSON line (``{"pid", "agent", "user"}``) before it is
+answered.
 With ``TEMPORAL_WORKER_HANG`` set to an agent's name, that agent's model calls never answer
 after they are logged (the worker goes on heartbeating), so that the test can kill the worker in
 the middle of one. With ``TEMPORAL_WORKER_SLOW=NAME:SECONDS``, that agent's model calls answer
@@ -29,6 +31,7 @@ from handoff_builder.testing import (
     handoff_to,
     never_answer,
     reply,
+    respond,
     scripted_agent,
     slow,
 )
@@ -123,11 +126,50 @@ def experts(log: Path) -> HandoffWorkflowBuilder:
     return HandoffWorkflowBuilder(triage).with_delegate(triage, policy)
 
 
+def streaming(log: Path) -> HandoffWorkflowBuilder:
+    """triage writes a few words and hands over to billing, which writes a few, looks the charge
+    up and answers with what it found, in several updates each.
+
+    ``look_up`` logs ``{"pid", "tool"}`` when it runs; with ``TEMPORAL_WORKER_HANG=look_up`` it
+    never returns (the worker goes on heartbeating): the test kills the worker mid-stream.
+    """
+
+    @tool
+    async def look_up() -> str:
+        """Look the charge up."""
+        with log.open("a", encoding="utf-8") as out:
+            out.write(json.dumps({"pid": os.getpid(), "tool": "look_up"}) + "\n")
+        if os.environ.get("TEMPORAL_WORKER_HANG") == "look_up":
+            await asyncio.Event().wait()
+        return "a double charge"
+
+    def billing_answer(call: ModelCall) -> Step:
+        if call.messages[-1].role == "tool":
+            return respond("billing: ", "found ", str(call.messages[-1].contents[0].result))
+        return respond("Checking ", "your charges. ", call_tool("look_up"))
+
+    def triage_answer(call: ModelCall) -> Step:
+        return respond("Let me ", "get billing. ", handoff_to("billing", goal="Billing."))
+
+    triage = scripted_agent("triage", respond_with=logged("triage", log, triage_answer))
+    billing = scripted_agent(
+        "billing",
+        respond_with=logged("billing", log, billing_answer),
+        description="charges",
+        tools=[look_up],
+    )
+    return HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+
+
+DESKS = {"desk": desk, "experts": experts, "streaming": streaming}
+
+
 async def main(address: str, task_queue: str, log: Path) -> None:
     client = await connect(address)
-    chosen = experts if os.environ.get("TEMPORAL_WORKER_DESK") == "experts" else desk
+    chosen = DESKS[os.environ.get("TEMPORAL_WORKER_DESK", "desk")]
+    relay = os.environ.get("TEMPORAL_WORKER_RELAY") or None
     worker = conversation_worker(
-        client, chosen(log), task_queue=task_queue
+        client, chosen(log), task_queue=task_queue, relay=relay
     )  # default AgentCallOptions
     print("ready", flush=True)  # noqa: T201 - the test waits for it
     await worker.run()

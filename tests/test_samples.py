@@ -29,6 +29,7 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "postgres": ("psycopg", "psycopg_pool"),
     "serve": ("agent_framework_devui", "agent_framework_ag_ui"),
     "temporal": ("temporalio",),
+    "redis": ("redis",),
     "otel": ("opentelemetry.sdk",),
 }
 NOT_FOR_USERS = {"dev", "bench"}  # the project's own extras: no sample may need them

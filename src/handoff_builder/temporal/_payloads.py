@@ -71,9 +71,14 @@ class ConversationStart(BaseModel):
 
 
 class UserInputPayload(BaseModel):
-    """A user turn: its messages (``ConversationHost``'s ``UserInput``, as it crosses Temporal)."""
+    """A user turn: its messages (``ConversationHost``'s ``UserInput``, as it crosses Temporal).
+
+    ``relay``: the relay stream the client reads the turn's live updates from (``stream()``
+    with a relay; ``""``: the turn is not relayed).
+    """
 
     messages: list[dict[str, Any]]
+    relay: str = ""
 
 
 class Answers(BaseModel):
@@ -82,20 +87,33 @@ class Answers(BaseModel):
     answers: dict[str, dict[str, Any]]
 
 
+class RelayedCall(BaseModel):
+    """An agent call of a relayed turn: its activity's id and the attempt whose run counted."""
+
+    call: str
+    attempt: int
+
+
 class TurnOutcome(BaseModel):
-    """What a turn came to: its result, or the requests it waits for."""
+    """What a turn came to: its result, or the requests it waits for.
+
+    ``relayed``: for a relayed turn, its agent calls, each with the attempt whose run the turn
+    kept, in order: the client checks that it read each of them whole (``None``: not relayed).
+    """
 
     status: Literal["completed", "waiting"]
     result: dict[str, Any] | None = None
     requests: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
     recovered: dict[str, Any] | None = None
+    relayed: list[RelayedCall] | None = None
 
 
 class AgentCallPayload(BaseModel):
     """One agent call (:class:`~handoff_builder.GroupChatHost`'s ``AgentCall``), for the activity.
 
     The conversation and the host's state as they stand, the agent, whether it runs without
-    handoff tools, and the payload limit its result must keep to.
+    handoff tools, and the payload limit its result must keep to. ``relay``: the relay stream
+    its live updates go to (``""``: none; a worker without a relay publishes nothing).
     """
 
     model_config = ConfigDict(serialize_by_alias=True)
@@ -108,6 +126,7 @@ class AgentCallPayload(BaseModel):
     history: list[dict[str, Any]]
     host: dict[str, Any]
     payload_limit: int = DEFAULT_PAYLOAD_LIMIT  # that of the result, too
+    relay: str = ""
 
 
 class CallRecord(BaseModel):
@@ -148,6 +167,9 @@ class AgentCallResult(BaseModel):
     """The run's finished delegations (``DelegationEvent``), innermost first."""
     suspension: dict[str, Any] | None = None
     """A delegation of the run that waits: its frames and the requests it waits for."""
+    attempt: int = 0
+    """The activity's attempt that ran it (1 for the first; 0 from a worker of an earlier
+    release): a relayed turn names it, so that the client knows which attempt's updates held."""
 
 
 def encode_run(run: AgentRun) -> AgentCallResult:

@@ -73,17 +73,20 @@ async def serve(
     task_queue: str,
     grace: float,
     say: Callable[[str], None],
+    relay: str | None = None,
 ) -> None:
     """Serve ``builder``'s conversations on ``task_queue`` until SIGTERM or SIGINT, then drain.
 
     The signals are handled even where they were ignored (SIGINT in a background job of a
-    non-interactive shell). Returns once the worker has stopped.
+    non-interactive shell). Returns once the worker has stopped. ``relay``: the Redis URL where
+    the agent calls of streaming turns publish their updates (``None``: nowhere).
     """
     calls = AgentCallsInFlight()
     worker = conversation_worker(
         client,
         builder,
         task_queue=task_queue,
+        relay=relay,
         graceful_shutdown_timeout=timedelta(seconds=grace),
         interceptors=[calls],
     )

@@ -56,6 +56,7 @@ from ._payloads import (
     Answers,
     Carried,
     ConversationStart,
+    RelayedCall,
     TurnOutcome,
     UserInputPayload,
     contents,
@@ -64,6 +65,7 @@ from ._payloads import (
     encode_turn,
     payload_size,
 )
+from ._relay import RedisRelay, relaying
 
 WORKFLOW_NAME = "handoff_builder.Conversation"
 ACTIVITY_NAME = "handoff_builder.invoke_agent"
@@ -206,11 +208,13 @@ class AgentActivities:
 
     The workflow decides; these run the agents, on hosts of this worker built from ``builder``
     and loaded with the conversation as the call gives it. :func:`conversation_worker` makes
-    one per worker and registers its methods.
+    one per worker and registers its methods. With a ``relay``, a call of a streaming turn
+    publishes its agent's updates there as they come (see ``_relay``).
     """
 
-    def __init__(self, builder: HandoffWorkflowBuilder) -> None:
+    def __init__(self, builder: HandoffWorkflowBuilder, relay: RedisRelay | None = None) -> None:
         self._builder = builder
+        self._relay = relay
         self._free: list[GroupChatHost] = []  # built hosts, reused one call at a time
 
     @activity.defn(name=ACTIVITY_NAME)
@@ -232,9 +236,14 @@ class AgentActivities:
         return await self._run(call, run, f"the delegation of agent {call.agent!r}")
 
     async def _run(self, payload: AgentCallPayload, call: AgentCall, what: str) -> AgentCallResult:
-        async with self._replica(payload) as host:
-            run = await host.run_here(call)
-        return _fitting(payload, what, encode_run(run))
+        async with (
+            self._replica(payload) as host,
+            relaying(self._relay, payload.relay, host, call.agent) as streams,
+        ):
+            run = await host.run_here(call, streams)
+        result = encode_run(run)
+        result.attempt = activity.info().attempt
+        return _fitting(payload, what, result)
 
     @contextlib.asynccontextmanager
     async def _replica(self, call: AgentCallPayload) -> AsyncGenerator[GroupChatHost, None]:
@@ -373,6 +382,8 @@ class ConversationWorkflow:
         self._turns = 0
         self._closing = False  # delete(): the run ends once no handler runs
         self._too_large_to_carry = False  # the conversation stays in this run
+        self._relay = ""  # the relay stream of the turn running, when it is relayed
+        self._relayed: list[RelayedCall] = []  # its agent calls, with the attempts that counted
 
     def _open(self, carried: Carried | None) -> tuple[Workflow, GroupChatHost]:
         """A compiled workflow with the host loaded from ``carried``.
@@ -491,7 +502,13 @@ class ConversationWorkflow:
                 return_to_previous=not self._idle,
             )
             self._idle = False
-            outcome = self._outcome(await self._attempt(turn))
+            self._relay, self._relayed = message.relay, []
+            try:
+                outcome = self._outcome(await self._attempt(turn))
+            finally:
+                self._relay = ""
+            if message.relay:
+                outcome.relayed = self._relayed
             if recovered is not None:
                 outcome.recovered = encode_turn(recovered)
             return self._receipted(key, outcome)
@@ -668,22 +685,23 @@ class ConversationWorkflow:
         activity_id = f"{self._calls}:{name}:{agent}"
         try:
             if self._start.local_activities:  # no deadline: see AgentCallOptions
-                return await workflow.execute_local_activity_method(
+                result = await workflow.execute_local_activity_method(
                     method,
                     call,
                     activity_id=activity_id,
                     start_to_close_timeout=options.start_to_close,
                     retry_policy=options.retry,
                 )
-            return await workflow.execute_activity_method(
-                method,
-                call,
-                activity_id=activity_id,
-                start_to_close_timeout=options.start_to_close,
-                schedule_to_close_timeout=limit,
-                heartbeat_timeout=options.heartbeat,
-                retry_policy=options.retry,
-            )
+            else:
+                result = await workflow.execute_activity_method(
+                    method,
+                    call,
+                    activity_id=activity_id,
+                    start_to_close_timeout=options.start_to_close,
+                    schedule_to_close_timeout=limit,
+                    heartbeat_timeout=options.heartbeat,
+                    retry_policy=options.retry,
+                )
         except ActivityError as error:
             cause = error.cause
             if isinstance(cause, TemporalCancelledError):  # the turn's deadline cancelled it
@@ -700,6 +718,9 @@ class ConversationWorkflow:
             ):  # the turn's deadline, not an attempt's own timeout
                 raise DeadlinePassedError(f"no result within {seconds:g} s") from error
             raise
+        if call.relay:
+            self._relayed.append(RelayedCall(call=activity_id, attempt=result.attempt))
+        return result
 
     def _call(self, agent: str, *, no_handoffs: bool = False) -> AgentCallPayload:
         """A call of ``agent`` on the conversation as it stands, for the activity."""
@@ -710,6 +731,7 @@ class ConversationWorkflow:
             history=[message.to_dict() for message in self._host.history],
             host=self._host.snapshot(),
             payload_limit=self._start.payload_limit,
+            relay=self._relay,
         )
 
     async def _attempt(
@@ -812,7 +834,9 @@ class ConversationWorkflow:
 class _ActivityRunner:
     """The conversation host's runner in the workflow: each agent call is an activity.
 
-    Nothing is streamed from a worker: the turn's result carries the replies.
+    The workflow streams nothing itself: a relayed turn's calls carry its relay stream, where
+    the worker that runs each one publishes its updates (see ``_relay``); the turn's result
+    carries the replies.
     """
 
     def __init__(self, conversation: ConversationWorkflow) -> None:
