@@ -176,8 +176,10 @@ async def main(address: str, task_queue: str, log: Path) -> None:
 
 
 def builder() -> HandoffWorkflowBuilder:
-    """:func:`desk`, logging to ``TEMPORAL_WORKER_LOG`` (for ``handoff-builder worker``)."""
-    return desk(Path(os.environ.get("TEMPORAL_WORKER_LOG", os.devnull)))
+    """The desk ``TEMPORAL_WORKER_DESK`` names (:func:`desk` by default), logging to
+    ``TEMPORAL_WORKER_LOG`` (for ``handoff-builder worker``)."""
+    chosen = DESKS[os.environ.get("TEMPORAL_WORKER_DESK", "desk")]
+    return chosen(Path(os.environ.get("TEMPORAL_WORKER_LOG", os.devnull)))
 
 
 if __name__ == "__main__":

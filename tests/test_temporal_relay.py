@@ -689,3 +689,27 @@ async def test_the_relay_key_names_the_conversation_and_the_turn() -> None:
     assert relay.key("customer-42", "key:abc") == "desk:customer-42:key:abc"
     assert repr(relay) == "RedisRelay('redis://127.0.0.1:6379/0', prefix='desk:')"
     await relay.aclose()
+
+
+async def test_the_worker_command_streams_through_the_relay_it_is_given(
+    client: Client, relay: RedisRelay, queue: str, tmp_path: Path
+) -> None:
+    """``handoff-builder worker --relay URL``: a client with the same relay reads the agents'
+    words as they write them, not whole replies at the end."""
+    from tests.test_temporal import stopped, worker_command
+
+    process = worker_command(
+        queue, tmp_path / "calls.jsonl", "--relay", redis_url(), TEMPORAL_WORKER_DESK="streaming"
+    )
+    try:
+        host = TemporalConversationHost(client, task_queue=queue, relay=relay)
+        got = [seen(event) async for event in host.stream(cid(), "why was I charged twice?")]
+        process.send_signal(signal.SIGINT)
+    finally:
+        code, _, err = stopped(process, timeout=60)
+    assert (code, err) == (0, "")
+    assert got[:3] == [
+        ("output", "triage", "Let me ", ("text",)),
+        ("output", "triage", "get billing. ", ("text",)),
+        ("output", "triage", "", ("function_call",)),
+    ]

@@ -150,6 +150,12 @@ def _parser() -> argparse.ArgumentParser:
         help="on SIGTERM or Ctrl-C, how long the agent calls in flight may run on before they "
         f"are handed back to Temporal for another worker (default: {_DEFAULT_GRACEFUL_SHUTDOWN:g})",
     )
+    worker.add_argument(
+        "--relay",
+        metavar="REDIS_URL",
+        help="stream the agents' token updates to clients through this Redis (redis://HOST:PORT/DB;"
+        " needs handoff-builder[redis]); without it a client's stream() gets whole replies",
+    )
     return parser
 
 
@@ -384,6 +390,7 @@ async def _worker(args: argparse.Namespace) -> None:
         task_queue=args.task_queue,
         grace=args.graceful_shutdown_timeout,
         say=_say,
+        relay=args.relay,
     )
 
 
