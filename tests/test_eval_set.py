@@ -15,7 +15,7 @@ import pytest
 from evals.desks import builtin_desk, seed_desk
 
 from handoff_builder import HandoffWorkflowBuilder
-from handoff_builder.evals import FAILED, EvalCase, evaluate, load_cases
+from handoff_builder.evals import ESCALATED, FAILED, EvalCase, evaluate, load_cases
 from tests.fake_openai import FakeOpenAI, text, tool_call
 
 SET = Path(__file__).resolve().parents[1] / "evals" / "support_desk.jsonl"
@@ -132,3 +132,47 @@ async def test_the_seed_desk_sends_the_seed_prompts_its_tools_and_the_default_in
     )
     assert [t["function"]["name"] for t in billing["tools"]] == ["transfer_back_to_triage"]
     assert "Goal: Refund the March charge." in json.dumps(billing["messages"])
+
+
+async def test_agent_framework_handoff_builder_runs_the_same_cases(
+    cases: list[EvalCase], openai_server: Callable[..., FakeOpenAI]
+) -> None:
+    """agent_framework's own HandoffBuilder, on the seed desk's agents: the answering agent is the
+    one that asks the user next, each handoff_sent event is a hop, and the models get the seed
+    prompts with agent_framework's tool names."""
+    pytest.importorskip("agent_framework_orchestrations")
+    from evals.agent_framework_desk import run_case
+
+    server = openai_server(
+        [
+            tool_call("call_1", "handoff_to_triage", {}),
+            tool_call("call_2", "handoff_to_tech", {}),
+            text("Restart the router, please."),
+        ]
+    )
+    topic = next(case for case in cases if case.id.startswith("topic-01"))
+    result = await run_case(topic, "openai", 256)
+    assert (result.answered, result.correct, result.error) == ("tech", True, None)
+    assert result.path == ("billing", "triage", "tech")
+    assert [call.agent for call in result.model_calls] == ["billing", "triage", "tech"]
+    billing, triage, tech = server.bodies()
+    assert "call handoff_to_triage with a\nsummary" in billing["messages"][0]["content"]
+    assert [t["function"]["name"] for t in triage["tools"]] == [
+        "handoff_to_billing",
+        "handoff_to_tech",
+    ]
+    assert tech["messages"][-1] == {"role": "user", "content": topic.input[-1].text}
+
+
+async def test_agent_framework_handoff_builder_ends_a_bouncing_turn_at_the_seed_cap(
+    cases: list[EvalCase], openai_server: Callable[..., FakeOpenAI]
+) -> None:
+    pytest.importorskip("agent_framework_orchestrations")
+    from evals.agent_framework_desk import run_case
+
+    bounces = ["handoff_to_billing", "handoff_to_triage"] * 3
+    openai_server([tool_call(f"call_{n}", name, {}) for n, name in enumerate(bounces)])
+    first = next(case for case in cases if case.id.startswith("billing-01"))
+    result = await run_case(first, "openai", 256)
+    assert (result.answered, result.status) == (ESCALATED, "escalated")
+    assert len(result.model_calls) == 5  # the fifth handoff ends the turn (the seed's cap is 4)
