@@ -157,10 +157,8 @@ async def test_agent_framework_handoff_builder_runs_the_same_cases(
     assert [call.agent for call in result.model_calls] == ["billing", "triage", "tech"]
     billing, triage, tech = server.bodies()
     assert "call handoff_to_triage with a\nsummary" in billing["messages"][0]["content"]
-    assert [t["function"]["name"] for t in triage["tools"]] == [
-        "handoff_to_billing",
-        "handoff_to_tech",
-    ]
+    tools = {t["function"]["name"] for t in triage["tools"]}  # in an order that varies by process
+    assert tools == {"handoff_to_billing", "handoff_to_tech"}
     assert tech["messages"][-1] == {"role": "user", "content": topic.input[-1].text}
 
 
