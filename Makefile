@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-all lint bench clean
+.PHONY: demo test test-all lint bench bench-routing clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,7 +16,7 @@ demo: $(STAMP)
 	$(BIN)/handoff-builder demo
 
 test: $(STAMP)
-	$(BIN)/ruff check src tests samples
+	$(BIN)/ruff check src tests samples evals
 	$(BIN)/pyright
 	$(BIN)/coverage run -m pytest
 	$(BIN)/coverage report
@@ -27,12 +27,19 @@ test-all: $(STAMP)
 	$(BIN)/python .ci/with_servers.py $(MAKE) test
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests samples
-	$(BIN)/ruff format --check src tests samples
+	$(BIN)/ruff check src tests samples evals
+	$(BIN)/ruff format --check src tests samples evals
 	$(BIN)/pyright
 
 bench:
 	bash benchmarks/run.sh
+
+# Routing accuracy on a real local model (docs/evals.md, "Measured on a local model"): needs the
+# model server of ../shared/real-model (REAL_MODEL_VENV=... make bench-routing) and takes 30 to 90
+# minutes on 2 shared cores; never part of `make test`.
+ROUTING_OUT ?= $(or $(TMPDIR),/tmp)/bench-routing
+bench-routing: $(STAMP)
+	bash evals/bench_routing.sh $(ROUTING_OUT)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""The routing eval set of the support desk (docs/evals.md, "Measured on a local model")."""
