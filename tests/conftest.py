@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from handoff_builder.stores import (
     SqliteConversationStore,
 )
 from tests.serving_http import Serve, servers
-from tests.stores import STORE_KINDS, make_store, postgres_dsn, unique_prefix
+from tests.stores import STORE_KINDS, make_store, postgres_dsn, temporal_address, unique_prefix
 
 _LOCAL_PREFIXES = ("127.", "::1", "localhost")
 
@@ -69,3 +70,17 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
     """Start a server of ``tests/serving_app.py`` (``serve("devui")``, ``serve("agui")``) on a
     SQLite file in ``tmp_path``; its base URL. Every server started is stopped at the end."""
     yield from servers(tmp_path)
+
+
+@pytest.fixture
+async def client() -> Any:
+    """A Temporal client of the dev server the tests run against (the Temporal tests)."""
+    from handoff_builder.temporal import connect
+
+    return await connect(temporal_address())
+
+
+@pytest.fixture
+def queue() -> str:
+    """A task queue of this test's own."""
+    return f"q-{uuid.uuid4().hex[:10]}"

@@ -38,6 +38,14 @@ def server_address(variable: str, what: str) -> str:
     return address
 
 
+TEMPORAL_ADDRESS_VARIABLE = "HANDOFF_BUILDER_TEMPORAL_ADDRESS"
+
+
+def temporal_address() -> str:
+    """The Temporal dev server's address (see :func:`server_address`)."""
+    return server_address(TEMPORAL_ADDRESS_VARIABLE, "Temporal tests against a Temporal dev server")
+
+
 def postgres_dsn() -> str:
     """The PostgreSQL test server's address (see :func:`server_address`)."""
     return server_address(POSTGRES_DSN_VARIABLE, "PostgreSQL tests")

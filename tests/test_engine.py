@@ -27,6 +27,7 @@ from handoff_builder._engine import (
     AgentCall,
     Done,
     Hop,
+    HostSnapshot,
     RunAgent,
     Step,
     TurnEngine,
@@ -73,7 +74,15 @@ def engine(
 ) -> TurnEngine:
     rules = TurnRules(frozenset(agents))
     manager = Arrows(max_iterations)
-    return TurnEngine(manager, rules, agent_timeout=agent_timeout, turn_timeout=turn_timeout)
+    made = TurnEngine(manager, rules, agent_timeout=agent_timeout, turn_timeout=turn_timeout)
+    made.saves = True  # as with a journal: each step carries what to save
+    return made
+
+
+def saved(step: Hop | Wait | Done) -> HostSnapshot:
+    """The snapshot ``step`` says to save first."""
+    assert step.snapshot is not None
+    return step.snapshot
 
 
 def said(agent: str, text: str) -> AgentRun:
@@ -104,9 +113,9 @@ async def test_a_turn_is_a_hop_a_call_and_a_result() -> None:
     assert isinstance(step, Hop)
     assert (step.agent, step.no_handoffs) == ("triage", False)
     # the hop is saved before triage runs: as the turn stood, nobody has spoken yet
-    assert (step.snapshot.state.speaker, step.snapshot.state.next) == (None, "triage")
-    assert step.snapshot.turn_open
-    assert [m.text for m in step.snapshot.history] == ["hello"]
+    assert (saved(step).state.speaker, saved(step).state.next) == (None, "triage")
+    assert saved(step).turn_open
+    assert [m.text for m in saved(step).history] == ["hello"]
 
     call = turns.hop("triage", now=5.0)
     assert isinstance(call, RunAgent)
@@ -116,8 +125,8 @@ async def test_a_turn_is_a_hop_a_call_and_a_result() -> None:
     assert isinstance(done, Done)
     assert (done.result.status, done.result.active_agent) == ("completed", "triage")
     assert [(m.author_name, m.text) for m in done.result.messages] == [("triage", "Hi there.")]
-    assert not done.snapshot.turn_open
-    assert done.snapshot.last_result is done.result
+    assert not saved(done).turn_open
+    assert saved(done).last_result is done.result
     assert turns.turn is None
     assert turns.speaker == "triage"
 
@@ -139,7 +148,7 @@ async def test_a_handoff_is_the_next_hop_with_its_event_in_the_trail() -> None:
     assert isinstance(event, HandoffEvent)
     assert (event.source, event.target) == ("triage", "billing")
     # saved with triage as the last speaker and billing about to run
-    assert (step.snapshot.state.speaker, step.snapshot.state.next) == ("triage", "billing")
+    assert (saved(step).state.speaker, saved(step).state.next) == ("triage", "billing")
     assert turns.active_agent == "billing"
 
     done = await run_through(turns, step, {"billing": "Refunded."})
@@ -215,20 +224,25 @@ async def test_an_unknown_agent_ends_the_turn_with_a_warning() -> None:
     assert "The manager selected unknown agent 'nobody'." in done.trail
 
 
-async def test_a_request_makes_the_turn_wait_and_its_answer_carries_it_out() -> None:
-    turns = engine()
+async def asking_approval(turns: TurnEngine) -> tuple[Content, Step]:
+    """A turn in which triage calls ``refund``, a tool that needs approval (request ``r1``)."""
     first = await turns.begin(user("refund"), None, 0.0)
     assert isinstance(first, Hop)
     turns.hop("triage", 0.0)
     call = Content.from_function_call(call_id="c1", name="refund", arguments="{}")
     request = Content.from_function_approval_request(id="r1", function_call=call)
     asking = Message(role="assistant", contents=[call, request])
+    run = AgentRun(AgentResponse(messages=[asking]), (), frozenset())
+    return request, await turns.proceed(run, 1.0)
 
-    wait = await turns.proceed(AgentRun(AgentResponse(messages=[asking]), (), frozenset()), 1.0)
+
+async def test_a_request_makes_the_turn_wait_and_its_answer_carries_it_out() -> None:
+    turns = engine()
+    request, wait = await asking_approval(turns)
 
     assert isinstance(wait, Wait)
     assert [r.id for r in wait.requests] == ["r1"]
-    assert wait.snapshot.state.pending is not None
+    assert saved(wait).state.pending is not None
     assert turns.active_agent == "triage"
     with pytest.raises(ValueError, match="No pending request with id 'r9'"):
         turns.answer("r9", request.to_function_approval_response(approved=True))
@@ -252,13 +266,7 @@ async def test_a_request_makes_the_turn_wait_and_its_answer_carries_it_out() -> 
 
 async def test_answers_whose_call_failed_wait_to_be_answered_again() -> None:
     turns = engine()
-    first = await turns.begin(user("refund"), None, 0.0)
-    assert isinstance(first, Hop)
-    turns.hop("triage", 0.0)
-    call = Content.from_function_call(call_id="c1", name="refund", arguments="{}")
-    request = Content.from_function_approval_request(id="r1", function_call=call)
-    asking = Message(role="assistant", contents=[call, request])
-    await turns.proceed(AgentRun(AgentResponse(messages=[asking]), (), frozenset()), 1.0)
+    request, _ = await asking_approval(turns)
     turns.answer("r1", request.to_function_approval_response(approved=True))
     turns.after_answers(2.0)
     turns.pending.requests.clear()  # as a local runner's resolve leaves them
@@ -289,11 +297,11 @@ async def test_a_loaded_state_carries_on_where_it_was_saved() -> None:
     hop = await first.begin(user("my bill"), None, 0.0)
     assert isinstance(hop, Hop)
     first.hop("triage", 0.0)
-    saved = await first.proceed(said("triage", "-> billing"), 1.0)
-    assert isinstance(saved, Hop)
+    handed = await first.proceed(said("triage", "-> billing"), 1.0)
+    assert isinstance(handed, Hop)
 
     second = engine()
-    second.load(list(saved.snapshot.history), saved.snapshot.state)
+    second.load(list(saved(handed).history), saved(handed).state)
     step = second.resume(now=50.0)
 
     assert isinstance(step, RunAgent)
@@ -301,3 +309,17 @@ async def test_a_loaded_state_carries_on_where_it_was_saved() -> None:
     done = await run_through(second, step, {"billing": "Sorted."})
     assert isinstance(done, Done)
     assert [m.text for m in done.result.messages] == ["-> billing", "Sorted."]
+
+
+async def test_steps_carry_no_snapshot_when_nothing_saves_them() -> None:
+    turns = engine()
+    turns.saves = False
+
+    hop = await turns.begin(user("hello"), None, 0.0)
+    assert isinstance(hop, Hop)
+    turns.hop("triage", 0.0)
+    done = await turns.proceed(said("triage", "Hi."), 1.0)
+
+    assert isinstance(done, Done)
+    assert (hop.snapshot, done.snapshot) == (None, None)
+    assert done.result.text == "Hi."

@@ -55,25 +55,9 @@ from handoff_builder.temporal import (  # noqa: E402
     connect,
     conversation_worker,
 )
-from tests.stores import server_address  # noqa: E402
+from tests.stores import temporal_address  # noqa: E402
 
-ADDRESS_VARIABLE = "HANDOFF_BUILDER_TEMPORAL_ADDRESS"
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def temporal_address() -> str:
-    """The Temporal dev server's address (see :func:`tests.stores.server_address`)."""
-    return server_address(ADDRESS_VARIABLE, "Temporal tests against a Temporal dev server")
-
-
-@pytest.fixture
-async def client() -> Client:
-    return await connect(temporal_address())
-
-
-@pytest.fixture
-def queue() -> str:
-    return f"q-{uuid.uuid4().hex[:10]}"
 
 
 def cid() -> str:

@@ -63,7 +63,6 @@ from handoff_builder.temporal import (  # noqa: E402
     RedisRelay,
     StreamIncompleteEvent,
     TemporalConversationHost,
-    connect,
     conversation_worker,
 )
 from tests.stores import server_address  # noqa: E402
@@ -72,8 +71,9 @@ from tests.test_temporal import (  # noqa: E402
     cid,
     replays,
     retrying,
-    temporal_address,
+    stopped,
     wait_for,
+    worker_command,
 )
 
 REDIS_VARIABLE = "HANDOFF_BUILDER_REDIS_URL"
@@ -105,16 +105,6 @@ STREAMED = {
 def redis_url() -> str:
     """The Redis server's URL (see :func:`tests.stores.server_address`)."""
     return server_address(REDIS_VARIABLE, "relay tests against a Redis server")
-
-
-@pytest.fixture
-async def client() -> Client:
-    return await connect(temporal_address())
-
-
-@pytest.fixture
-def queue() -> str:
-    return f"q-{uuid.uuid4().hex[:10]}"
 
 
 @pytest.fixture
@@ -696,8 +686,6 @@ async def test_the_worker_command_streams_through_the_relay_it_is_given(
 ) -> None:
     """``handoff-builder worker --relay URL``: a client with the same relay reads the agents'
     words as they write them, not whole replies at the end."""
-    from tests.test_temporal import stopped, worker_command
-
     process = worker_command(
         queue, tmp_path / "calls.jsonl", "--relay", redis_url(), TEMPORAL_WORKER_DESK="streaming"
     )

@@ -163,7 +163,7 @@ class Hop:
     agent: str
     no_handoffs: bool
     trail: tuple[Trail, ...]
-    snapshot: HostSnapshot
+    snapshot: HostSnapshot | None
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,7 @@ class Wait:
 
     requests: tuple[Content, ...]
     trail: tuple[Trail, ...]
-    snapshot: HostSnapshot
+    snapshot: HostSnapshot | None
 
 
 @dataclass(frozen=True)
@@ -189,12 +189,13 @@ class Done:
 
     result: HandoffTurnResult
     trail: tuple[Trail, ...]
-    snapshot: HostSnapshot
+    snapshot: HostSnapshot | None
     apology: Message | None = None
 
 
 Step = Hop | RunAgent | Wait | Done
-"""What the driver does next."""
+"""What the driver does next. ``Hop``, ``Wait`` and ``Done`` carry the snapshot to save first
+(``None`` when the engine's ``saves`` is off: nothing persists it)."""
 
 
 @dataclass(frozen=True)
@@ -254,6 +255,9 @@ class TurnEngine:
         self.pending = PendingRequests()
         self.deadline: float | None = None  # the open turn's, on the driver's clock
         self.last_result: HandoffTurnResult | None = None
+        self.saves = False
+        """Whether steps carry a snapshot: on while a journal persists them (each snapshot
+        builds the state, a few microseconds a step)."""
         self.epoch = 0
         """Counts the times the history was replaced or a turn left every view: a reader's
         cached views of an earlier epoch are stale."""
@@ -283,6 +287,10 @@ class TurnEngine:
     def snapshot(self) -> HostSnapshot:
         """The conversation and the state as they stand, for persistence."""
         return HostSnapshot(self.history, self.state(), self.last_result)
+
+    def _saved(self) -> HostSnapshot | None:
+        """A step's snapshot, when something saves it (``saves``)."""
+        return self.snapshot() if self.saves else None
 
     # -- the steps -------------------------------------------------------------------------------
 
@@ -434,11 +442,7 @@ class TurnEngine:
         # An approved delegation waits in turn: what the batch decided is decided now, and
         # carried out once the delegation is answered.
         self._extend_after_wait(messages)
-        decision: Decision = _decided(then)
-        decides = bool(calls or verdict) and undecided(then, name)
-        if decides:
-            reply = AgentReply(name, tuple(messages), calls, unfinished=True, verdict=verdict)
-            decision = await self.manager.decide(self.history, reply)
+        decision, decides = await self._answered(name, then, messages, calls, verdict)
         if isinstance(decision, NextAgent):
             requests = list(waiting.requests)
             return self._wait_for(name, requests, decision, waiting.frames, traced=not decides)
@@ -458,7 +462,7 @@ class TurnEngine:
         if waiting is not None and not run.response.messages:
             self.pending.open(caller, list(waiting.requests), then, waiting.frames)
             self.deadline = None
-            return Wait(tuple(waiting.requests), self._take_trail(), self.snapshot())
+            return Wait(tuple(waiting.requests), self._take_trail(), self._saved())
         return await self._go_on(caller, then, list(run.response.messages), (), None, now)
 
     async def _go_on(
@@ -475,11 +479,10 @@ class TurnEngine:
         Approved handoff calls, or a verdict, make the manager decide again.
         """
         self._extend_after_wait(messages)
-        decision: Decision = _decided(then, handoff=False)  # its handoff is in the turn already
-        decides = bool(calls or verdict) and undecided(then, name)
-        if decides:
-            reply = AgentReply(name, tuple(messages), calls, unfinished=True, verdict=verdict)
-            decision = await self.manager.decide(self.history, reply)
+        # the hop's handoff is in the turn already: it was added when the turn began to wait
+        decision, decides = await self._answered(
+            name, then, messages, calls, verdict, handoff=False
+        )
         carrying_on = (
             isinstance(decision, NextAgent)
             and decision.agent == name
@@ -489,6 +492,27 @@ class TurnEngine:
         # The hop decided with the requests was traced when the turn began to wait.
         traced = not decides and not carrying_on
         return self._carry_out(decision, now, carrying_on=carrying_on, traced=traced, source=name)
+
+    async def _answered(
+        self,
+        name: str,
+        then: Continuation,
+        messages: list[Message],
+        calls: tuple[HandoffCall, ...],
+        verdict: ReviewVerdict | None,
+        *,
+        handoff: bool = True,
+    ) -> tuple[Decision, bool]:
+        """The decision once ``name``'s requests are answered, and whether it was made now.
+
+        Approved handoff calls, or a verdict, make the manager decide again (unless the waiting
+        turn had decided already); otherwise the hop decided with the requests stands
+        (``handoff``: with its handoff).
+        """
+        if bool(calls or verdict) and undecided(then, name):
+            reply = AgentReply(name, tuple(messages), calls, unfinished=True, verdict=verdict)
+            return await self.manager.decide(self.history, reply), True
+        return _decided(then, handoff=handoff), False
 
     # -- carrying out a decision -----------------------------------------------------------------
 
@@ -528,7 +552,7 @@ class TurnEngine:
                 self.next, self.next_no_handoffs = decision.agent, decision.no_handoffs
                 self._trail.extend(decision.events)
                 no_handoffs = decision.no_handoffs
-                return Hop(decision.agent, no_handoffs, self._take_trail(), self.snapshot())
+                return Hop(decision.agent, no_handoffs, self._take_trail(), self._saved())
             self.turn = turn
             self._trail.extend(decision.events)
             cap = self.manager.max_iterations
@@ -576,7 +600,7 @@ class TurnEngine:
         self.next = None
         self.deadline = None  # a person may take long: the turn's deadline starts again after
         self._trail.extend(then.events)
-        return Wait(tuple(requests), self._take_trail(), self.snapshot())
+        return Wait(tuple(requests), self._take_trail(), self._saved())
 
     def _conclude(self, decision: EndTurn | Escalate, source: str | None) -> Done:
         """The turn ends: its last steps and events, then its result."""
@@ -589,10 +613,10 @@ class TurnEngine:
             apology = Message(role="assistant", contents=[text], author_name=self.rules.author)
             self.history.append(apology)
             result = self._close(turn, decision.status, escalation=escalation)
-            return Done(result, self._take_trail(), self.snapshot(), apology)
+            return Done(result, self._take_trail(), self._saved(), apology)
         timeout = next((e for e in decision.events if isinstance(e, TurnTimeoutEvent)), None)
         result = self._close(turn, decision.status, timeout=timeout)
-        return Done(result, self._take_trail(), self.snapshot())
+        return Done(result, self._take_trail(), self._saved())
 
     def _close(
         self,

@@ -270,8 +270,7 @@ class GroupChatHost(Executor):
         """Where the agents run (:class:`AgentRunner`): here by default. A durable engine runs
         each agent call as an activity instead (:meth:`run_here` on a host loaded with this one's
         history and state, in a worker); the decisions are still made here."""
-        self.journal: TurnJournal | None = None
-        """Where the host's progress is saved (a hosted conversation's store), if anywhere."""
+        self._journal: TurnJournal | None = None
         self.superstep_per_hop = True
         """Run each agent in its own superstep, so that a checkpoint is taken after every hop.
 
@@ -282,6 +281,16 @@ class GroupChatHost(Executor):
         self._saved: list[dict[str, Any]] = []  # to_dict() of history[: len(_saved)], reused
         self._trace: TurnTrace | None = None
         self._paused: SpanContext | None = None  # the span of the run that waits for answers
+
+    @property
+    def journal(self) -> TurnJournal | None:
+        """Where the host's progress is saved (a hosted conversation's store), if anywhere."""
+        return self._journal
+
+    @journal.setter
+    def journal(self, journal: TurnJournal | None) -> None:
+        self._journal = journal
+        self._engine.saves = journal is not None  # steps carry snapshots only for it
 
     # -- what it holds ----------------------------------------------------------------------------
 
@@ -590,10 +599,10 @@ class GroupChatHost(Executor):
             else:
                 await ctx.add_event(WorkflowEvent(cast(Any, item.event_type), data=item))
 
-    async def _record(self, snapshot: HostSnapshot) -> None:
+    async def _record(self, snapshot: HostSnapshot | None) -> None:
         """Let the journal (a hosted conversation's store) save ``snapshot``, if there is one."""
-        if self.journal is not None:
-            await self.journal.record(snapshot)
+        if self._journal is not None and snapshot is not None:
+            await self._journal.record(snapshot)
 
     def _streams(self, ctx: HostContext) -> Streams | None:
         """Where this run's updates go: the run's output and events (``None``: not streamed)."""
@@ -650,8 +659,9 @@ class GroupChatHost(Executor):
         The host then holds no conversation (an empty one), ready for another. What is kept is
         the history, the state and the agents' views of it (so they are not rebuilt).
         """
-        kept = KeptConversation(list(self.history), self.state(), self._local.kept_views())
-        self.load([], HostState())
+        engine = self._engine
+        kept = KeptConversation(engine.history, engine.state(), self._local.kept_views())
+        self.load([], HostState())  # a new list: the kept one is the conversation's own
         self.journal, self.conversation_id = None, None
         return kept
 
