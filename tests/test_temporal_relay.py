@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from agent_framework import Agent, AgentResponseUpdate, WorkflowEvent, tool
+from agent_framework import Agent, AgentResponseUpdate, Content, WorkflowEvent, tool
 
 from handoff_builder import (
     HANDOFF_DELEGATION_EVENT,
@@ -700,4 +700,43 @@ async def test_the_worker_command_streams_through_the_relay_it_is_given(
         ("output", "triage", "Let me ", ("text",)),
         ("output", "triage", "get billing. ", ("text",)),
         ("output", "triage", "", ("function_call",)),
+    ]
+
+
+def test_an_attempt_that_began_after_a_later_one_is_void() -> None:
+    """Two attempts waited on a stalled worker and began together, the later one first: the
+    client shows the later one's retry and updates, and neither the start nor the updates of the
+    earlier one (which would take the reader back to an attempt it has left)."""
+    from handoff_builder.temporal._live import LiveTurn
+    from handoff_builder.temporal._relay import AttemptEntry, UpdateEntry
+
+    def update(attempt: int, n: int, text: str) -> bytes:
+        raw = AgentResponseUpdate(
+            contents=[Content.from_text(text)], author_name="billing"
+        ).to_dict()
+        entry = UpdateEntry(
+            call="2:invoke:billing", attempt=attempt, n=n, sink="output", update=raw
+        )
+        return entry.model_dump_json().encode()
+
+    def began(attempt: int) -> bytes:
+        entry = AttemptEntry(call="2:invoke:billing", agent="billing", attempt=attempt)
+        return entry.model_dump_json().encode()
+
+    turn = LiveTurn("c-1")
+    shown: list[tuple[str, Any]] = []
+    for raw in (began(1), update(1, 0, "start-1 "), began(3), update(3, 0, "start-3 "),
+                began(2), update(2, 0, "start-2 "), update(3, 1, "done-3 ")):  # fmt: skip
+        for event in turn.events(raw):
+            data = event.data
+            shown.append(
+                ("retried", data.attempt)
+                if isinstance(data, AgentCallRetriedEvent)
+                else ("text", cast(AgentResponseUpdate, data).text)
+            )
+    assert shown == [
+        ("text", "start-1 "),
+        ("retried", 3),
+        ("text", "start-3 "),
+        ("text", "done-3 "),
     ]

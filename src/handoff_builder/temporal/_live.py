@@ -159,8 +159,11 @@ class LiveTurn:
         self.delegations = max(self.delegations, len(entry.delegations))
         self.handoffs = max(self.handoffs, len(entry.handoffs))
         self.attempts[entry.call, entry.attempt] = _Attempt(entry.agent)
-        self.latest[entry.call] = max(self.latest.get(entry.call, 0), entry.attempt)
-        if entry.attempt > 1:
+        latest = self.latest.get(entry.call, 0)
+        self.latest[entry.call] = max(latest, entry.attempt)
+        # An attempt that began after a later one (both waited on a stalled worker) is void:
+        # its updates are not shown, so neither is its start.
+        if entry.attempt > 1 and latest < entry.attempt:
             error = self.failures.get(entry.call)
             retried = AgentCallRetriedEvent(entry.agent, entry.attempt, entry.call, error)
             events.append(_event(retried))
