@@ -27,7 +27,6 @@ from handoff_builder._engine import (
     AgentCall,
     Done,
     Hop,
-    HostSnapshot,
     RunAgent,
     Step,
     TurnEngine,
@@ -35,6 +34,7 @@ from handoff_builder._engine import (
     Wait,
 )
 from handoff_builder._events import RoutingStep
+from handoff_builder._ledger import HostSnapshot
 from handoff_builder._participant import AgentRun
 
 
@@ -127,8 +127,8 @@ async def test_a_turn_is_a_hop_a_call_and_a_result() -> None:
     assert [(m.author_name, m.text) for m in done.result.messages] == [("triage", "Hi there.")]
     assert not saved(done).turn_open
     assert saved(done).last_result is done.result
-    assert turns.turn is None
-    assert turns.speaker == "triage"
+    assert turns.ledger.turn is None
+    assert turns.ledger.speaker == "triage"
 
 
 async def test_a_handoff_is_the_next_hop_with_its_event_in_the_trail() -> None:
@@ -149,7 +149,7 @@ async def test_a_handoff_is_the_next_hop_with_its_event_in_the_trail() -> None:
     assert (event.source, event.target) == ("triage", "billing")
     # saved with triage as the last speaker and billing about to run
     assert (saved(step).state.speaker, saved(step).state.next) == ("triage", "billing")
-    assert turns.active_agent == "billing"
+    assert turns.ledger.active_agent == "billing"
 
     done = await run_through(turns, step, {"billing": "Refunded."})
     assert isinstance(done, Done)
@@ -210,7 +210,7 @@ async def test_one_invocation_past_the_cap_escalates_with_an_apology() -> None:
     assert isinstance(done.result.escalation, EscalationEvent)
     assert done.result.escalation.reason == "max_iterations"
     assert done.apology is not None
-    assert turns.history[-1] is done.apology
+    assert turns.ledger.history[-1] is done.apology
     assert done.apology.text == turns.rules.apology
 
 
@@ -243,7 +243,7 @@ async def test_a_request_makes_the_turn_wait_and_its_answer_carries_it_out() -> 
     assert isinstance(wait, Wait)
     assert [r.id for r in wait.requests] == ["r1"]
     assert saved(wait).state.pending is not None
-    assert turns.active_agent == "triage"
+    assert turns.ledger.active_agent == "triage"
     with pytest.raises(ValueError, match="No pending request with id 'r9'"):
         turns.answer("r9", request.to_function_approval_response(approved=True))
     assert turns.answer("r1", request.to_function_approval_response(approved=True))
@@ -261,7 +261,7 @@ async def test_a_request_makes_the_turn_wait_and_its_answer_carries_it_out() -> 
     done = await run_through(turns, step, {"triage": "Done, refunded."})
     assert isinstance(done, Done)
     assert done.result.status == "completed"
-    assert turns.pending.requests == {}
+    assert turns.ledger.pending.requests == {}
 
 
 async def test_answers_whose_call_failed_wait_to_be_answered_again() -> None:
@@ -269,12 +269,12 @@ async def test_answers_whose_call_failed_wait_to_be_answered_again() -> None:
     request, _ = await asking_approval(turns)
     turns.answer("r1", request.to_function_approval_response(approved=True))
     turns.after_answers(2.0)
-    turns.pending.requests.clear()  # as a local runner's resolve leaves them
+    turns.ledger.pending.requests.clear()  # as a local runner's resolve leaves them
 
     turns.failed()
 
-    assert list(turns.pending.requests) == ["r1"]
-    assert turns.pending.answers == {}
+    assert list(turns.ledger.pending.requests) == ["r1"]
+    assert turns.ledger.pending.answers == {}
 
 
 async def test_a_run_the_engine_did_not_ask_for_is_refused() -> None:

@@ -571,7 +571,10 @@ async def test_a_stalled_attempt_that_writes_on_after_its_retry_began_is_not_sho
             continue
         else:
             assert not (isinstance(event.data, AgentResponseUpdate) and "-" in event.data.text)
-    assert attempts[:2] == [1, 2]  # the first attempt was taken for dead, and retried
+    # The first attempt was taken for dead and retried; the retries shown only go forward (under
+    # load attempts 2 and 3 can both wait on the stalled worker and begin in either order).
+    assert len(attempts) >= 2
+    assert attempts == sorted(set(attempts))
     result = events[-1].data
     assert isinstance(result, HandoffTurnResult)
     assert result.text.endswith(f"start-{shown} done-{shown} now.")  # the last attempt's

@@ -101,11 +101,11 @@ if _typing.TYPE_CHECKING:
     from ._handoff_manager import HandoffManager
     from ._host import (
         GroupChatHost,
-        HostSettings,
         KeptConversation,
         ReissueRequests,
         UserTurn,
     )
+    from ._host_settings import HostSettings
     from ._hosted_agent import HostedConversationAgent, devui_agent
     from ._hosting import (
         ABANDONED_TURN_PROPERTY,
@@ -158,7 +158,8 @@ _LAZY_MODULES: dict[str, tuple[str, ...]] = {
         "TurnAbandonedEvent", "TurnStatus", "TurnTimeoutEvent",
     ),
     "._handoff_manager": ("HandoffManager",),
-    "._host": ("GroupChatHost", "HostSettings", "KeptConversation", "ReissueRequests", "UserTurn"),
+    "._host": ("GroupChatHost", "KeptConversation", "ReissueRequests", "UserTurn"),
+    "._host_settings": ("HostSettings",),
     "._input_filters": ("HandoffInput", "InputFilter"),
     "._lint": ("LintFinding", "LintSeverity"),
     "._manager": (

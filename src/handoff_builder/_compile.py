@@ -12,7 +12,8 @@ from typing_extensions import override
 from ._config import BuildConfig
 from ._delegation import DelegateRoute, make_delegate_tool
 from ._handoff_manager import HandoffManager
-from ._host import HOST_ID, GroupChatHost, HostSettings, Participant
+from ._host import HOST_ID, GroupChatHost, Participant
+from ._host_settings import HostSettings
 from ._instructions import render_instructions
 from ._lint import LintFinding
 from ._manager import AutonomousMode, GroupChatManager, ManagerSettings

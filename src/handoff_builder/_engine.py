@@ -1,8 +1,9 @@
 """The turn engine: a user turn as a sequence of steps, each one a value.
 
-:class:`TurnEngine` holds one conversation (the shared, append-only history) and its small state
-(the open turn, who spoke last, who runs next, the requests it waits for, its manager's
-counters) and carries out its manager's decisions. It runs no agent, does no I/O and never calls
+:class:`TurnEngine` holds one conversation in its :class:`~handoff_builder._ledger.Ledger` (the
+shared, append-only history and its small state: the open turn, who spoke last, who runs next,
+the requests it waits for), with its manager (and its counters), and carries out the manager's
+decisions. It runs no agent, does no I/O and never calls
 back into whoever drives it: each of its methods takes what happened (the user's input, an
 agent's run, an answer, a deadline that passed) and returns the next :data:`Step`:
 
@@ -39,23 +40,19 @@ from ._decision import (
     Decision,
     EndTurn,
     Escalate,
-    Event,
     HandoffCall,
     NextAgent,
     ReviewVerdict,
     TurnStart,
 )
-from ._delegation import Suspension, settle_waiting, settlement, waiting_apart
+from ._delegation import settle_waiting, settlement, waiting_apart
 from ._events import (
-    EscalationEvent,
     HandoffTurnResult,
-    RoutingStep,
     TurnAbandonedEvent,
-    TurnStatus,
     TurnTimeoutEvent,
 )
+from ._ledger import HostSnapshot, Ledger, Trail
 from ._reply import (
-    hidden_after,
     past_invocation_cap,
     status_of,
     steps_of,
@@ -75,9 +72,7 @@ from ._state import (
     DelegationFrame,
     HostState,
     PendingState,
-    TurnRecord,
     TurnState,
-    active_agent,
 )
 from .exceptions import CorruptStateError
 
@@ -98,10 +93,8 @@ __all__ = [
     "CallKind",
     "Done",
     "Hop",
-    "HostSnapshot",
     "RunAgent",
     "Step",
-    "Trail",
     "TurnEngine",
     "TurnRules",
     "Wait",
@@ -128,28 +121,6 @@ class AgentCall:
     kind: CallKind = "run"
     no_handoffs: bool = False
     seconds: float | None = None
-
-
-Trail = RoutingStep | Event
-"""What a step went through: a routing step (for the turn's trace) or an event (to emit)."""
-
-
-@dataclass(frozen=True)
-class HostSnapshot:
-    """What persistence is handed: the conversation and the state, as a step left them.
-
-    ``history`` is the engine's own list, read-only to the reader, which writes what it has not
-    written yet.
-    """
-
-    history: Sequence[Message]
-    state: HostState
-    last_result: HandoffTurnResult | None
-
-    @property
-    def turn_open(self) -> bool:
-        """True while the turn goes on."""
-        return self.state.turn is not None
 
 
 @dataclass(frozen=True)
@@ -244,49 +215,23 @@ class TurnEngine:
         self.rules = rules
         self.agent_timeout = agent_timeout
         self.turn_timeout = turn_timeout
-        self.model_calls = model_calls
-        self.conversation_id: str | None = None
-        self.history: list[Message] = []
-        self.left_out: tuple[tuple[int, int], ...] = ()  # abandoned turns: in no agent's view
-        self.turn: TurnState | None = None
-        self.speaker: str | None = None
-        self.next: str | None = None
-        self.next_no_handoffs = False  # the next agent runs with no handoff tools
-        self.pending = PendingRequests()
+        self.ledger = Ledger(rules.reviewed, model_calls)
+        """The conversation and its state, and the open turn's books (:class:`Ledger`)."""
         self.deadline: float | None = None  # the open turn's, on the driver's clock
-        self.last_result: HandoffTurnResult | None = None
         self.saves = False
         """Whether steps carry a snapshot: on while a journal persists them (each snapshot
         builds the state, a few microseconds a step)."""
-        self.epoch = 0
-        """Counts the times the history was replaced or a turn left every view: a reader's
-        cached views of an earlier epoch are stale."""
         self._in_flight: _InFlight | None = None
-        self._trail: list[Trail] = []
 
     # -- what the driver reads -------------------------------------------------------------------
 
-    @property
-    def active_agent(self) -> str | None:
-        """Where the open turn goes on, or the next starts (see ``GroupChatHost.active_agent``)."""
-        waiting = None if self.pending.agent is None else str(self.pending.agent)
-        return active_agent(self.speaker, self.next, waiting, turn_open=self.turn is not None)
-
     def state(self) -> HostState:
         """Everything but the history (which is append-only)."""
-        return HostState(
-            speaker=self.speaker,
-            next=self.next,
-            next_no_handoffs=self.next_no_handoffs,
-            turn=self.turn,
-            pending=self.pending.to_state(),
-            manager=self.manager.save_state(),
-            left_out=self.left_out,
-        )
+        return self.ledger.state(self.manager.save_state())
 
     def snapshot(self) -> HostSnapshot:
         """The conversation and the state as they stand, for persistence."""
-        return HostSnapshot(self.history, self.state(), self.last_result)
+        return self.ledger.snapshot(self.manager.save_state())
 
     def _saved(self) -> HostSnapshot | None:
         """A step's snapshot, when something saves it (``saves``)."""
@@ -298,7 +243,7 @@ class TurnEngine:
         """Why a turn cannot start with ``messages`` now (``None``: it can)."""
         if not messages:
             return ValueError("A turn needs at least one input message; got an empty list.")
-        if self.turn is not None:
+        if self.ledger.turn is not None:
             return RuntimeError(
                 "A turn is already in progress in this workflow; wait for its output before "
                 "sending the next message."
@@ -319,15 +264,11 @@ class TurnEngine:
         refusal = self.refusal(messages)
         if refusal is not None:
             raise refusal
-        input_start = len(self.history)
-        if self.model_calls is not None:
-            self.model_calls.clear()
-        self.history.extend(messages[_known_prefix(self.history, messages) :])
-        self.turn = TurnState(start=len(self.history), input_start=input_start)
+        ledger = self.ledger
+        ledger.start_turn(messages)
         self.deadline = None
-        self._trail = []
-        start = TurnStart(self.speaker, return_to_previous)
-        return self._carry_out(await self.manager.start_turn(self.history, start), now)
+        start = TurnStart(ledger.speaker, return_to_previous)
+        return self._carry_out(await self.manager.start_turn(ledger.history, start), now)
 
     def hop(self, agent: str, now: float, *, no_handoffs: bool = False) -> Step:
         """Start the call of ``agent``, decided in a :class:`Hop`."""
@@ -335,10 +276,11 @@ class TurnEngine:
 
     def resume(self, now: float) -> Step | None:
         """Run the agent the open turn was about to call (``None``: there is none)."""
-        if self.turn is None or self.next is None or self.pending.requests:
+        ledger = self.ledger
+        if ledger.turn is None or ledger.next is None or ledger.pending.requests:
             return None
-        self._trail = []
-        return self._call(self.next, now, no_handoffs=self.next_no_handoffs)
+        ledger.trail = []
+        return self._call(ledger.next, now, no_handoffs=ledger.next_no_handoffs)
 
     async def proceed(self, run: AgentRun, now: float) -> Step:
         """The run of the call the last :class:`RunAgent` asked for."""
@@ -360,16 +302,16 @@ class TurnEngine:
             return self._carry_out(self._timed_out(flight.limit, name), now, source=name)
         saved = flight.saved
         requests = [Content.from_dict(item) for item in saved.requests] if saved else []
-        self._extend_after_wait(settlement(requests, flight.frames, name, "timed out"))
-        self.pending = PendingRequests()
+        self.ledger.extend_after_wait(settlement(requests, flight.frames, name, "timed out"))
+        self.ledger.pending = PendingRequests()
         return self._carry_out(self._timed_out(flight.limit, name), now)
 
     def failed(self) -> None:
         """The last call raised: answers it was carrying out wait again, to be answered again."""
         flight, self._in_flight = self._in_flight, None
         if flight is not None and flight.call.kind != "run":
-            self.pending = PendingRequests.from_state(flight.saved)
-            self.pending.answers = {}
+            self.ledger.pending = PendingRequests.from_state(flight.saved)
+            self.ledger.pending.answers = {}
 
     def answer(self, request_id: str, response: Content) -> bool:
         """Record one answer; True once every request is answered.
@@ -377,77 +319,81 @@ class TurnEngine:
         Raises:
             TypeError, ValueError: ``response`` does not answer the request (it stays pending).
         """
-        return self.pending.answer(request_id, response)
+        return self.ledger.pending.answer(request_id, response)
 
     def after_answers(self, now: float) -> RunAgent:
         """Every request is answered: carry them out (or let the waiting expert carry on)."""
-        pending = self.pending
-        self._trail = []
+        ledger = self.ledger
+        pending = ledger.pending
+        ledger.trail = []
         limit, seconds = self._time_left(now)
         kind: CallKind = "carry_on" if pending.frames else "resolve"
         call = AgentCall(str(pending.agent), kind, seconds=seconds)
         self._in_flight = _InFlight(call, limit, pending.to_state(), pending.frames)
-        return RunAgent(call, self._take_trail())
+        return RunAgent(call, ledger.take_trail())
 
     def abandon(self, event: TurnAbandonedEvent) -> HandoffTurnResult:
         """Close the open turn without running anything more (``GroupChatHost.abandon_turn``)."""
-        turn = self._open_turn()
-        requests = list(self.pending.requests.values())
+        ledger = self.ledger
+        turn = ledger.open_turn()
+        requests = list(ledger.pending.requests.values())
         if requests:
-            agent = str(self.pending.agent or self.speaker or self.rules.author)
-            frames = self.pending.frames
-            self._extend_after_wait(settlement(requests, frames, agent, "abandoned"))
-        self.pending = PendingRequests()
-        self.left_out = (*self.left_out, (turn.input_from(self.history), len(self.history)))
-        self.epoch += 1  # every view is rebuilt without the turn
+            agent = str(ledger.pending.agent or ledger.speaker or self.rules.author)
+            frames = ledger.pending.frames
+            ledger.extend_after_wait(settlement(requests, frames, agent, "abandoned"))
+        ledger.pending = PendingRequests()
+        ledger.leave_out(turn)
         self._in_flight = None
-        return self._close(turn, "abandoned", abandoned=event)
+        self.deadline = None
+        return ledger.close(turn, "abandoned", abandoned=event)
 
     # -- after a call ----------------------------------------------------------------------------
 
     async def _after_run(self, name: str, run: AgentRun, now: float) -> Step:
+        ledger = self.ledger
         delta = list(run.response.messages)
         for message in delta:
             if message.author_name is None:
                 message.author_name = name
-        self.history.extend(delta)
+        ledger.history.extend(delta)
         dangling = dangling_calls(delta)
         if dangling:
-            self.history.append(settle(dangling, name))
+            ledger.history.append(settle(dangling, name))
         requests = requests_in(delta)
-        waiting = self._add_delegations(run)
+        waiting = ledger.add_delegations(run)
         if waiting is not None:
             beside, requests = waiting_apart(waiting, requests, name)
-            self.history.extend(beside)
+            ledger.history.extend(beside)
         reply = AgentReply(
             name, tuple(delta), run.calls, unfinished=bool(requests), disabled=run.disabled,
             verdict=run.verdict, tool_limit=run.tool_limit,
         )  # fmt: skip
-        decision = unless_cut_short(reply, await self.manager.decide(self.history, reply))
+        decision = unless_cut_short(reply, await self.manager.decide(ledger.history, reply))
         frames = waiting.frames if waiting is not None else ()
         if requests and isinstance(decision, NextAgent):
             return self._wait_for(name, requests, decision, frames)
         if requests:
-            self.history.extend(settlement(requests, frames, name, status_of(decision)))
+            ledger.history.extend(settlement(requests, frames, name, status_of(decision)))
         return self._carry_out(decision, now, source=name)
 
     async def _after_resolve(
         self, name: str, then: Continuation, run: AgentRun, now: float
     ) -> Step:
-        self.pending = PendingRequests()  # answered
+        ledger = self.ledger
+        ledger.pending = PendingRequests()  # answered
         messages, calls, verdict = list(run.response.messages), run.calls, run.verdict
-        waiting = self._add_delegations(run)
+        waiting = ledger.add_delegations(run)
         if waiting is None:
             return await self._go_on(name, then, messages, calls, verdict, now)
         # An approved delegation waits in turn: what the batch decided is decided now, and
         # carried out once the delegation is answered.
-        self._extend_after_wait(messages)
+        ledger.extend_after_wait(messages)
         decision, decides = await self._answered(name, then, messages, calls, verdict)
         if isinstance(decision, NextAgent):
             requests = list(waiting.requests)
             return self._wait_for(name, requests, decision, waiting.frames, traced=not decides)
         # the turn ends now: the waiting delegation's call is closed
-        self.history.extend(settle_waiting(waiting.frames, status_of(decision)))
+        ledger.history.extend(settle_waiting(waiting.frames, status_of(decision)))
         return self._carry_out(decision, now, source=name)
 
     async def _after_carry_on(
@@ -457,12 +403,13 @@ class TurnEngine:
 
         Or it waits again (no message: an expert waits for answers in turn).
         """
-        waiting = self._add_delegations(run)
-        self.pending = PendingRequests()
+        ledger = self.ledger
+        waiting = ledger.add_delegations(run)
+        ledger.pending = PendingRequests()
         if waiting is not None and not run.response.messages:
-            self.pending.open(caller, list(waiting.requests), then, waiting.frames)
+            ledger.pending.open(caller, list(waiting.requests), then, waiting.frames)
             self.deadline = None
-            return Wait(tuple(waiting.requests), self._take_trail(), self._saved())
+            return Wait(tuple(waiting.requests), ledger.take_trail(), self._saved())
         return await self._go_on(caller, then, list(run.response.messages), (), None, now)
 
     async def _go_on(
@@ -478,7 +425,7 @@ class TurnEngine:
 
         Approved handoff calls, or a verdict, make the manager decide again.
         """
-        self._extend_after_wait(messages)
+        self.ledger.extend_after_wait(messages)
         # the hop's handoff is in the turn already: it was added when the turn began to wait
         decision, decides = await self._answered(
             name, then, messages, calls, verdict, handoff=False
@@ -511,7 +458,7 @@ class TurnEngine:
         """
         if bool(calls or verdict) and undecided(then, name):
             reply = AgentReply(name, tuple(messages), calls, unfinished=True, verdict=verdict)
-            return await self.manager.decide(self.history, reply), True
+            return await self.manager.decide(self.ledger.history, reply), True
         return _decided(then, handoff=handoff), False
 
     # -- carrying out a decision -----------------------------------------------------------------
@@ -534,29 +481,33 @@ class TurnEngine:
         an agent that carries on adds only its refused calls. ``source``: the agent whose reply
         led to the decision.
         """
+        ledger = self.ledger
         if isinstance(decision, NextAgent):
-            turn = self._open_turn()
+            turn = ledger.open_turn()
             if decision.handoff is not None:
                 turn = turn.with_handoff(decision.handoff)
             steps = [] if traced else steps_of(decision, source, turn, self._manager_name)
             if carrying_on:  # its refused calls, and a step its manager named
                 steps = [s for s in steps if s.kind == "blocked" or s is decision.step]
-            turn = self._with_steps(turn, steps)
+            turn = ledger.with_steps(turn, steps)
             capped = turn.invocations >= self.manager.max_iterations and not decision.no_handoffs
             if carrying_on or not capped:
                 if not carrying_on:  # a new invocation: its own messages start after its input
-                    since = len(self.history) + len(decision.input)
+                    since = len(ledger.history) + len(decision.input)
                     turn = replace(turn, invocations=turn.invocations + 1, since=since)
-                self.turn = turn
-                self.history.extend(decision.input)
-                self.next, self.next_no_handoffs = decision.agent, decision.no_handoffs
-                self._trail.extend(decision.events)
+                ledger.turn = turn
+                ledger.history.extend(decision.input)
+                ledger.next, ledger.next_no_handoffs = (
+                    decision.agent,
+                    decision.no_handoffs,
+                )
+                ledger.trail.extend(decision.events)
                 no_handoffs = decision.no_handoffs
-                return Hop(decision.agent, no_handoffs, self._take_trail(), self._saved())
-            self.turn = turn
-            self._trail.extend(decision.events)
+                return Hop(decision.agent, no_handoffs, ledger.take_trail(), self._saved())
+            ledger.turn = turn
+            ledger.trail.extend(decision.events)
             cap = self.manager.max_iterations
-            decision = past_invocation_cap(decision, self.speaker or decision.agent, cap)
+            decision = past_invocation_cap(decision, ledger.speaker or decision.agent, cap)
         return self._conclude(decision, source)
 
     def _call(self, agent: str, now: float, *, no_handoffs: bool) -> Step:
@@ -564,13 +515,13 @@ class TurnEngine:
         if agent not in self.rules.agents:
             warning = f"The manager selected unknown agent {agent!r}."
             return self._conclude(EndTurn(events=(warning,)), agent)
-        self.speaker = agent
+        self.ledger.speaker = agent
         limit, seconds = self._time_left(now)
         if seconds is not None and seconds <= 0:
             return self._conclude(self._timed_out(limit, agent), agent)
         call = AgentCall(agent, "run", no_handoffs, seconds)
         self._in_flight = _InFlight(call, limit)
-        return RunAgent(call, self._take_trail())
+        return RunAgent(call, self.ledger.take_trail())
 
     def _wait_for(
         self,
@@ -587,62 +538,28 @@ class TurnEngine:
         in a delegation of ``name`` that waits. ``traced``: ``then`` was traced already (the
         turn waited before, and waits again).
         """
-        carried = tuple(message.to_dict() for message in then.input)
-        waiting = Continuation(then.agent, then.handoff, carried, then.no_handoffs)
-        self.pending.open(name, requests, waiting, tuple(frames))
-        if self.turn is not None and not traced:
-            steps = steps_of(then, name, self.turn, self._manager_name)
-            if then.handoff is None and then.step is None and then.agent == name:
-                steps = [step for step in steps if step.kind == "blocked"]  # no hop: it waits
-            self.turn = self._with_steps(self.turn, steps)
-            if then.handoff is not None:
-                self.turn = self.turn.with_handoff(then.handoff)
-        self.next = None
+        traced_by = None if traced else self._manager_name
+        self.ledger.wait(name, requests, then, tuple(frames), traced_by)
         self.deadline = None  # a person may take long: the turn's deadline starts again after
-        self._trail.extend(then.events)
-        return Wait(tuple(requests), self._take_trail(), self._saved())
+        return Wait(tuple(requests), self.ledger.take_trail(), self._saved())
 
     def _conclude(self, decision: EndTurn | Escalate, source: str | None) -> Done:
         """The turn ends: its last steps and events, then its result."""
-        turn = self._open_turn()
-        turn = self._with_steps(turn, steps_of(decision, source, turn, self._manager_name))
-        self._trail.extend(decision.events)
+        ledger = self.ledger
+        turn = ledger.open_turn()
+        turn = ledger.with_steps(turn, steps_of(decision, source, turn, self._manager_name))
+        ledger.trail.extend(decision.events)
+        self.deadline = None
         if isinstance(decision, Escalate):
             escalation = decision.escalation
             text = self.rules.apologies.get(escalation.reason, self.rules.apology)
             apology = Message(role="assistant", contents=[text], author_name=self.rules.author)
-            self.history.append(apology)
-            result = self._close(turn, decision.status, escalation=escalation)
-            return Done(result, self._take_trail(), self._saved(), apology)
+            ledger.history.append(apology)
+            result = ledger.close(turn, decision.status, escalation=escalation)
+            return Done(result, ledger.take_trail(), self._saved(), apology)
         timeout = next((e for e in decision.events if isinstance(e, TurnTimeoutEvent)), None)
-        result = self._close(turn, decision.status, timeout=timeout)
-        return Done(result, self._take_trail(), self._saved())
-
-    def _close(
-        self,
-        turn: TurnState,
-        status: TurnStatus,
-        *,
-        escalation: EscalationEvent | None = None,
-        timeout: TurnTimeoutEvent | None = None,
-        abandoned: TurnAbandonedEvent | None = None,
-    ) -> HandoffTurnResult:
-        """The turn is over: its result, and the engine between turns again."""
-        if turn.review is not None:  # closed with a review open (abandoned): the draft stays out
-            draft, _, producer = turn.review
-            turn = replace(turn, hidden=(*turn.hidden, (draft, len(self.history))))
-            self.speaker = producer
-        elif abandoned is not None and self.speaker in self.rules.reviewed:  # never reviewed
-            turn = replace(turn, hidden=(*turn.hidden, (turn.since, len(self.history))))
-        record = TurnRecord(
-            turn.start, len(self.history), status, self.speaker or "", turn.handoffs,
-            escalation, timeout, abandoned, turn.steps, turn.delegations, turn.hidden,
-        )  # fmt: skip
-        calls = self.model_calls.take() if self.model_calls is not None else ()
-        result = record.result(self.history, model_calls=calls)
-        self.turn, self.next, self.next_no_handoffs, self.deadline = None, None, False, None
-        self.last_result = result
-        return result
+        result = ledger.close(turn, decision.status, timeout=timeout)
+        return Done(result, ledger.take_trail(), self._saved())
 
     # -- pieces ----------------------------------------------------------------------------------
 
@@ -650,64 +567,11 @@ class TurnEngine:
     def _manager_name(self) -> str:
         return type(self.manager).__name__
 
-    def _open_turn(self) -> TurnState:
-        return self.turn or TurnState(start=len(self.history))
-
-    def _take_trail(self) -> tuple[Trail, ...]:
-        trail, self._trail = tuple(self._trail), []
-        return trail
-
     def _land(self) -> _InFlight:
         flight, self._in_flight = self._in_flight, None
         if flight is None:
             raise RuntimeError("No agent call is in flight: nothing was asked to run.")
         return flight
-
-    def _with_steps(self, turn: TurnState, steps: Sequence[RoutingStep]) -> TurnState:
-        """The turn with these steps in its trace (and in the trail).
-
-        Some steps also mark what the turn's reply leaves out: a draft a reviewer sent back (or
-        that escalated) and the review itself (an approved reply stays, its review does not);
-        the run of an agent whose blocked handoff forced a safe agent or an escalation.
-        """
-        for step in steps:
-            self._trail.append(step)
-            end = len(self.history)
-            turn, producer = hidden_after(turn.with_step(step), step, end, self.rules.reviewed)
-            if producer is not None:  # its review is closed: the producer is the active agent
-                self.speaker = producer
-        return turn
-
-    def _add_delegations(self, run: AgentRun) -> Suspension | None:
-        """The run's finished delegations: into the turn (with their steps) and the trail.
-
-        Returns the delegation that waits, if one does.
-        """
-        records = list(run.delegations)
-        if records:
-            turn = self._open_turn()
-            turn = replace(turn, delegations=(*turn.delegations, *records))
-            steps = [
-                RoutingStep("delegate", "model", record.tool_name, record.caller, record.expert)
-                for record in records
-                if record.outcome != "refused"
-            ]
-            self.turn = self._with_steps(turn, steps)
-            self._trail.extend(records)
-        return run.suspension
-
-    def _extend_after_wait(self, messages: Sequence[Message]) -> None:
-        """Add the answers of a run that waited.
-
-        When that run is left out of the turn's reply (a hidden range ends where the history
-        does), so are its answers.
-        """
-        turn = self.turn
-        end = len(self.history)
-        self.history.extend(messages)
-        if turn is not None and turn.hidden and turn.hidden[-1][1] == end:
-            start = turn.hidden[-1][0]
-            self.turn = replace(turn, hidden=(*turn.hidden[:-1], (start, len(self.history))))
 
     def _timed_out(self, limit: Limit, agent: str) -> EndTurn:
         seconds = self.agent_timeout if limit == "agent_call" else self.turn_timeout
@@ -726,32 +590,33 @@ class TurnEngine:
 
     def load(self, history: Sequence[Message], state: HostState, *, strict: bool = True) -> None:
         """Replace the conversation and the state with saved ones (``GroupChatHost.load``)."""
-        turn = state.turn
-        models, where = (
-            self.rules.payload_models,
-            f"The open turn saved by executor {self.rules.author!r}",
-        )
-        if turn is not None and strict:
-            turn = turn.with_payloads(models, where)  # before anything changes: it may be refused
-        elif turn is not None:
-            with contextlib.suppress(CorruptStateError):
-                turn = turn.with_payloads(models, where)
+        turn = _loaded_turn(state.turn, self.rules, strict=strict)  # before anything changes
         try:
             self.manager.restore_state(state.manager)
         except CorruptStateError:
             if strict:
                 raise
             self.manager.restore_state({})
-        self.history = list(history)
-        if self.model_calls is not None:
-            self.model_calls.clear()  # calls of the turn the engine had before
-        self.left_out = state.left_out
-        self.epoch += 1
-        self.speaker = state.speaker
-        self.next, self.next_no_handoffs = state.next, state.next_no_handoffs
-        self.pending = PendingRequests.from_state(state.pending)
-        self.turn = turn
-        self.deadline, self._in_flight, self._trail = None, None, []
+        self.ledger.load(history, state, turn)
+        self.deadline, self._in_flight = None, None
+
+
+def _loaded_turn(turn: TurnState | None, rules: TurnRules, *, strict: bool) -> TurnState | None:
+    """A saved open turn with its handoff payloads read into their models.
+
+    ``strict``: one that no longer fits its model is refused; otherwise it stays as saved (JSON).
+
+    Raises:
+        CorruptStateError: (``strict``) a payload does not fit its model.
+    """
+    if turn is None:
+        return None
+    where = f"The open turn saved by executor {rules.author!r}"
+    if strict:
+        return turn.with_payloads(rules.payload_models, where)
+    with contextlib.suppress(CorruptStateError):
+        return turn.with_payloads(rules.payload_models, where)
+    return turn
 
 
 def _decided(then: Continuation, *, handoff: bool = True) -> NextAgent:
@@ -759,22 +624,3 @@ def _decided(then: Continuation, *, handoff: bool = True) -> NextAgent:
     carried = tuple(Message.from_dict(item) for item in then.input)
     made = then.handoff if handoff else None
     return NextAgent(then.agent, made, carried, no_handoffs=then.no_handoffs)
-
-
-def _same(a: Message, b: Message) -> bool:
-    return a is b or (
-        a.role == b.role
-        and a.author_name == b.author_name
-        and [(c.type, c.call_id, c.text) for c in a.contents]
-        == [(c.type, c.call_id, c.text) for c in b.contents]
-    )
-
-
-def _known_prefix(history: Sequence[Message], messages: Sequence[Message]) -> int:
-    """How many leading ``messages`` repeat the whole history (``workflow.as_agent()`` resends it).
-
-    0 unless ``messages`` starts with every message of ``history``, in order.
-    """
-    if not history or len(messages) <= len(history):
-        return 0
-    return len(history) if all(map(_same, history, messages)) else 0

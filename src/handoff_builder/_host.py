@@ -12,11 +12,9 @@ No ``from __future__ import annotations`` here: agent_framework reads handler an
 import asyncio
 import copy
 import logging
-import warnings
-from collections.abc import Generator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agent_framework import (
     AgentResponseUpdate,
@@ -32,9 +30,8 @@ from agent_framework import (
 from typing_extensions import Self, override
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import SpanContext
+    pass
 
-from ._delegation import DEFAULT_MAX_DELEGATION_DEPTH
 from ._engine import (
     DEFAULT_AGENT_TIMEOUT,
     DEFAULT_ESCALATION_MESSAGE,
@@ -42,42 +39,31 @@ from ._engine import (
     DEFAULT_TURN_TIMEOUT,
     HOST_ID,
     AgentCall,
-    Done,
     Hop,
-    HostSnapshot,
     RunAgent,
     Step,
-    Trail,
     TurnEngine,
-    TurnRules,
     Wait,
 )
 from ._events import (
-    HANDOFF_INTERMEDIATE_EVENT,
-    HANDOFF_TURN_EVENT,
     HandoffTurnResult,
-    RoutingStep,
     TurnAbandonedEvent,
 )
-from ._hooks import DEFAULT_HOOK_TIMEOUT
-from ._logging import ArgumentLogging, log_event
+from ._host_settings import HostSettings, settings_of
+from ._ledger import HostSnapshot
 from ._manager import GroupChatManager
 from ._model_inputs import ModelCallLog
+from ._outlet import TurnOutlet
 from ._participant import AgentRun, Participant
 from ._routes import HandoffRoute
 from ._runner import (
     AgentRunner,
     LocalAgentRunner,
-    RunnerSetup,
-    Sink,
     Streams,
     Views,
-    payload_models,
 )
-from ._state import HostState, decode_host_state, encode_host_state
-from ._telemetry import TurnTrace
+from ._state import HostState, decode_checkpoint, encode_host_state
 from ._timeouts import DeadlinePassedError
-from ._views import HandoffToolCallFiltering
 from ._workflow import MessageBatch
 
 __all__ = [
@@ -86,7 +72,6 @@ __all__ = [
     "DEFAULT_REVIEW_ESCALATION_MESSAGE",
     "DEFAULT_TURN_TIMEOUT",
     "GroupChatHost",
-    "HostSettings",
     "KeptConversation",
     "Participant",
     "ReissueRequests",
@@ -167,44 +152,6 @@ class TurnJournal(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class HostSettings:
-    """How a :class:`GroupChatHost` runs its turns, besides its agents and manager.
-
-    * ``filtering``: which of the other agents' tool calls an agent sees
-      (:class:`HandoffToolCallFiltering`); ``handoff_tools``: the tools that count as handoffs.
-    * ``output_agents``: the agents whose updates a streaming run yields (``None``: all);
-      ``intermediate_agents``: those whose updates are intermediate events instead.
-    * ``agent_timeout``, ``turn_timeout``, ``hook_timeout``: seconds (``None``: no limit).
-    * ``experts``: the agents as they answer delegated tasks (no handoff tools), by name;
-      ``max_delegation_depth``: how deep delegations may nest.
-    * ``reviewed``: the agents whose replies a reviewer must approve; ``apologies``: the
-      message of an escalation by its reason, where it is not the host's ``apology``.
-    * ``model_calls``: where the participants' recorders write what each model received
-      (``with_model_inputs``; ``None``: nothing is recorded).
-    * ``argument_logging``, ``workflow_name``: what the logs and the turn's span say.
-    """
-
-    filtering: HandoffToolCallFiltering = HandoffToolCallFiltering.HANDOFF_ONLY
-    handoff_tools: frozenset[str] = frozenset()
-    output_agents: frozenset[str] | None = None
-    intermediate_agents: frozenset[str] = frozenset()
-    agent_timeout: float | None = DEFAULT_AGENT_TIMEOUT
-    turn_timeout: float | None = DEFAULT_TURN_TIMEOUT
-    hook_timeout: float | None = DEFAULT_HOOK_TIMEOUT
-    experts: Mapping[str, Participant] = field(default_factory=dict[str, Participant])
-    max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH
-    reviewed: frozenset[str] = frozenset()
-    apologies: Mapping[str, str] = field(default_factory=dict[str, str])
-    model_calls: ModelCallLog | None = None
-    argument_logging: ArgumentLogging = field(default_factory=ArgumentLogging)
-    workflow_name: str = "handoff"
-
-
-_NONE_MEANT = frozenset({"argument_logging", "apologies", "experts"})
-"""Keywords of the constructor before ``HostSettings`` whose ``None`` meant their default."""
-
-
 class GroupChatHost(Executor):
     """Runs a group chat: keeps the shared, append-only history and carries out decisions.
 
@@ -232,27 +179,10 @@ class GroupChatHost(Executor):
         **options: Any,
     ) -> None:
         super().__init__(id)
-        if options:
-            warnings.warn(
-                f"GroupChatHost({', '.join(sorted(options))}=...) is deprecated: pass "
-                "settings=HostSettings(...).",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            given: dict[str, Any] = {**vars(settings or HostSettings())}
-            given.update((k, v) for k, v in options.items() if not (v is None and k in _NONE_MEANT))
-            settings = HostSettings(**given)
-        settings = settings or HostSettings()
+        settings = settings_of(settings, options)
         self.settings = settings
         """How the host runs its turns (:class:`HostSettings`)."""
-        rules = TurnRules(
-            agents=frozenset(participants),
-            reviewed=settings.reviewed,
-            apology=apology,
-            apologies=settings.apologies,
-            payload_models=payload_models(participants),
-            author=id,
-        )
+        rules = settings.turn_rules(participants, apology, id)
         self._engine = TurnEngine(
             manager,
             rules,
@@ -261,11 +191,7 @@ class GroupChatHost(Executor):
             model_calls=settings.model_calls,
         )
         self._participants = participants
-        setup = RunnerSetup(
-            participants, settings.experts, settings.filtering, settings.handoff_tools,
-            settings.hook_timeout, settings.max_delegation_depth, id,
-        )  # fmt: skip
-        self._local = LocalAgentRunner(self._engine, setup)
+        self._local = LocalAgentRunner(self._engine, settings.runner_setup(participants, id))
         self.runner: AgentRunner = self._local
         """Where the agents run (:class:`AgentRunner`): here by default. A durable engine runs
         each agent call as an activity instead (:meth:`run_here` on a host loaded with this one's
@@ -279,8 +205,7 @@ class GroupChatHost(Executor):
         machinery, about 0.2 ms per hop). A host in a workflow of your own keeps it on.
         """
         self._saved: list[dict[str, Any]] = []  # to_dict() of history[: len(_saved)], reused
-        self._trace: TurnTrace | None = None
-        self._paused: SpanContext | None = None  # the span of the run that waits for answers
+        self._outlet = TurnOutlet(settings, id)
 
     @property
     def journal(self) -> TurnJournal | None:
@@ -297,7 +222,7 @@ class GroupChatHost(Executor):
     @property
     def history(self) -> Sequence[Message]:
         """The shared conversation so far (read-only view)."""
-        return self._engine.history
+        return self._engine.ledger.history
 
     @property
     def manager(self) -> GroupChatManager:
@@ -307,11 +232,11 @@ class GroupChatHost(Executor):
     @property
     def conversation_id(self) -> str | None:
         """The hosted conversation's id, given to handoff hooks (``ConversationHost`` sets it)."""
-        return self._engine.conversation_id
+        return self._engine.ledger.conversation_id
 
     @conversation_id.setter
     def conversation_id(self, value: str | None) -> None:
-        self._engine.conversation_id = value
+        self._engine.ledger.conversation_id = self._outlet.conversation_id = value
 
     @property
     def agent_timeout(self) -> float | None:
@@ -351,38 +276,38 @@ class GroupChatHost(Executor):
         With ``with_model_inputs`` its participants' recorders write here, each turn's result
         takes the calls. ``None``: nothing is recorded.
         """
-        return self._engine.model_calls
+        return self._engine.ledger.model_calls
 
     @property
     def last_result(self) -> HandoffTurnResult | None:
         """The result of the last turn that ended in this host."""
-        return self._engine.last_result
+        return self._engine.ledger.last_result
 
     @property
     def pending_agent(self) -> str | None:
         """The agent whose requests the open turn waits for (``None``: it waits for none)."""
-        agent = self._engine.pending.agent
+        agent = self._engine.ledger.pending.agent
         return None if agent is None else str(agent)
 
     @property
     def pending_requests(self) -> list[Content]:
         """The requests (approvals, external calls) the open turn waits for."""
-        return self._engine.pending.unanswered
+        return self._engine.ledger.pending.unanswered
 
     @property
     def next_agent(self) -> str | None:
         """The agent that runs next in the open turn (``None`` between turns)."""
-        return self._engine.next
+        return self._engine.ledger.next
 
     @property
     def turn_open(self) -> bool:
         """True while a user turn has started and not yet ended."""
-        return self._engine.turn is not None
+        return self._engine.ledger.turn is not None
 
     @property
     def speaker(self) -> str | None:
         """The agent that ran last (it ended the last turn, between turns)."""
-        return self._engine.speaker
+        return self._engine.ledger.speaker
 
     @property
     def active_agent(self) -> str | None:
@@ -391,7 +316,7 @@ class GroupChatHost(Executor):
         In an open turn, the agent whose requests it waits for, else the one about to run (saved
         before it is called); between turns, the agent that ended the last one.
         """
-        return self._engine.active_agent
+        return self._engine.ledger.active_agent
 
     def view_of(self, agent: str) -> list[Message]:
         """What ``agent`` would receive if it ran now: its view of the conversation.
@@ -452,7 +377,7 @@ class GroupChatHost(Executor):
     @handler
     async def handle_hop(self, hop: _Hop, ctx: HostContext) -> None:
         """Run the next speaker of the current turn."""
-        with self._failing_turn():
+        with self._outlet.failing():
             step = self._engine.hop(hop.agent, _now(), no_handoffs=hop.no_handoffs)
             await self._drive(step, ctx)
 
@@ -462,14 +387,14 @@ class GroupChatHost(Executor):
         del message
         step = self._engine.resume(_now())
         if step is not None:
-            with self._failing_turn():
+            with self._outlet.failing():
                 await self._drive(step, ctx)
 
     @handler
     async def handle_reissue(self, message: ReissueRequests, ctx: HostContext) -> None:
         """Emit the pending requests again, under their ids, so that they can be answered."""
         del message
-        await self._ask(self._engine.pending.unanswered, ctx)
+        await self._outlet.ask(self._engine.ledger.pending.unanswered, ctx)
 
     @response_handler
     async def handle_response(
@@ -486,11 +411,11 @@ class GroupChatHost(Executor):
         except (TypeError, ValueError) as error:
             logger.warning("rejected an answer to request %s: %s", request_id, error)
             await ctx.add_event(WorkflowEvent.error(error))
-            if request_id in self._engine.pending.requests:
+            if request_id in self._engine.ledger.pending.requests:
                 await ctx.request_info(original_request, Content, request_id=request_id)
             return
         if complete:
-            with self._failing_turn():
+            with self._outlet.failing():
                 await self._drive(self._engine.after_answers(_now()), ctx)
 
     # -- the driver ---------------------------------------------------------------------------
@@ -505,8 +430,8 @@ class GroupChatHost(Executor):
         refusal = engine.refusal(messages)
         if refusal is not None:
             raise refusal
-        self._trace = TurnTrace(self.settings.workflow_name, engine.conversation_id)
-        with self._failing_turn():
+        self._outlet.open()
+        with self._outlet.failing():
             step = await engine.begin(messages, return_to_previous, _now())
             await self._drive(step, ctx)
 
@@ -517,22 +442,22 @@ class GroupChatHost(Executor):
         before it is carried out. With ``superstep_per_hop`` an agent decided after another
         ran in this superstep starts in the next.
         """
-        engine = self._engine
+        engine, outlet = self._engine, self._outlet
         ran_agent = False
         while isinstance(step, Hop | RunAgent):
             if isinstance(step, Hop):
                 await self._record(step.snapshot)
-                await self._emit(step.trail, ctx)
+                await outlet.emit(step.trail, ctx)
                 if self.superstep_per_hop and ran_agent:
                     await ctx.send_message(_Hop(step.agent, step.no_handoffs))
                     return
                 step = engine.hop(step.agent, _now(), no_handoffs=step.no_handoffs)
                 continue
-            await self._emit(step.trail, ctx)
+            await outlet.emit(step.trail, ctx)
             ran_agent = ran_agent or step.call.kind == "run"
             try:
-                with self._turn_trace().active():
-                    run = await self.runner.run(step.call, self._streams(ctx))
+                with outlet.trace().active():
+                    run = await self.runner.run(step.call, outlet.streams(ctx))
             except DeadlinePassedError:  # not a TimeoutError of the agent's own: that is raised
                 step = engine.cut_short(_now())
                 continue
@@ -541,89 +466,16 @@ class GroupChatHost(Executor):
                 raise
             step = await engine.proceed(run, _now())
         await self._record(step.snapshot)
-        await self._emit(step.trail, ctx)
+        await outlet.emit(step.trail, ctx)
         if isinstance(step, Wait):
-            self._paused = self._turn_trace().pause()
-            self._trace = None
-            await self._ask(step.requests, ctx)
+            await outlet.wait(step.requests, ctx)
         else:
-            await self._finish(step, ctx)
-
-    async def _finish(self, done: Done, ctx: HostContext) -> None:
-        """Yield the turn's result; in streaming runs the messages went out as updates already."""
-        result = done.result
-        if done.apology is not None and ctx.is_streaming():
-            contents = list(done.apology.contents)
-            update = AgentResponseUpdate(role="assistant", contents=contents, author_name=self.id)
-            await ctx.yield_output(update)
-        self._turn_trace().end(result.status, len(result.handoffs))
-        self._trace = None
-        await ctx.add_event(WorkflowEvent(cast(Any, HANDOFF_TURN_EVENT), data=result))
-        if not ctx.is_streaming():
-            await ctx.yield_output(result)
-
-    async def _ask(self, requests: Sequence[Content], ctx: HostContext) -> None:
-        for request in requests:
-            await ctx.request_info(request, Content, request_id=str(request.id))
-
-    @contextmanager
-    def _failing_turn(self) -> Generator[None, None, None]:
-        """End the turn's span with the error that escapes a step of the turn."""
-        try:
-            yield
-        except BaseException as error:
-            if self._trace is not None:
-                self._trace.fail(error)
-                self._trace = None
-            raise
-
-    def _turn_trace(self) -> TurnTrace:
-        """The open turn's trace (a turn restored from a checkpoint or a store starts a new one)."""
-        if self._trace is None:
-            name = self.settings.workflow_name
-            self._trace = TurnTrace(name, self._engine.conversation_id, self._paused)
-            self._paused = None
-        return self._trace
-
-    async def _emit(self, trail: Sequence[Trail], ctx: HostContext) -> None:
-        """The routing steps into the turn's trace; the events out, logged and traced."""
-        trace = self._turn_trace() if trail else None
-        for item in trail:
-            if isinstance(item, RoutingStep):
-                cast(TurnTrace, trace).step(item)
-                continue
-            log_event(item, self.settings.argument_logging)
-            cast(TurnTrace, trace).record(item)
-            if isinstance(item, str):
-                await ctx.add_event(WorkflowEvent.warning(item))
-            else:
-                await ctx.add_event(WorkflowEvent(cast(Any, item.event_type), data=item))
+            await outlet.finish(step, ctx)
 
     async def _record(self, snapshot: HostSnapshot | None) -> None:
         """Let the journal (a hosted conversation's store) save ``snapshot``, if there is one."""
         if self._journal is not None and snapshot is not None:
             await self._journal.record(snapshot)
-
-    def _streams(self, ctx: HostContext) -> Streams | None:
-        """Where this run's updates go: the run's output and events (``None``: not streamed)."""
-        return _ContextStreams(self, ctx) if ctx.is_streaming() else None
-
-    def update_sink(self, name: str, ctx: HostContext) -> Sink | None:
-        """Where a streaming run sends an agent's updates (``None``: run it without streaming)."""
-        if not ctx.is_streaming():
-            return None
-        if name in self.settings.intermediate_agents:
-
-            async def as_event(update: AgentResponseUpdate) -> None:
-                await ctx.add_event(
-                    WorkflowEvent(cast(Any, HANDOFF_INTERMEDIATE_EVENT), data=update)
-                )
-
-            return as_event
-        output_agents = self.settings.output_agents
-        if output_agents is None or name in output_agents:
-            return ctx.yield_output
-        return None
 
     # -- state: checkpoints and hosted conversations ---------------------------------------------
 
@@ -637,8 +489,7 @@ class GroupChatHost(Executor):
         a turn that keeps failing, and by ``ConversationHost.abandon``.
         """
         result = self._engine.abandon(event)
-        log_event(f"turn abandoned ({event.reason}, {event.attempts} failed attempt(s)): "
-                  f"{event.error or 'no error'}", self.settings.argument_logging)  # fmt: skip
+        self._outlet.abandoned(event)
         return result
 
     def state(self) -> HostState:
@@ -660,7 +511,7 @@ class GroupChatHost(Executor):
         the history, the state and the agents' views of it (so they are not rebuilt).
         """
         engine = self._engine
-        kept = KeptConversation(engine.history, engine.state(), self._local.kept_views())
+        kept = KeptConversation(engine.ledger.history, engine.state(), self._local.kept_views())
         self.load([], HostState())  # a new list: the kept one is the conversation's own
         self.journal, self.conversation_id = None, None
         return kept
@@ -686,7 +537,7 @@ class GroupChatHost(Executor):
     @override
     async def on_checkpoint_save(self) -> dict[str, Any]:
         """History (each message serialised once) and :meth:`snapshot`, as JSON."""
-        history = self._engine.history
+        history = self._engine.ledger.history
         self._saved.extend(message.to_dict() for message in history[len(self._saved) :])
         return {**self.snapshot(), "history": list(self._saved)}
 
@@ -698,9 +549,7 @@ class GroupChatHost(Executor):
             SchemaVersionError: the state was written by a newer version of handoff_builder.
             CorruptStateError: the state is not valid.
         """
-        saved = list(state.get("history", []))
-        where = f"Saved state of executor {self.id!r}"
-        host_state = decode_host_state({k: v for k, v in state.items() if k != "history"}, where)
+        saved, host_state = decode_checkpoint(state, f"Saved state of executor {self.id!r}")
         self.load([Message.from_dict(item) for item in saved], host_state)
         self._saved = saved
 
@@ -717,28 +566,3 @@ class KeptConversation:
 def _now() -> float:
     """The driver's clock, the event loop's (a Temporal workflow's is its own deterministic one)."""
     return asyncio.get_running_loop().time()
-
-
-class _ContextStreams:
-    """A streaming run's sinks, on its workflow context.
-
-    A participant's updates go where the host streams them (its output, an intermediate event,
-    or nowhere); an expert's are intermediate events under its name.
-    """
-
-    def __init__(self, host: GroupChatHost, ctx: HostContext) -> None:
-        self._host = host
-        self._ctx = ctx
-
-    def agent(self, name: str) -> Sink | None:
-        return self._host.update_sink(name, self._ctx)
-
-    def expert(self, name: str) -> Sink | None:
-        ctx = self._ctx
-
-        async def as_event(update: AgentResponseUpdate) -> None:
-            if update.author_name is None:
-                update.author_name = name
-            await ctx.add_event(WorkflowEvent(cast(Any, HANDOFF_INTERMEDIATE_EVENT), data=update))
-
-        return as_event

@@ -16,8 +16,8 @@ from typing import Any, cast
 
 from pydantic import AwareDatetime
 
-from ._engine import HostSnapshot
 from ._events import HandoffTurnResult
+from ._ledger import HostSnapshot
 from ._lifecycle import Receipt, failure_text, kept
 from ._state import TurnRecord, adapter_for, encode_host_state, validated
 from .exceptions import ConversationBusyError, CorruptConversationError, CorruptStateError

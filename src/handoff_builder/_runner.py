@@ -137,7 +137,7 @@ class LocalAgentRunner:
         }  # by source and tool: the target and the filter of each edge that has one
         self._views: dict[str, AgentView] = {}
         self._expert_views: dict[tuple[str, HandoffToolCallFiltering], AgentView] = {}
-        self._epoch = engine.epoch
+        self._epoch = engine.ledger.epoch
 
     async def run(self, call: AgentCall, streams: Streams | None) -> AgentRun:
         """Run ``call`` here, on the conversation as it stands, within ``call.seconds``.
@@ -165,11 +165,11 @@ class LocalAgentRunner:
         Call it right after the engine loaded that conversation as it was when they were kept.
         """
         self._views, self._expert_views = views.agents, views.experts
-        self._epoch = self._engine.epoch
+        self._epoch = self._engine.ledger.epoch
 
     def view_of(self, agent: str) -> list[Message]:
         """What ``agent`` would receive if it ran now, without its edges' input filters."""
-        return list(self._new_view(agent, self.setup.filtering).update(self._engine.history))
+        return list(self._new_view(agent, self.setup.filtering).update(self._engine.ledger.history))
 
     # -- the three kinds of call -----------------------------------------------------------------
 
@@ -194,7 +194,7 @@ class LocalAgentRunner:
         answered handoff calls, vetted, a reviewer's verdict among them, and the delegations
         that approved delegate calls made.
         """
-        pending = self._engine.pending
+        pending = self._engine.ledger.pending
         name = str(pending.agent)
         then = pending.then or Continuation(name)
         participant = self.setup.participants[name]
@@ -219,7 +219,7 @@ class LocalAgentRunner:
         the caller's delegate call for the shared history; none when an expert waits again
         (``suspension``).
         """
-        pending = self._engine.pending
+        pending = self._engine.ledger.pending
         frames = pending.frames
         inner = frames[-1]
         delegations = self._delegations(streams, frames, history_end=frames[0].history_end)
@@ -256,9 +256,9 @@ class LocalAgentRunner:
 
     def _fresh(self) -> None:
         """Drop the views of an earlier epoch of the engine's conversation."""
-        if self._epoch != self._engine.epoch:  # new dicts: kept ones may be held elsewhere
+        if self._epoch != self._engine.ledger.epoch:  # new dicts: kept ones may be held elsewhere
             self._views, self._expert_views = {}, {}
-            self._epoch = self._engine.epoch
+            self._epoch = self._engine.ledger.epoch
 
     def _new_view(
         self, name: str, mode: HandoffToolCallFiltering, *, filtered: bool = False
@@ -274,7 +274,7 @@ class LocalAgentRunner:
             else frozenset[tuple[str, str]]()
         )
         setup = self.setup
-        left_out = self._engine.left_out
+        left_out = self._engine.ledger.left_out
         return AgentView(
             name, mode, setup.handoff_tools, setup.author, left_out=left_out, stops=stops
         )
@@ -285,7 +285,7 @@ class LocalAgentRunner:
         view = self._views.get(name)
         if view is None:
             view = self._views[name] = self._new_view(name, self.setup.filtering, filtered=True)
-        history = self._engine.history
+        history = self._engine.ledger.history
         messages = view.update(history)
         while view.due is not None:
             due = view.due
@@ -304,7 +304,7 @@ class LocalAgentRunner:
         """What ``expert`` reads of the first ``end`` shared messages before its task."""
         if history == "none":
             return []
-        shared = self._engine.history
+        shared = self._engine.ledger.history
         mode = self.setup.filtering if history == "filtered" else HandoffToolCallFiltering.NONE
         if end < len(shared):  # a delegation carried on later: read that prefix afresh
             return self._new_view(expert, mode).update(shared[:end])
@@ -320,7 +320,7 @@ class LocalAgentRunner:
         The end of the history if none does.
         """
         wanted = {call_id_of(request) for request in requests}
-        history = self._engine.history
+        history = self._engine.ledger.history
         for index, message in enumerate(history):
             if any(c.type == "function_call" and c.call_id in wanted for c in message.contents):
                 return index
@@ -332,8 +332,8 @@ class LocalAgentRunner:
         """What the participant's edges allow in this run, asked with the conversation so far."""
         return HandoffGate(
             participant.policies,
-            self._engine.history,
-            self._engine.conversation_id,
+            self._engine.ledger.history,
+            self._engine.ledger.conversation_id,
             no_handoffs=no_handoffs,
             timeout=self.setup.hook_timeout,
         )
@@ -352,7 +352,7 @@ class LocalAgentRunner:
         caller's response that made the calls is in the history by then).
         """
         used: dict[str, int] = {}
-        turn = self._engine.turn
+        turn = self._engine.ledger.turn
         finished = turn.delegations if turn is not None else ()
         calls = [(r.caller, r.tool_name) for r in finished if r.outcome != "refused"]
         calls += [(frame.caller, frame.tool_name) for frame in waiting]
@@ -368,7 +368,9 @@ class LocalAgentRunner:
             experts=self.setup.experts,
             inputs=self._expert_input,
             history_length=(
-                (lambda: len(engine.history)) if history_end is None else (lambda: history_end)
+                (lambda: len(engine.ledger.history))
+                if history_end is None
+                else (lambda: history_end)
             ),
             on_update=on_update,
             max_depth=self.setup.max_delegation_depth,

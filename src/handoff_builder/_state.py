@@ -65,6 +65,7 @@ __all__ = [
     "TurnState",
     "active_agent",
     "adapter_for",
+    "decode_checkpoint",
     "decode_handoff_state",
     "decode_host_state",
     "encode_handoff_state",
@@ -421,6 +422,19 @@ def decode_host_state(raw: Mapping[str, Any], where: str) -> HostState:
             start = cast(Mapping[str, Any], turn).get("start")
             raw["turn"] = {**turn, "since": start if isinstance(start, int) else 0}
     return cast(HostState, validated(HostState, raw, where))
+
+
+def decode_checkpoint(raw: Mapping[str, Any], where: str) -> tuple[list[Any], HostState]:
+    """A group-chat host's checkpoint: its history as saved, and its state.
+
+    The history is ``Message.to_dict()`` of each message; the state :func:`encode_host_state`'s,
+    beside it.
+
+    Raises:
+        SchemaVersionError, CorruptStateError: as :func:`decode_host_state`.
+    """
+    state = decode_host_state({k: v for k, v in raw.items() if k != "history"}, where)
+    return list(raw.get("history", [])), state
 
 
 def encode_handoff_state(state: HandoffState) -> dict[str, Any]:

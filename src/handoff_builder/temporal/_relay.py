@@ -32,7 +32,8 @@ from temporalio import activity
 from typing_extensions import override
 
 from handoff_builder._events import DelegationEvent, HandoffEvent
-from handoff_builder._host import GroupChatHost, HostSettings
+from handoff_builder._host import GroupChatHost
+from handoff_builder._host_settings import HostSettings, StreamedAs
 from handoff_builder._runner import Sink
 from handoff_builder._state import adapter_for
 from handoff_builder.exceptions import HandoffBuilderError
@@ -342,17 +343,13 @@ class _PublishingStreams:
         self.updates = 0
 
     def agent(self, name: str) -> Sink | None:
-        settings = self._settings
-        if name in settings.intermediate_agents:
-            return self._sink("intermediate", None)
-        if settings.output_agents is None or name in settings.output_agents:
-            return self._sink("output", None)
-        return None
+        streamed_as = self._settings.streamed_as(name)
+        return None if streamed_as is None else self._sink(streamed_as, None)
 
     def expert(self, name: str) -> Sink | None:
         return self._sink("intermediate", name)
 
-    def _sink(self, sink: Literal["output", "intermediate"], author: str | None) -> Sink:
+    def _sink(self, sink: StreamedAs, author: str | None) -> Sink:
         async def publish(update: AgentResponseUpdate) -> None:
             if author is not None and update.author_name is None:
                 update.author_name = author
