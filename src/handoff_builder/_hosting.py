@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 
     from ._hosted_agent import HostedConversationAgent
 
+# The defaults and idle_timeout_of are imported from here by the CLI and the Temporal host too.
 __all__ = [
     "ABANDONED_TURN_PROPERTY",
     "DEFAULT_IDLE_TIMEOUT",
@@ -60,7 +61,6 @@ __all__ = [
     "DEFAULT_MAX_TURN_RETRIES",
     "MAX_IDEMPOTENCY_KEY_LENGTH",
     "ConversationHost",
-    "HostingSettings",
     "idle_timeout_of",
 ]
 
