@@ -64,7 +64,8 @@ PUBLIC: dict[str, set[str]] = {
     },
     "A host of your own": {"GroupChatHost", "HostSettings", "KeptConversation", "Participant"},
     "Hosted conversations and serving": {
-        "ConversationHost", "HostedConversationAgent", "devui_agent", "agui_agent",
+        "ConversationHost", "HostingSettings", "HostedConversationAgent", "devui_agent",
+        "agui_agent",
         "check_agui_request", "agui_request_check", "ROUTING_EVENT_PROPERTY",
         "ABANDONED_TURN_PROPERTY", "DEFAULT_IDLE_TIMEOUT", "DEFAULT_MAX_INPUT_BYTES",
         "MAX_IDEMPOTENCY_KEY_LENGTH",
@@ -101,8 +102,9 @@ def test_the_public_names_are_the_listed_groups() -> None:
     listed = [name for group in PUBLIC.values() for name in group]
     assert len(listed) == len(set(listed))  # each name in one group
     assert set(handoff_builder.__all__) == set(listed)
-    # 122 before the surface was curated; two errors, HostSettings and KeptConversation since
-    assert len(listed) == 115
+    # 122 before the surface was curated; two errors, HostSettings, KeptConversation and
+    # HostingSettings since
+    assert len(listed) == 116
 
 
 def test_the_evals_subpackage_exports_its_listed_names_each_documented() -> None:

@@ -6,10 +6,12 @@ import asyncio
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import FrozenInstanceError, fields, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -20,15 +22,20 @@ from agent_framework import Agent, tool
 from psycopg import sql
 
 from handoff_builder import (
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_INPUT_BYTES,
     ConversationBusyError,
     ConversationHost,
     CorruptConversationError,
     HandoffWorkflowBuilder,
+    HostingSettings,
+    MessageTooLargeError,
     PendingRequestsError,
     SchemaVersionError,
     StoreUnavailableError,
     UnexpectedAnswersError,
 )
+from handoff_builder._hosting_settings import HostingOptions
 from handoff_builder.stores import (
     ConversationStore,
     InMemoryConversationStore,
@@ -217,6 +224,77 @@ def test_bad_arguments() -> None:
         ConversationHost(
             builder, SqliteConversationStore(":memory:"), idle_timeout=timedelta(seconds=-1)
         )
+
+
+def test_settings_and_keywords_are_one_value() -> None:
+    builder, _, _ = desk([], [])
+    store = SqliteConversationStore(":memory:")
+    settings = HostingSettings(lease_ttl=5.0, worker_id="w1", idle_timeout=timedelta(minutes=5))
+    host = ConversationHost(builder, store, settings=settings, worker_id="w2", idle_timeout=90)
+    assert host.settings == replace(settings, worker_id="w2", idle_timeout=timedelta(seconds=90))
+    assert (host.lease_ttl, host.worker_id, host.idle_timeout) == (5.0, "w2", timedelta(seconds=90))
+    assert settings.worker_id == "w1"  # the value given is not changed
+    default = ConversationHost(builder, store)
+    assert default.settings == HostingSettings()
+    assert (default.max_input_bytes, default.max_turn_retries) == (DEFAULT_MAX_INPUT_BYTES, 2)
+    assert (default.live_conversations, default.lock_timeout) == (256, 60.0)
+    assert default.remember_active_agent is True
+    assert default.idle_timeout == DEFAULT_IDLE_TIMEOUT
+    with pytest.raises(AttributeError):
+        setattr(default, "lease_ttl", 1.0)  # noqa: B010 - read-only: the settings say it
+    with pytest.raises(FrozenInstanceError):
+        setattr(settings, "lease_ttl", 1.0)  # noqa: B010
+    # the keywords are the settings' fields, one for one
+    assert set(HostingOptions.__annotations__) == {field.name for field in fields(HostingSettings)}
+
+
+def test_an_unknown_keyword_names_the_settings_fields() -> None:
+    builder, _, _ = desk([], [])
+    options: dict[str, Any] = {"lease_tll": 3.0}
+    with pytest.raises(
+        TypeError,
+        match=r"^ConversationHost\(\) got an unexpected keyword argument 'lease_tll'; its options "
+        r"are the fields of HostingSettings: clock, idle_timeout, lease_ttl, ",
+    ):
+        ConversationHost(builder, SqliteConversationStore(":memory:"), **options)
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ({"lease_ttl": 0}, "lease_ttl must be a positive number of seconds, got 0."),
+        ({"max_turn_retries": -1}, "max_turn_retries must be 0 or more, got -1."),
+        ({"max_input_bytes": 0}, "max_input_bytes must be positive or None, got 0."),
+        ({"idle_timeout": 0}, "idle_timeout must be a positive, finite number of seconds, got 0."),
+    ],
+)
+def test_settings_are_checked_as_keywords_are(option: dict[str, Any], message: str) -> None:
+    builder, _, _ = desk([], [])
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        HostingSettings(**option)
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        ConversationHost(builder, SqliteConversationStore(":memory:"), **option)
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):  # over valid settings too
+        ConversationHost(
+            builder, SqliteConversationStore(":memory:"), settings=HostingSettings(), **option
+        )
+
+
+async def test_settings_given_as_a_value_are_the_ones_used(store: ConversationStore) -> None:
+    now = [datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)]
+    builder, triage, billing = desk(
+        [handoff_to("billing", goal="Invoice."), reply("Welcome back!")], [reply("42 EUR.")]
+    )
+    settings = HostingSettings(
+        idle_timeout=timedelta(minutes=5), clock=lambda: now[0], max_input_bytes=200
+    )
+    host = ConversationHost(builder, store, settings=settings)
+    with pytest.raises(MessageTooLargeError, match="the limit is 200 bytes"):
+        await host.send("c", "é" * 100)
+    assert (await host.send("c", "invoice?")).text == "42 EUR."
+    now[0] += timedelta(minutes=6)
+    assert (await host.send("c", "hi again")).text == "Welcome back!"
+    assert (len(client_of(triage).calls), len(client_of(billing).calls)) == (2, 1)
 
 
 async def test_empty_conversation_id(store: ConversationStore) -> None:

@@ -107,12 +107,8 @@ if _typing.TYPE_CHECKING:
     )
     from ._host_settings import HostSettings
     from ._hosted_agent import HostedConversationAgent, devui_agent
-    from ._hosting import (
-        ABANDONED_TURN_PROPERTY,
-        DEFAULT_IDLE_TIMEOUT,
-        DEFAULT_MAX_INPUT_BYTES,
-        ConversationHost,
-    )
+    from ._hosting import ABANDONED_TURN_PROPERTY, ConversationHost
+    from ._hosting_settings import DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_INPUT_BYTES, HostingSettings
     from ._input_filters import HandoffInput, InputFilter
     from ._lifecycle import MAX_IDEMPOTENCY_KEY_LENGTH
     from ._lint import LintFinding, LintSeverity
@@ -179,10 +175,8 @@ _LAZY_MODULES: dict[str, tuple[str, ...]] = {
     "._state": ("HandoffState",),
     "._workflow": ("HandoffWorkflow", "MessageBatch"),
     # the hosting layer
-    "._hosting": (
-        "ConversationHost", "ABANDONED_TURN_PROPERTY", "DEFAULT_IDLE_TIMEOUT",
-        "DEFAULT_MAX_INPUT_BYTES",
-    ),
+    "._hosting": ("ConversationHost", "ABANDONED_TURN_PROPERTY"),
+    "._hosting_settings": ("HostingSettings", "DEFAULT_IDLE_TIMEOUT", "DEFAULT_MAX_INPUT_BYTES"),
     "._hosted_agent": ("HostedConversationAgent", "devui_agent"),
     "._agui_agent": ("agui_agent",),  # needs agent-framework-ag-ui (the serve extra)
     "._agui": ("check_agui_request", "agui_request_check"),  # needs FastAPI (the serve extra)
@@ -314,6 +308,7 @@ __all__ = [
     "HookSignatureError",
     "HostSettings",
     "HostedConversationAgent",
+    "HostingSettings",
     "InputFilter",
     "InvalidMessageError",
     "KeptConversation",

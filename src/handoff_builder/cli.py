@@ -265,7 +265,7 @@ def _grace(text: str) -> float:
 
 
 def _seconds(text: str) -> float:
-    from ._hosting import idle_timeout_of
+    from ._hosting_settings import idle_timeout_of
 
     try:
         value = float(text)
