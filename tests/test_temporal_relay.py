@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from agent_framework import Agent, AgentResponseUpdate, WorkflowEvent, tool
+from agent_framework import Agent, AgentResponseUpdate, Content, WorkflowEvent, tool
 
 from handoff_builder import (
     HANDOFF_DELEGATION_EVENT,
@@ -65,6 +65,8 @@ from handoff_builder.temporal import (  # noqa: E402
     TemporalConversationHost,
     conversation_worker,
 )
+from handoff_builder.temporal._live import LiveTurn  # noqa: E402
+from handoff_builder.temporal._relay import AttemptEntry, UpdateEntry  # noqa: E402
 from tests.stores import server_address  # noqa: E402
 from tests.test_temporal import (  # noqa: E402
     Workers,
@@ -571,10 +573,35 @@ async def test_a_stalled_attempt_that_writes_on_after_its_retry_began_is_not_sho
             continue
         else:
             assert not (isinstance(event.data, AgentResponseUpdate) and "-" in event.data.text)
-    assert attempts[:2] == [1, 2]  # the first attempt was taken for dead, and retried
+    # the first attempt was taken for dead, and retried; a retry shown never goes back (the
+    # stall may outlast the second attempt's heartbeat too: it is then void beside the third)
+    assert len(attempts) > 1
+    assert attempts == sorted(attempts)
     result = events[-1].data
     assert isinstance(result, HandoffTurnResult)
     assert result.text.endswith(f"start-{shown} done-{shown} now.")  # the last attempt's
+
+
+def test_an_attempt_whose_retry_began_first_is_void() -> None:
+    """A worker whose event loop stalled past two heartbeat timeouts starts the second and the
+    third attempt of a call at once, and the relay may take the third's entries first: the
+    second's are then void, its start as its updates (no retry event that goes back)."""
+    live = LiveTurn("c-1")
+
+    def entry(**fields: Any) -> bytes:
+        kind = UpdateEntry if "update" in fields else AttemptEntry
+        return kind(call="2:invoke:billing", **fields).model_dump_json().encode()
+
+    def said(text: str) -> dict[str, Any]:
+        return AgentResponseUpdate(contents=[Content.from_text(text)], role="assistant").to_dict()
+
+    [third] = live.events(entry(agent="billing", attempt=3))
+    assert isinstance(third.data, AgentCallRetriedEvent)
+    assert third.data.attempt == 3
+    assert live.events(entry(agent="billing", attempt=2)) == []
+    assert live.events(entry(attempt=2, n=0, sink="output", update=said("start-2 "))) == []
+    [update] = live.events(entry(attempt=3, n=0, sink="output", update=said("start-3 ")))
+    assert is_text(update, "start-3 ")
 
 
 @pytest.fixture

@@ -150,6 +150,8 @@ class LiveTurn:
         return [WorkflowEvent(cast(Any, kind), data=update)]
 
     def _began(self, entry: AttemptEntry) -> list[WorkflowEvent[Any]]:
+        if entry.attempt < self.latest.get(entry.call, 0):  # void, as its updates: two attempts
+            return []  # a stalled worker started at once may reach Redis in either order
         where = f"The relayed turn of conversation {self.conversation_id!r}"
         events: list[WorkflowEvent[Any]] = []
         for raw in entry.delegations[self.delegations :]:
