@@ -122,15 +122,17 @@ async def test_lease_is_exclusive_and_released(store: ConversationStore) -> None
 
 async def test_lease_waits_when_asked(store: ConversationStore) -> None:
     order: list[str] = []
+    held = asyncio.Event()  # the second asks once the first holds it, however slow the store
 
     async def first() -> None:
         async with hold(store, "c1"):
             order.append("first in")
+            held.set()
             await asyncio.sleep(0.1)
             order.append("first out")
 
     async def second() -> None:
-        await asyncio.sleep(0.02)
+        await held.wait()
         async with hold(store, "c1", wait=True, timeout=5):
             order.append("second in")
 

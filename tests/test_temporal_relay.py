@@ -65,6 +65,8 @@ from handoff_builder.temporal import (  # noqa: E402
     TemporalConversationHost,
     conversation_worker,
 )
+from handoff_builder.temporal._live import LiveTurn  # noqa: E402
+from handoff_builder.temporal._relay import AttemptEntry, UpdateEntry  # noqa: E402
 from tests.stores import server_address  # noqa: E402
 from tests.test_temporal import (  # noqa: E402
     Workers,
@@ -580,6 +582,28 @@ async def test_a_stalled_attempt_that_writes_on_after_its_retry_began_is_not_sho
     assert result.text.endswith(f"start-{shown} done-{shown} now.")  # the last attempt's
 
 
+def test_an_attempt_whose_retry_began_first_is_void() -> None:
+    """A worker whose event loop stalled past two heartbeat timeouts starts the second and the
+    third attempt of a call at once, and the relay may take the third's entries first: the
+    second's are then void, its start as its updates (no retry event that goes back)."""
+    live = LiveTurn("c-1")
+
+    def entry(**fields: Any) -> bytes:
+        kind = UpdateEntry if "update" in fields else AttemptEntry
+        return kind(call="2:invoke:billing", **fields).model_dump_json().encode()
+
+    def said(text: str) -> dict[str, Any]:
+        return AgentResponseUpdate(contents=[Content.from_text(text)], role="assistant").to_dict()
+
+    [third] = live.events(entry(agent="billing", attempt=3))
+    assert isinstance(third.data, AgentCallRetriedEvent)
+    assert third.data.attempt == 3
+    assert live.events(entry(agent="billing", attempt=2)) == []
+    assert live.events(entry(attempt=2, n=0, sink="output", update=said("start-2 "))) == []
+    [update] = live.events(entry(attempt=3, n=0, sink="output", update=said("start-3 ")))
+    assert is_text(update, "start-3 ")
+
+
 @pytest.fixture
 def workers(queue: str, tmp_path: Path) -> Iterator[Workers]:
     started = Workers(queue, tmp_path / "calls.jsonl")
@@ -703,43 +727,4 @@ async def test_the_worker_command_streams_through_the_relay_it_is_given(
         ("output", "triage", "Let me ", ("text",)),
         ("output", "triage", "get billing. ", ("text",)),
         ("output", "triage", "", ("function_call",)),
-    ]
-
-
-def test_an_attempt_that_began_after_a_later_one_is_void() -> None:
-    """Two attempts waited on a stalled worker and began together, the later one first: the
-    client shows the later one's retry and updates, and neither the start nor the updates of the
-    earlier one (which would take the reader back to an attempt it has left)."""
-    from handoff_builder.temporal._live import LiveTurn
-    from handoff_builder.temporal._relay import AttemptEntry, UpdateEntry
-
-    def update(attempt: int, n: int, text: str) -> bytes:
-        raw = AgentResponseUpdate(
-            contents=[Content.from_text(text)], author_name="billing"
-        ).to_dict()
-        entry = UpdateEntry(
-            call="2:invoke:billing", attempt=attempt, n=n, sink="output", update=raw
-        )
-        return entry.model_dump_json().encode()
-
-    def began(attempt: int) -> bytes:
-        entry = AttemptEntry(call="2:invoke:billing", agent="billing", attempt=attempt)
-        return entry.model_dump_json().encode()
-
-    turn = LiveTurn("c-1")
-    shown: list[tuple[str, Any]] = []
-    for raw in (began(1), update(1, 0, "start-1 "), began(3), update(3, 0, "start-3 "),
-                began(2), update(2, 0, "start-2 "), update(3, 1, "done-3 ")):  # fmt: skip
-        for event in turn.events(raw):
-            data = event.data
-            shown.append(
-                ("retried", data.attempt)
-                if isinstance(data, AgentCallRetriedEvent)
-                else ("text", cast(AgentResponseUpdate, data).text)
-            )
-    assert shown == [
-        ("text", "start-1 "),
-        ("retried", 3),
-        ("text", "start-3 "),
-        ("text", "done-3 "),
     ]

@@ -20,6 +20,7 @@ Install with ``pip install 'handoff-builder[temporal]'``.
 See ``docs/temporal.md``.
 """
 
+from ._activities import ACTIVITY_NAME, AgentCallOptions, tool_call_key
 from ._client import (
     DEFAULT_TURNS_PER_RUN,
     ConversationAlreadyStartedError,
@@ -36,13 +37,7 @@ from ._live import (
     StreamIncompleteEvent,
 )
 from ._relay import RedisRelay
-from ._workflow import (
-    ACTIVITY_NAME,
-    WORKFLOW_NAME,
-    AgentCallOptions,
-    ConversationWorkflow,
-    tool_call_key,
-)
+from ._workflow import WORKFLOW_NAME, ConversationWorkflow
 
 __all__ = [
     "ACTIVITY_NAME",

@@ -49,9 +49,12 @@ from handoff_builder.exceptions import (
 )
 from handoff_builder.stores import check_conversation_id
 
+from ._activities import AgentActivities, AgentCallOptions, heartbeat_throttle
+from ._failures import BUSY, NOTHING_PENDING, PAYLOAD_TOO_LARGE, PENDING, UNKNOWN_REQUEST
 from ._live import LiveTurn, closing_events, follow
 from ._payloads import (
     DEFAULT_PAYLOAD_LIMIT,
+    KEY_PREFIX,
     Answers,
     ConversationStart,
     TurnOutcome,
@@ -61,19 +64,7 @@ from ._payloads import (
     payload_size,
 )
 from ._relay import RedisRelay, relay_of
-from ._workflow import (
-    BUSY,
-    KEY_PREFIX,
-    NOTHING_PENDING,
-    PAYLOAD_TOO_LARGE,
-    PENDING,
-    UNKNOWN_REQUEST,
-    AgentActivities,
-    AgentCallOptions,
-    ConversationWorkflow,
-    heartbeat_throttle,
-    register,
-)
+from ._workflow import ConversationWorkflow, register
 
 DEFAULT_TURNS_PER_RUN = 100
 """User turns one workflow run takes before it continues as new (its event history stays small)."""

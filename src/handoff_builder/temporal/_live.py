@@ -150,6 +150,8 @@ class LiveTurn:
         return [WorkflowEvent(cast(Any, kind), data=update)]
 
     def _began(self, entry: AttemptEntry) -> list[WorkflowEvent[Any]]:
+        if entry.attempt < self.latest.get(entry.call, 0):  # void, as its updates: two attempts
+            return []  # a stalled worker started at once may reach Redis in either order
         where = f"The relayed turn of conversation {self.conversation_id!r}"
         events: list[WorkflowEvent[Any]] = []
         for raw in entry.delegations[self.delegations :]:
@@ -159,11 +161,8 @@ class LiveTurn:
         self.delegations = max(self.delegations, len(entry.delegations))
         self.handoffs = max(self.handoffs, len(entry.handoffs))
         self.attempts[entry.call, entry.attempt] = _Attempt(entry.agent)
-        latest = self.latest.get(entry.call, 0)
-        self.latest[entry.call] = max(latest, entry.attempt)
-        # An attempt that began after a later one (both waited on a stalled worker) is void:
-        # its updates are not shown, so neither is its start.
-        if entry.attempt > 1 and latest < entry.attempt:
+        self.latest[entry.call] = entry.attempt
+        if entry.attempt > 1:
             error = self.failures.get(entry.call)
             retried = AgentCallRetriedEvent(entry.agent, entry.attempt, entry.call, error)
             events.append(_event(retried))

@@ -30,10 +30,20 @@ from handoff_builder._events import (
 )
 from handoff_builder._host import GroupChatHost
 from handoff_builder._participant import AgentRun
-from handoff_builder._state import DelegationFrame, TurnRecord, adapter_for, validated
+from handoff_builder._state import (
+    DelegationFrame,
+    TurnRecord,
+    adapter_for,
+    decode_host_state,
+    validated,
+)
 
 DEFAULT_PAYLOAD_LIMIT = 2 * 1024 * 1024
 """Temporal's limit on one payload (``limit.blobSize.error``) when the namespace does not say."""
+
+
+KEY_PREFIX = "key:"
+"""The start of an Update's id that is a client's idempotency key (the rest of the id)."""
 
 
 def payload_size(value: Any) -> int:
@@ -51,6 +61,41 @@ class Carried(BaseModel):
     failures: int = 0
     last_error: str | None = None
     receipts: dict[str, dict[str, Any]] = Field(default_factory=dict[str, dict[str, Any]])
+
+
+def carried(
+    host: GroupChatHost,
+    *,
+    idle: bool = False,
+    failures: int = 0,
+    last_error: str | None = None,
+    receipts: dict[str, dict[str, Any]] | None = None,
+) -> Carried:
+    """The conversation as ``host`` holds it, to carry into a new run or to go back to.
+
+    ``receipts`` are copied: the carried ones may be dropped without touching these.
+    """
+    return Carried(
+        history=[message.to_dict() for message in host.history],
+        host=host.snapshot(),
+        idle=idle,
+        failures=failures,
+        last_error=last_error,
+        receipts=dict(receipts or {}),
+    )
+
+
+def load(
+    host: GroupChatHost, history: list[dict[str, Any]], state: dict[str, Any], conversation_id: str
+) -> None:
+    """Load ``host`` with the history and the state of a conversation, as they crossed.
+
+    Raises:
+        CorruptStateError: the state does not decode.
+        ValueError, TypeError, KeyError: a message does not.
+    """
+    messages = [Message.from_dict(item) for item in history]
+    host.load(messages, decode_host_state(state, f"Conversation {conversation_id!r}"))
 
 
 class ConversationStart(BaseModel):
