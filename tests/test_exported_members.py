@@ -4,6 +4,7 @@ It is listed here by what a user does with it, as docs/reference.md lists it; a 
 top level when a page of the docs needs it.
 """
 
+import importlib
 import re
 import subprocess
 import sys
@@ -29,6 +30,23 @@ EVALS_PUBLIC = {
     "Cases from traffic": {"record_cases", "REDACTIONS"},
 }  # fmt: skip
 """``handoff_builder.evals``: a subpackage of its own (docs/evals.md), not in the top level."""
+
+SUBPACKAGES_PUBLIC = {
+    "stores": {
+        "ConversationStore", "ConversationRecord", "InMemoryConversationStore",
+        "SqliteConversationStore", "PostgresConversationStore", "PostgresStoreSettings", "Lease",
+        "LeaseHold", "hold", "new_owner", "check_conversation_id", "DEFAULT_LEASE_TTL",
+        "MAX_CONVERSATION_ID_LENGTH", "RECORD_SCHEMA_VERSION",
+    },
+    "temporal": {
+        "TemporalConversationHost", "TemporalHostSettings", "ConversationAlreadyStartedError",
+        "TemporalTurnError", "connect", "conversation_worker", "dev_server", "RedisRelay",
+        "AgentCallOptions", "ConversationWorkflow", "tool_call_key", "AgentCallRetriedEvent",
+        "StreamIncompleteEvent", "ACTIVITY_NAME", "WORKFLOW_NAME", "DEFAULT_TURNS_PER_RUN",
+        "HANDOFF_RETRY_EVENT", "HANDOFF_STREAM_INCOMPLETE_EVENT",
+    },
+}  # fmt: skip
+"""``handoff_builder.stores`` and ``handoff_builder.temporal``: what each subpackage exports."""
 
 PUBLIC: dict[str, set[str]] = {
     "Build a workflow": {
@@ -120,6 +138,17 @@ def test_the_evals_subpackage_exports_its_listed_names_each_documented() -> None
         if callable(value):
             assert value.__doc__, name
         assert f"`{name}" in page, f"docs/evals.md does not name {name}"
+
+
+@pytest.mark.parametrize("subpackage", sorted(SUBPACKAGES_PUBLIC))
+def test_the_stores_and_temporal_subpackages_export_their_listed_names(subpackage: str) -> None:
+    module = importlib.import_module(f"handoff_builder.{subpackage}")
+    assert set(module.__all__) == SUBPACKAGES_PUBLIC[subpackage]
+    assert len(module.__all__) == len(set(module.__all__))
+    for name in module.__all__:
+        value = getattr(module, name)
+        if isinstance(value, type):
+            assert value.__doc__, name
 
 
 def test_the_reference_lists_the_same_groups() -> None:

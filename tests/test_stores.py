@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import sqlite3
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ from urllib.parse import urlsplit
 
 import psycopg
 import pytest
+from psycopg import sql
 from typing_extensions import override
 
 from handoff_builder import (
@@ -28,6 +30,7 @@ from handoff_builder.stores import (
     InMemoryConversationStore,
     Lease,
     PostgresConversationStore,
+    PostgresStoreSettings,
     SqliteConversationStore,
     hold,
 )
@@ -566,6 +569,79 @@ async def test_postgres_connection_settings_keep_the_dsns_own_options() -> None:
     finally:
         await store.drop_tables()
         await store.close()
+
+
+@pytest.mark.postgres
+async def test_postgres_settings_and_keywords_together() -> None:
+    """The keywords replace the fields of ``settings``; the store works by the result."""
+    prefix = unique_prefix()
+    settings = PostgresStoreSettings(table_prefix=prefix, statement_timeout=3.0, max_size=2)
+    store = PostgresConversationStore(postgres_dsn(), settings=settings, synchronous_commit=False)
+
+    async def settings_on_the_server(db: Any) -> tuple[Any, ...] | None:
+        return await (
+            await db.execute(
+                "SELECT current_setting('statement_timeout'), current_setting('synchronous_commit')"
+            )
+        ).fetchone()
+
+    async def messages_stored(db: Any) -> tuple[Any, ...] | None:
+        query = sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(f"{prefix}messages"))
+        return await (await db.execute(query)).fetchone()
+
+    try:
+        assert store.settings == PostgresStoreSettings(
+            table_prefix=prefix, statement_timeout=3.0, max_size=2, synchronous_commit=False
+        )
+        assert settings.synchronous_commit is True  # the value given is not changed
+        assert (store.tables, store.synchronous_commit) == (settings.tables, False)
+        await store.append("c1", start=0, messages=[msg("hi")], state={}, expected_version=0)
+        found = await store._run(settings_on_the_server)  # pyright: ignore[reportPrivateUsage]
+        assert found == ("3s", "off")
+        assert await store._run(messages_stored) == (1,)  # pyright: ignore[reportPrivateUsage]
+    finally:
+        await store.drop_tables()
+        await store.close()
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (
+            {"table_prefix": "Bad"},
+            "table_prefix must match ^[a-z_][a-z0-9_]{0,40}$ (lower-case letters, digits, "
+            "underscores), got 'Bad'.",
+        ),
+        (
+            {"min_size": 3, "max_size": 2},
+            "need 0 <= min_size <= max_size and max_size >= 1, got min_size=3, max_size=2.",
+        ),
+        ({"max_size": 0}, "need 0 <= min_size <= max_size and max_size >= 1, got min_size=1, "
+         "max_size=0."),
+        ({"connect_timeout": 0}, "connect_timeout and statement_timeout must be positive."),
+        ({"statement_timeout": -1.0}, "connect_timeout and statement_timeout must be positive."),
+    ],
+)  # fmt: skip
+def test_postgres_settings_are_checked_as_keywords_are(
+    option: dict[str, Any], message: str
+) -> None:
+    exactly = f"^{re.escape(message)}$"
+    with pytest.raises(ValueError, match=exactly):
+        PostgresStoreSettings(**option)
+    with pytest.raises(ValueError, match=exactly):
+        PostgresConversationStore("postgresql://x", **option)
+    with pytest.raises(ValueError, match=exactly):  # over valid settings too
+        PostgresConversationStore("postgresql://x", settings=PostgresStoreSettings(), **option)
+
+
+def test_postgres_store_an_unknown_keyword_names_the_settings_fields() -> None:
+    options: dict[str, Any] = {"max_sise": 3}
+    with pytest.raises(
+        TypeError,
+        match=r"^PostgresConversationStore\(\) got an unexpected keyword argument 'max_sise'; "
+        r"its options are the fields of PostgresStoreSettings: connect_timeout, max_size, ",
+    ):
+        PostgresConversationStore("postgresql://x", **options)
 
 
 class FlakyRenewals(InMemoryConversationStore):

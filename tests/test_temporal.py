@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -51,6 +52,7 @@ from handoff_builder.temporal import (  # noqa: E402
     AgentCallOptions,
     ConversationAlreadyStartedError,
     TemporalConversationHost,
+    TemporalHostSettings,
     TemporalTurnError,
     connect,
     conversation_worker,
@@ -418,6 +420,61 @@ async def test_the_idle_timer_starts_again_at_the_initial_agent(client: Client, 
         turn = await host.send(conversation, "hi again")
         assert not await idle(client, conversation)  # a message starts the timer again
     assert (turn.text, turn.active_agent) == ("Welcome back!", "triage")
+
+
+async def test_host_settings_and_keywords_together(client: Client, queue: str) -> None:
+    """The keywords replace the fields of ``settings``; the conversation runs by the result."""
+    builder, *_ = support_desk()
+    settings = TemporalHostSettings(
+        idle_timeout=timedelta(minutes=5), turns_per_run=50, worker_wait=120, max_turn_retries=1
+    )
+    conversation = cid()
+    async with serving(client, builder, queue, settings=settings, turns_per_run=1) as host:
+        assert host.settings == TemporalHostSettings(
+            idle_timeout=timedelta(minutes=5), turns_per_run=1, worker_wait=120, max_turn_retries=1
+        )
+        assert (settings.turns_per_run, host.worker_wait) == (50, 120)  # the value is unchanged
+        await host.send(conversation, "I was charged twice")
+        await until_continued(client, conversation)  # after one turn: the keyword's
+    history = await client.get_workflow_handle(conversation).fetch_history()
+    [started] = history.events[0].workflow_execution_started_event_attributes.input.payloads
+    start = json.loads(started.data)
+    assert (start["idle_timeout"], start["max_turn_retries"], start["turns_per_run"]) == (
+        300.0,
+        1,
+        1,
+    )  # the settings' fields, carried into the next run as they were
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ({"max_turn_retries": -1}, "max_turn_retries must be 0 or more, got -1."),
+        ({"turns_per_run": 0}, "turns_per_run must be 1 or more, got 0."),
+        ({"idle_timeout": 0}, "idle_timeout must be a positive, finite number of seconds, got 0."),
+        ({"idle_timeout": timedelta(0)}, "idle_timeout must be positive, got 0:00:00."),
+    ],
+)
+def test_host_settings_are_checked_as_keywords_are(option: dict[str, Any], message: str) -> None:
+    client: Any = None  # the constructor checks its options before it uses the client
+    exactly = f"^{re.escape(message)}$"
+    with pytest.raises(ValueError, match=exactly):
+        TemporalHostSettings(**option)
+    with pytest.raises(ValueError, match=exactly):
+        TemporalConversationHost(client, task_queue="q", **option)
+    with pytest.raises(ValueError, match=exactly):  # over valid settings too
+        TemporalConversationHost(client, task_queue="q", settings=TemporalHostSettings(), **option)
+
+
+def test_host_an_unknown_keyword_names_the_settings_fields() -> None:
+    client: Any = None
+    options: dict[str, Any] = {"turn_per_run": 3}
+    with pytest.raises(
+        TypeError,
+        match=r"^TemporalConversationHost\(\) got an unexpected keyword argument 'turn_per_run'; "
+        r"its options are the fields of TemporalHostSettings: idle_timeout, local_activities, ",
+    ):
+        TemporalConversationHost(client, task_queue="q", **options)
 
 
 async def idle(client: Client, conversation: str) -> bool:

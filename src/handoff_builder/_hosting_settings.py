@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from typing_extensions import TypedDict
 
 from ._lifecycle import DEFAULT_MAX_TURN_RETRIES
+from ._options import settings_with
 from .stores import DEFAULT_LEASE_TTL
 
 __all__ = [
@@ -127,9 +128,6 @@ class HostingOptions(TypedDict, total=False):
     max_input_bytes: int | None
 
 
-_FIELDS = frozenset(field.name for field in fields(HostingSettings))
-
-
 def hosting_settings(
     settings: HostingSettings | None, options: Mapping[str, object]
 ) -> HostingSettings:
@@ -139,10 +137,4 @@ def hosting_settings(
         TypeError: an option that is not a field of :class:`HostingSettings`.
         ValueError: a field out of range.
     """
-    unknown = sorted(set(options) - _FIELDS)
-    if unknown:
-        raise TypeError(
-            f"ConversationHost() got an unexpected keyword argument {unknown[0]!r}; its "
-            f"options are the fields of HostingSettings: {', '.join(sorted(_FIELDS))}."
-        )
-    return replace(settings or HostingSettings(), **options)
+    return settings_with(HostingSettings, settings, options, "ConversationHost")

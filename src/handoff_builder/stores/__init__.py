@@ -3,7 +3,8 @@
 * :class:`InMemoryConversationStore`: one process (tests, prototypes).
 * :class:`SqliteConversationStore`: the embedded default: one file, processes on one machine.
 * :class:`PostgresConversationStore`: several workers on several machines
-  (``pip install 'handoff-builder[postgres]'``; imported on first use).
+  (``pip install 'handoff-builder[postgres]'``; imported on first use), and
+  :class:`PostgresStoreSettings`, how it uses its database (needs no psycopg).
 
 Every store keeps an append-only message log and a small state row per conversation, as JSON,
 and a lease per conversation in that row (:class:`Lease`, held with :func:`hold`).
@@ -23,6 +24,7 @@ from ._base import (
 )
 from ._leases import DEFAULT_LEASE_TTL, LeaseHold, hold, new_owner
 from ._memory import InMemoryConversationStore
+from ._postgres_settings import PostgresStoreSettings
 from ._sqlite import SqliteConversationStore
 
 if TYPE_CHECKING:
@@ -38,6 +40,7 @@ __all__ = [
     "Lease",
     "LeaseHold",
     "PostgresConversationStore",
+    "PostgresStoreSettings",
     "SqliteConversationStore",
     "check_conversation_id",
     "hold",

@@ -6,11 +6,10 @@ Install with ``pip install 'handoff-builder[postgres]'``.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, NoReturn, TypeVar
 
-from typing_extensions import override
+from typing_extensions import Unpack, override
 
 from handoff_builder._timeouts import DeadlinePassedError, within
 from handoff_builder.exceptions import (
@@ -49,10 +48,10 @@ from ._postgres_connections import (
     spoke_while_idle,
     unavailable,
 )
+from ._postgres_settings import PostgresStoreOptions, PostgresStoreSettings, postgres_store_settings
 
 T = TypeVar("T")
 
-_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,40}$")
 # Namespace of the advisory lock that serialises creating the tables (first use only).
 _LOCK_NAMESPACE = 0x48424C  # "HBL"
 
@@ -79,44 +78,34 @@ class PostgresConversationStore(ClosingStore):
         self,
         dsn: str,
         *,
-        table_prefix: str = "handoff_",
-        min_size: int = 1,
-        max_size: int = 10,
-        connect_timeout: float = 5.0,
-        statement_timeout: float = 10.0,
-        synchronous_commit: bool = True,
+        settings: PostgresStoreSettings | None = None,
+        **options: Unpack[PostgresStoreOptions],
     ) -> None:
         """Connect lazily to ``dsn``; tables are ``<table_prefix>conversations``/``messages``.
 
-        ``statement_timeout`` bounds each statement, including the wait for a pooled
-        connection, in seconds. ``synchronous_commit=False`` lets a write return before the
-        server has flushed it to its disk (PostgreSQL's ``synchronous_commit=off``): a worker
-        crash still loses nothing, but a crash of the database server (or its machine) may lose
-        the last writes of the last moment (the database stays consistent), as with the SQLite
-        store's default ``synchronous="normal"``; each write saves a disk flush.
+        ``settings`` (:class:`~handoff_builder.stores.PostgresStoreSettings`: the table prefix,
+        the pool's sizes, the time limits, ``synchronous_commit``) says how the store uses the
+        database; its fields may also be given as keywords (``max_size=20``), in place of the
+        ones of ``settings``.
+
+        Raises:
+            ValueError: an option out of range, named in the message.
+            TypeError: an option that is not a field of ``PostgresStoreSettings``.
         """
-        if not _NAME.match(table_prefix):
-            raise ValueError(
-                f"table_prefix must match {_NAME.pattern} (lower-case letters, digits, "
-                f"underscores), got {table_prefix!r}."
-            )
-        if min_size < 0 or max_size < 1 or min_size > max_size:
-            raise ValueError(f"need 0 <= min_size <= max_size and max_size >= 1, got "
-                             f"min_size={min_size}, max_size={max_size}.")  # fmt: skip
-        if connect_timeout <= 0 or statement_timeout <= 0:
-            raise ValueError("connect_timeout and statement_timeout must be positive.")
+        self.settings = postgres_store_settings(settings, options)
+        """How the store uses its database (:class:`PostgresStoreSettings`)."""
         self.dsn = dsn
-        self.tables = (f"{table_prefix}conversations", f"{table_prefix}messages")
+        self.tables = self.settings.tables
         """The store's two tables: conversations (the state rows) and messages (the log)."""
         self._q = _queries(*(sql.Identifier(name) for name in self.tables))
-        self._statement_timeout = statement_timeout
-        self.synchronous_commit = synchronous_commit
-        self._sizes = (min_size, max_size)
-        self._settings = connection_settings(
+        self._statement_timeout = self.settings.statement_timeout
+        self.synchronous_commit = self.settings.synchronous_commit
+        self._sizes = (self.settings.min_size, self.settings.max_size)
+        self._connection_settings = connection_settings(
             dsn,
-            connect_timeout=connect_timeout,
-            statement_timeout=statement_timeout,
-            synchronous_commit=synchronous_commit,
+            connect_timeout=self.settings.connect_timeout,
+            statement_timeout=self.settings.statement_timeout,
+            synchronous_commit=self.settings.synchronous_commit,
         )
         self._pool = self._new_pool()
         self._ready = False
@@ -133,7 +122,7 @@ class PostgresConversationStore(ClosingStore):
     def _new_pool(self) -> Pool:
         return new_pool(
             self.dsn,
-            self._settings,
+            self._connection_settings,
             sizes=self._sizes,
             timeout=self._statement_timeout,
             check=self._check,
@@ -141,7 +130,7 @@ class PostgresConversationStore(ClosingStore):
 
     async def _connect(self) -> Connection:
         """A connection of the store's own, outside the pool (closed by the caller)."""
-        return await psycopg.AsyncConnection.connect(self.dsn, **self._settings)
+        return await psycopg.AsyncConnection.connect(self.dsn, **self._connection_settings)
 
     async def _create(self) -> None:
         """Create the tables on a first connection of our own, then open the pool.

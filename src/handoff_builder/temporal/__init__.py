@@ -6,6 +6,8 @@ Install with ``pip install 'handoff-builder[temporal]'``.
   ``active_agent`` as on :class:`~handoff_builder.ConversationHost`; the workflow id is the
   conversation id. What would not fit in a Temporal payload is refused with
   :class:`~handoff_builder.PayloadTooLargeError`.
+* :class:`TemporalHostSettings` — how the host runs its conversations (the idle timeout,
+  retries, turns per run...), as one value; its fields are also the host's keywords.
 * :func:`conversation_worker` — a Temporal worker that runs a builder's conversations (or the
   command ``handoff-builder worker --temporal HOST:PORT --task-queue Q module:builder``).
 * :func:`connect` — a client with this package's JSON payloads (pydantic, never pickle).
@@ -22,7 +24,6 @@ See ``docs/temporal.md``.
 
 from ._activities import ACTIVITY_NAME, AgentCallOptions, tool_call_key
 from ._client import (
-    DEFAULT_TURNS_PER_RUN,
     ConversationAlreadyStartedError,
     TemporalConversationHost,
     TemporalTurnError,
@@ -30,6 +31,7 @@ from ._client import (
     conversation_worker,
 )
 from ._dev import dev_server
+from ._host_settings import DEFAULT_TURNS_PER_RUN, TemporalHostSettings
 from ._live import (
     HANDOFF_RETRY_EVENT,
     HANDOFF_STREAM_INCOMPLETE_EVENT,
@@ -52,6 +54,7 @@ __all__ = [
     "RedisRelay",
     "StreamIncompleteEvent",
     "TemporalConversationHost",
+    "TemporalHostSettings",
     "TemporalTurnError",
     "connect",
     "conversation_worker",

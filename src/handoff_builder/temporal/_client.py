@@ -29,13 +29,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
-from typing_extensions import override
+from typing_extensions import Unpack, override
 
 from handoff_builder._builder import HandoffWorkflowBuilder
 from handoff_builder._events import HandoffTurnResult
-from handoff_builder._hosting import DEFAULT_IDLE_TIMEOUT, idle_timeout_of
 from handoff_builder._lifecycle import (
-    DEFAULT_MAX_TURN_RETRIES,
     UserInput,
     check_idempotency_key,
     user_messages,
@@ -51,6 +49,7 @@ from handoff_builder.stores import check_conversation_id
 
 from ._activities import AgentActivities, AgentCallOptions, heartbeat_throttle
 from ._failures import BUSY, NOTHING_PENDING, PAYLOAD_TOO_LARGE, PENDING, UNKNOWN_REQUEST
+from ._host_settings import TemporalHostOptions, TemporalHostSettings, temporal_host_settings
 from ._live import LiveTurn, closing_events, follow
 from ._payloads import (
     DEFAULT_PAYLOAD_LIMIT,
@@ -65,9 +64,6 @@ from ._payloads import (
 )
 from ._relay import RedisRelay, relay_of
 from ._workflow import ConversationWorkflow, register
-
-DEFAULT_TURNS_PER_RUN = 100
-"""User turns one workflow run takes before it continues as new (its event history stays small)."""
 
 
 class ConversationAlreadyStartedError(HandoffBuilderError):
@@ -184,18 +180,18 @@ class TemporalConversationHost:
     Args:
         client: A client from :func:`connect` (it needs this package's payload converter).
         task_queue: The task queue the workers serve.
-        idle_timeout: Idle time after which a conversation starts again at the initial agent
-            (a durable timer in the workflow).
-        max_turn_retries: How many times a failed turn is retried before it is abandoned.
-        turns_per_run: User turns one workflow run takes before it continues as new.
-        worker_wait: Seconds a call waits for a worker of the task queue to take it.
-        local_activities: Run the agent calls of the conversations this host starts as *local*
-            activities, in the worker that runs the workflow: no server round trip per hop
-            (much faster turns), but a worker that dies mid-call is noticed only when its
-            workflow task times out (10 s by default). Fixed for a conversation at its start.
         relay: Where :meth:`stream` reads a turn's updates live, as the workers publish them
             (a :class:`RedisRelay`, or a Redis URL; the workers need the same server). Without
             it, :meth:`stream` yields each reply whole once the turn is over.
+        settings: How the host runs its conversations (:class:`TemporalHostSettings`: the idle
+            timeout, retries, turns per run, the wait for a worker, local activities).
+        **options: The same fields as keywords (``idle_timeout=``, ``turns_per_run=``...), in
+            place of the ones of ``settings``.
+
+    Raises:
+        ValueError: an option out of range (``idle_timeout``, ``max_turn_retries``,
+            ``turns_per_run``), named in the message.
+        TypeError: an option that is not a field of :class:`TemporalHostSettings`.
     """
 
     def __init__(
@@ -203,27 +199,22 @@ class TemporalConversationHost:
         client: Client,
         *,
         task_queue: str,
-        idle_timeout: timedelta | float = DEFAULT_IDLE_TIMEOUT,
-        max_turn_retries: int = DEFAULT_MAX_TURN_RETRIES,
-        turns_per_run: int = DEFAULT_TURNS_PER_RUN,
-        worker_wait: float = 30.0,
-        local_activities: bool = False,
         relay: RedisRelay | str | None = None,
+        settings: TemporalHostSettings | None = None,
+        **options: Unpack[TemporalHostOptions],
     ) -> None:
-        if max_turn_retries < 0:
-            raise ValueError(f"max_turn_retries must be 0 or more, got {max_turn_retries}.")
-        if turns_per_run < 1:
-            raise ValueError(f"turns_per_run must be 1 or more, got {turns_per_run}.")
+        self.settings = temporal_host_settings(settings, options)
+        """How this host runs its conversations (:class:`TemporalHostSettings`)."""
         self.client = client
         self.task_queue = task_queue
-        self.worker_wait = worker_wait
+        self.worker_wait = self.settings.worker_wait
         """Seconds a call waits for a worker to poll the task queue before it fails."""
         self._start = ConversationStart(
             task_queue=task_queue,
-            idle_timeout=idle_timeout_of(idle_timeout).total_seconds(),
-            max_turn_retries=max_turn_retries,
-            turns_per_run=turns_per_run,
-            local_activities=local_activities,
+            idle_timeout=self.settings.idle_timeout.total_seconds(),
+            max_turn_retries=self.settings.max_turn_retries,
+            turns_per_run=self.settings.turns_per_run,
+            local_activities=self.settings.local_activities,
         )
         self._payload_limit: int | None = None  # the namespace's, once read
         self.relay = relay_of(relay)
