@@ -18,6 +18,8 @@ from ._lint import LintFinding
 from ._manager import AutonomousMode, GroupChatManager, ManagerSettings
 from ._model_inputs import ModelCallLog, ModelInputRecorder
 from ._plan import Plan, plan_of
+from ._remote import is_remote
+from ._remote_participant import RemoteParticipant
 from ._review import REVIEW_TOOL_KINDS, review_tools
 from ._routes import HandoffRoute
 from ._settings import (
@@ -211,8 +213,13 @@ def _participant(
     """An agent as the host runs it.
 
     Its handoff tools (with their instructions), its delegates and, for a reviewer, the review
-    tools. ``elsewhere``: the workflow's handoff tools of other agents.
+    tools. ``elsewhere``: the workflow's handoff tools of other agents. A remote agent gets no
+    tools: its hand-back is made by its run (:mod:`._remote_participant`).
     """
+    if is_remote(agent):
+        return RemoteParticipant(
+            agent, routes=routes, policies=policies, elsewhere=dict(elsewhere or {})
+        )
     delegate_tools: list[FunctionTool] = [make_delegate_tool(route) for route in delegates.values()]
     if reviewer:
         delegate_tools.extend(review_tools())
