@@ -280,17 +280,26 @@ def _outcome_comments(config: BuildConfig) -> list[str]:
     ]
 
 
+def _node(plan: Plan, name: str, node: str) -> str:
+    """An agent's node in the Mermaid graph.
+
+    The initial agent is rounded, an expert that is no participant a subroutine, a remote agent
+    (on another server) a flag.
+    """
+    if is_remote(plan.agents.get(name) or plan.experts.get(name)):
+        return f'{node}>"{name} (A2A)"]'
+    if name not in plan.agents:  # an expert that only answers delegated tasks
+        return f'{node}[["{name}"]]'
+    return f'{node}(["{name}"])' if name == plan.initial else f'{node}["{name}"]'
+
+
 def to_mermaid(config: BuildConfig) -> str:
     """The handoff graph as a Mermaid flowchart (validated like ``build()``)."""
     plan = plan_of(config)
     names = [*plan.agents, *(name for name in plan.experts if name not in plan.agents)]
     ids = {name: f"a{index}" for index, name in enumerate(names)}
     lines = ["flowchart LR"]
-    for name, node in ids.items():
-        shape = f'{node}(["{name}"])' if name == plan.initial else f'{node}["{name}"]'
-        if name not in plan.agents:  # an expert that only answers delegated tasks
-            shape = f'{node}[["{name}"]]'
-        lines.append(f"    {shape}")
+    lines += [f"    {_node(plan, name, node)}" for name, node in ids.items()]
     for source, routes in plan.routes.items():
         for route in routes.values():
             arrow = route.edge.arrow
