@@ -305,6 +305,26 @@ async def test_a_remote_target_that_fails_ends_the_turn_with_a_remote_agent_erro
     assert len(server.requests) == 1
 
 
+async def test_a_slow_remote_target_ends_the_turn_at_the_deadline_and_the_next_carries_on() -> (
+    None
+):
+    script = answers(Answer("Too late.", delay=5), Answer("Which order is it?", "input_required"))
+    async with A2AServer(script, name="returns") as server:
+        builder, _ = returns_desk(server, handoff_to("returns", "Refund a broken parcel."))
+        workflow = builder.with_timeouts(agent_call=0.5).build()
+        started = time.monotonic()
+        late = await run_turn(workflow, USER)
+        took = time.monotonic() - started
+        again = await run_turn(workflow, "Are you there?")
+
+    assert late.result.status == "agent_timeout"
+    assert took < 4
+    assert (again.result.text, again.result.active_agent) == ("Which order is it?", "returns")
+    # Nothing of the cut call was kept: the next message opens a context of its own.
+    assert "contextId" not in server.sent[1]
+    assert texts(server.sent[1])[0].endswith("[user] Are you there?")
+
+
 async def test_a_remote_target_that_just_answers_hands_back_in_the_same_turn() -> None:
     async with A2AServer(answers(Answer("A-17 is refunded.", "message")), name="returns") as server:
         builder, triage = returns_desk(
