@@ -21,9 +21,11 @@ from agent_framework_a2a import A2AAgent
 from pydantic import BaseModel
 
 from handoff_builder import (
+    HANDOFF_TURN_EVENT,
     ConversationHost,
     HandoffArgumentError,
     HandoffConfigurationError,
+    HandoffTurnResult,
     HandoffWorkflowBuilder,
     RemoteAgentError,
     RemoteAgentToolsError,
@@ -163,6 +165,25 @@ async def test_each_delegation_starts_a_new_context() -> None:
     assert all("contextId" not in sent for sent in server.sent)
     first, second = server.received
     assert first.context_id != second.context_id
+
+
+async def test_a_remote_expert_that_needs_approval_is_asked_only_once_approved() -> None:
+    async with A2AServer(answers(ANSWER)) as server:
+        triage = scripted_agent("triage", call_tool("ask_policy", task=TASK), reply("30 days."))
+        workflow = (
+            HandoffWorkflowBuilder(triage)
+            .with_delegate(triage, remote(server), "refund policy", approval=True)
+            .build()
+        )
+        [request] = [e for e in await workflow.run(USER) if e.type == "request_info"]
+        assert server.requests == []  # nothing sent before the approval
+        approve = request.data.to_function_approval_response(approved=True)
+        events = await workflow.run(responses={request.request_id: approve})
+
+    [result] = [e.data for e in events if e.type == HANDOFF_TURN_EVENT]
+    assert isinstance(result, HandoffTurnResult)
+    assert result.text == "30 days."
+    assert [texts(sent) for sent in server.sent] == [[TASK]]
 
 
 # -- 1b. when the remote expert fails --------------------------------------------------------------
@@ -305,9 +326,7 @@ async def test_a_remote_target_that_fails_ends_the_turn_with_a_remote_agent_erro
     assert len(server.requests) == 1
 
 
-async def test_a_slow_remote_target_ends_the_turn_at_the_deadline_and_the_next_carries_on() -> (
-    None
-):
+async def test_a_slow_remote_target_ends_the_turn_at_the_deadline_and_the_next_carries_on() -> None:
     script = answers(Answer("Too late.", delay=5), Answer("Which order is it?", "input_required"))
     async with A2AServer(script, name="returns") as server:
         builder, _ = returns_desk(server, handoff_to("returns", "Refund a broken parcel."))
@@ -323,6 +342,32 @@ async def test_a_slow_remote_target_ends_the_turn_at_the_deadline_and_the_next_c
     # Nothing of the cut call was kept: the next message opens a context of its own.
     assert "contextId" not in server.sent[1]
     assert texts(server.sent[1])[0].endswith("[user] Are you there?")
+
+
+async def test_a_hosted_remote_target_that_fails_fails_the_turn_which_is_retried(
+    store: ConversationStore,
+) -> None:
+    script = answers(
+        Answer("Which order is it?", "input_required"),
+        Answer("I still need the order number.", "input_required"),
+    )
+    async with A2AServer(script, name="returns", fail_with=500) as server:
+        builder, _ = returns_desk(server, handoff_to("returns", "Refund a broken parcel."))
+        host = ConversationHost(builder, store)
+        with pytest.raises(RemoteAgentError, match="answered with an HTTP error"):
+            await host.send("c-1", USER)
+        server.fail_with = None  # the server is back: the failed turn is retried first
+        result = await host.send("c-1", "Hello again?")
+
+    assert result.recovered is not None
+    assert (result.recovered.text, result.recovered.active_agent) == (
+        "Which order is it?",
+        "returns",
+    )
+    assert (result.text, result.active_agent) == ("I still need the order number.", "returns")
+    opened, continued = server.received
+    assert (continued.text, continued.continued) == ("Hello again?", True)
+    assert continued.context_id == opened.context_id
 
 
 async def test_a_remote_target_that_just_answers_hands_back_in_the_same_turn() -> None:
