@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from a2a.client import A2ACardResolver
-from agent_framework import Agent, FunctionTool, Message
+from agent_framework import Agent, FileCheckpointStorage, FunctionTool, Message
 from agent_framework_a2a import A2AAgent
 from pydantic import BaseModel
 
@@ -372,10 +373,16 @@ async def test_a_hosted_remote_target_that_fails_fails_the_turn_which_is_retried
 
 async def test_a_remote_target_that_just_answers_hands_back_in_the_same_turn() -> None:
     async with A2AServer(answers(Answer("A-17 is refunded.", "message")), name="returns") as server:
-        builder, triage = returns_desk(
-            server, handoff_to("returns", "Refund order A-17."), reply("Done. Anything else?")
+        triage = scripted_agent(
+            "triage", handoff_to("returns", "Refund order A-17."), reply("Done. Anything else?")
         )
-        turn = await run_turn(builder.build(), "Refund order A-17, please.")
+        workflow = (
+            HandoffWorkflowBuilder(triage)
+            .with_handoff(triage, remote(server, name="returns"))
+            .with_hand_back(triage)  # every agent triage hands off to, the remote one too
+            .build()
+        )
+        turn = await run_turn(workflow, "Refund order A-17, please.")
 
     assert [(h.source, h.target) for h in turn.handoffs] == [
         ("triage", "returns"),
@@ -434,6 +441,40 @@ async def test_a_hosted_remote_target_continues_its_task_after_a_restart(
     assert received(triage).rendered.endswith("Summary: Refund of A-17 started.")
 
 
+async def test_a_remote_target_continues_its_task_after_a_restore_from_a_checkpoint(
+    tmp_path: Path,
+) -> None:
+    script = answers(
+        Answer("Which order is it?", "input_required"),
+        Answer("Which order is it?", "input_required"),
+        Answer("Refund of A-17 started.", "completed"),
+    )
+    storage = FileCheckpointStorage(tmp_path)  # the history goes through JSON
+    async with A2AServer(script, name="returns") as server:
+        builder, _ = returns_desk(server, handoff_to("returns", "Refund a broken parcel."))
+        await run_turn(builder.with_name("returns-desk").build(), USER, checkpoint_storage=storage)
+        checkpoints = await storage.list_checkpoints(workflow_name="returns-desk")
+        # Restored after triage handed off, before the remote agent answered: it runs again.
+        [handed_off] = [c for c in checkpoints if c.iteration_count == 1]
+        restored, triage = returns_desk(server, reply("Anything else?"))
+        workflow = restored.with_name("returns-desk").build()
+        again = await run_turn(
+            workflow,
+            None,  # type: ignore[arg-type]  # resume: no new message
+            checkpoint_id=handed_off.checkpoint_id,
+            checkpoint_storage=storage,
+        )
+        second = await run_turn(workflow, "It is order A-17.")
+
+    assert (again.result.text, again.result.active_agent) == ("Which order is it?", "returns")
+    first, rerun, continued = server.received
+    assert rerun.context_id != first.context_id  # the restored turn ran it afresh
+    assert (continued.continued, continued.context_id) == (True, rerun.context_id)
+    assert server.sent[2]["taskId"] == rerun.task_id
+    assert second.result.active_agent == "triage"
+    assert received(triage).rendered.endswith("Summary: Refund of A-17 started.")
+
+
 async def test_a_streamed_turn_streams_the_remote_answer() -> None:
     async with A2AServer(
         answers(Answer("Which order is it?", "input_required")), name="returns"
@@ -469,6 +510,7 @@ REFUSED: dict[str, tuple[Declare, str, str]] = {
         "sources",
         "the source of a handoff",
     ),
+    "route": (lambda b, t, r: b.with_route(r, t), "source", "the source of a handoff"),
     "hand-back": (lambda b, t, r: b.with_hand_back(r, [t]), "coordinator", "a coordinator"),
     "delegate": (lambda b, t, r: b.with_delegate(r, t), "caller", "the caller of a delegate"),
     "producer": (lambda b, t, r: b.with_review(r, t), "producer", "a reviewed producer"),
