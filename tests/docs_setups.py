@@ -647,3 +647,47 @@ def porting_from_python(servers: Servers) -> AbstractAsyncContextManager[Setup]:
 
     triage, refund, order, returns = support_agents("scripted")
     return offline({"triage": triage, "refund": refund, "order": order, "returns": returns})
+
+
+@page("docs/remote-agents.md")
+@asynccontextmanager
+async def remote_agents(servers: Servers) -> AsyncGenerator[Setup]:
+    """Two remote agents on A2A servers of 127.0.0.1, and a scripted triage that uses them."""
+    del servers
+    from tests.a2a_servers import A2AServer, Answer, Received
+
+    def policy(received: Received) -> Answer:
+        del received
+        return Answer("Damaged parcels can be refunded within 30 days.")
+
+    def returns(received: Received) -> Answer:
+        if received.continued:
+            return Answer(f"Refund of {received.text.split()[-1].rstrip('.')} started.")
+        return Answer("Which order is it?", "input_required")
+
+    def front_desk(call: ModelCall) -> Step:
+        last = call.messages[-1]
+        results = [str(c.result) for c in last.contents if c.type == "function_result"]
+        if results:
+            return reply(f"Our policy: {results[0]}")
+        if last.text.startswith("Hand-back from returns"):
+            return reply("Your refund is on its way. Anything else?")
+        said = call.user_text.lower()
+        if "window" in said:
+            return call_tool("ask_policy", task="What is the refund window for a damaged parcel?")
+        if "refund" in said:
+            return handoff_to("returns", goal="Refund a broken parcel.")
+        return reply("How can I help?")
+
+    triage = Agent(
+        client=ScriptedChatClient(name="triage", respond_with=front_desk),
+        name="triage",
+        instructions="You are the front desk.",
+    )
+    async with (
+        A2AServer(policy, name="policy") as policy_server,
+        A2AServer(returns, name="returns") as returns_server,
+    ):
+        yield Setup(
+            {"triage": triage, "policy_url": policy_server.url, "returns_url": returns_server.url}
+        )

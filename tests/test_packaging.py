@@ -30,7 +30,7 @@ def test_license_is_spdx_with_its_file() -> None:
 
 @pytest.mark.parametrize(
     "extra",
-    ["runtime", "openai", "azure", "postgres", "serve", "temporal", "redis", "otel"],
+    ["runtime", "openai", "azure", "postgres", "serve", "temporal", "redis", "otel", "a2a"],
     ids=lambda e: e,
 )
 def test_what_users_install_has_both_bounds(extra: str) -> None:

@@ -31,6 +31,7 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "temporal": ("temporalio",),
     "redis": ("redis",),
     "otel": ("opentelemetry.sdk",),
+    "a2a": ("agent_framework_a2a", "a2a"),
 }
 NOT_FOR_USERS = {"dev", "bench"}  # the project's own extras: no sample may need them
 # Samples that need a server: run whole only when the tests have one, else checked with --help.

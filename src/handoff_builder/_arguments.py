@@ -14,6 +14,7 @@ from typing import Any, cast
 
 from agent_framework import Agent
 
+from ._remote import check_remote, is_remote, remote_role_error
 from .exceptions import HandoffArgumentError, HookSignatureError
 
 __all__ = [
@@ -36,27 +37,43 @@ def label(agent: Any) -> str:
     return f"<unnamed agent id={getattr(agent, 'id', '?')!r}>"
 
 
-def agent_argument(value: object, argument: str) -> Agent:
-    """``value``, which must be an ``agent_framework.Agent``."""
+def agent_argument(value: object, argument: str, *, remote: bool = False) -> Agent:
+    """``value``, which must be an ``agent_framework.Agent``.
+
+    With ``remote``, a remote agent (``A2AAgent``) too, whose name is checked; without it, a
+    remote agent is a :class:`~handoff_builder.RemoteAgentToolsError`: the argument's agent
+    needs tools of the workflow's.
+    """
     if isinstance(value, Agent):
         return cast(Agent, value)
+    if is_remote(value):
+        if remote:
+            return cast(Agent, check_remote(value, argument))
+        raise remote_role_error(argument, value)
     raise _not_an_agent(argument, value)
 
 
-def agents_argument(value: object, argument: str, noun: str) -> list[Agent]:
+def agents_argument(
+    value: object, argument: str, noun: str, *, remote: bool = False
+) -> list[Agent]:
     """An agent, or an iterable of agents, as a list; a wrong element is named (``targets[1]``).
 
     ``noun`` names the agents in the .NET-style message for ``None`` elements ("One or more
-    target agents are None.").
+    target agents are None."); ``remote`` is :func:`agent_argument`'s.
     """
     if isinstance(value, Agent):
         return [cast(Agent, value)]
+    if is_remote(value):
+        return [agent_argument(value, argument, remote=remote)]
     if value is None or isinstance(value, str) or not isinstance(value, Iterable):
         raise _not_an_agent(argument, value, several=True)
     agents = list(cast(Iterable[object], value))
     if any(agent is None for agent in agents):
         raise HandoffArgumentError(argument, f"One or more {noun} are None.")
-    return [agent_argument(agent, f"{argument}[{index}]") for index, agent in enumerate(agents)]
+    return [
+        agent_argument(agent, f"{argument}[{index}]", remote=remote)
+        for index, agent in enumerate(agents)
+    ]
 
 
 def agent_or_name(value: object, argument: str) -> Agent | str:
@@ -65,6 +82,8 @@ def agent_or_name(value: object, argument: str) -> Agent | str:
         return value
     if isinstance(value, Agent):
         return cast(Agent, value)
+    if is_remote(value):
+        return cast(Agent, check_remote(value, argument))
     if value is None:
         raise HandoffArgumentError(argument, f"{argument} must be an agent or its name, not None.")
     raise HandoffArgumentError(

@@ -73,7 +73,7 @@ class HandoffWorkflowBuilder(EdgeDeclarations, LimitDeclarations):
 
     def __init__(self, initial_agent: Agent) -> None:
         """Start a builder whose conversations begin at ``initial_agent``."""
-        initial_agent = agent_argument(initial_agent, "initial_agent")
+        initial_agent = agent_argument(initial_agent, "initial_agent", remote=True)
         self._config = BuildConfig(initial_agent, {id(initial_agent): initial_agent})
         self._reported: set[str] = set()  # lint findings already logged by build()
 

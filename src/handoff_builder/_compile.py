@@ -19,6 +19,8 @@ from ._lint import LintFinding
 from ._manager import AutonomousMode, GroupChatManager, ManagerSettings
 from ._model_inputs import ModelCallLog, ModelInputRecorder
 from ._plan import Plan, plan_of
+from ._remote import is_remote
+from ._remote_participant import RemoteParticipant
 from ._review import REVIEW_TOOL_KINDS, review_tools
 from ._routes import HandoffRoute
 from ._settings import (
@@ -212,8 +214,13 @@ def _participant(
     """An agent as the host runs it.
 
     Its handoff tools (with their instructions), its delegates and, for a reviewer, the review
-    tools. ``elsewhere``: the workflow's handoff tools of other agents.
+    tools. ``elsewhere``: the workflow's handoff tools of other agents. A remote agent gets no
+    tools: its hand-back is made by its run (:mod:`._remote_participant`).
     """
+    if is_remote(agent):
+        return RemoteParticipant(
+            agent, routes=routes, policies=policies, elsewhere=dict(elsewhere or {})
+        )
     delegate_tools: list[FunctionTool] = [make_delegate_tool(route) for route in delegates.values()]
     if reviewer:
         delegate_tools.extend(review_tools())
@@ -274,17 +281,26 @@ def _outcome_comments(config: BuildConfig) -> list[str]:
     ]
 
 
+def _node(plan: Plan, name: str, node: str) -> str:
+    """An agent's node in the Mermaid graph.
+
+    The initial agent is rounded, an expert that is no participant a subroutine, a remote agent
+    (on another server) a flag.
+    """
+    if is_remote(plan.agents.get(name) or plan.experts.get(name)):
+        return f'{node}>"{name} (A2A)"]'
+    if name not in plan.agents:  # an expert that only answers delegated tasks
+        return f'{node}[["{name}"]]'
+    return f'{node}(["{name}"])' if name == plan.initial else f'{node}["{name}"]'
+
+
 def to_mermaid(config: BuildConfig) -> str:
     """The handoff graph as a Mermaid flowchart (validated like ``build()``)."""
     plan = plan_of(config)
     names = [*plan.agents, *(name for name in plan.experts if name not in plan.agents)]
     ids = {name: f"a{index}" for index, name in enumerate(names)}
     lines = ["flowchart LR"]
-    for name, node in ids.items():
-        shape = f'{node}(["{name}"])' if name == plan.initial else f'{node}["{name}"]'
-        if name not in plan.agents:  # an expert that only answers delegated tasks
-            shape = f'{node}[["{name}"]]'
-        lines.append(f"    {shape}")
+    lines += [f"    {_node(plan, name, node)}" for name, node in ids.items()]
     for source, routes in plan.routes.items():
         for route in routes.values():
             arrow = route.edge.arrow

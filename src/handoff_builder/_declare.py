@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from agent_framework import Agent
+from agent_framework import Agent, BaseAgent
 from typing_extensions import Self
 
 from ._arguments import (
@@ -36,7 +36,7 @@ class Declarations:
 
     _config: BuildConfig
 
-    def add_participants(self, *agents: Agent | Iterable[Agent]) -> Self:
+    def add_participants(self, *agents: Agent | BaseAgent | Iterable[Agent | BaseAgent]) -> Self:
         """Add agents without edges (the default all-to-all mesh applies when no edge is declared).
 
         Adding the same agent object twice has no effect. Each must be an ``agent_framework.Agent``
@@ -46,7 +46,7 @@ class Declarations:
         chosen = [
             agent
             for index, item in enumerate(agents)
-            for agent in agents_argument(item, f"agents[{index}]", "agents")
+            for agent in agents_argument(item, f"agents[{index}]", "agents", remote=True)
         ]
         for agent in chosen:
             self._config.participants.setdefault(id(agent), agent)

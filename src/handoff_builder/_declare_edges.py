@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, overload
 
-from agent_framework import Agent
+from agent_framework import Agent, BaseAgent
 from typing_extensions import Self
 
 from ._arguments import (
@@ -17,6 +17,7 @@ from ._arguments import (
 )
 from ._config import DelegateEdge, Edge, HandBack
 from ._declare import Declarations, at_least_one, is_list
+from ._remote import is_remote
 from ._settings import (
     DEFAULT_MAX_REVIEW_ROUNDS,
     HISTORY_MODES,
@@ -42,7 +43,7 @@ class EdgeDeclarations(Declarations):
     def with_handoff(
         self,
         source: Agent,
-        target: Agent,
+        target: Agent | BaseAgent,
         reason: str | None = None,
         *,
         tool_name: str | None = None,
@@ -56,7 +57,8 @@ class EdgeDeclarations(Declarations):
 
         Args:
             source: The agent that gets the handoff tool.
-            target: The agent the tool passes the conversation to.
+            target: The agent the tool passes the conversation to: an ``Agent``, or a remote
+                agent (agent_framework's ``A2AAgent``; see docs/remote-agents.md).
             reason: When to use this handoff; it becomes the tool's description. Defaults to the
                 target's description, else its name, else its instructions.
             tool_name: The tool's name; defaults to ``handoff_to_<target name>``.
@@ -78,7 +80,7 @@ class EdgeDeclarations(Declarations):
                 ``docs/what-each-agent-sees.md``.
         """
         source_agent = agent_argument(source, "source")
-        target_agent = agent_argument(target, "target")
+        target_agent = agent_argument(target, "target", remote=True)
         edge_name = f"the handoff from {label(source_agent)} to {label(target_agent)}"
         policy = edge_policy(
             on_handoff,
@@ -156,18 +158,18 @@ class EdgeDeclarations(Declarations):
                 input_filter=input_filter,
             )
 
-        if isinstance(first, Agent):
+        if isinstance(first, Agent):  # a remote agent as the source is refused below
             if reason is not None:
                 raise HandoffArgumentError(
                     "reason", "with_handoffs(source, targets) takes no reason; use with_handoff."
                 )
-            if isinstance(second, Agent):
+            if isinstance(second, Agent) or is_remote(second):
                 raise HandoffArgumentError(
                     "targets",
                     "with_handoffs(source, targets) takes a list of targets; for one target use "
                     "with_handoff(source, target).",
                 )
-            targets = agents_argument(second, "targets", "target agents")
+            targets = agents_argument(second, "targets", "target agents", remote=True)
             check_hooks(
                 first, targets, on_handoff=on_handoff, is_enabled=is_enabled, approval=approval,
                 input_filter=input_filter,
@@ -182,7 +184,7 @@ class EdgeDeclarations(Declarations):
                 f"{type(first).__name__} and {type(second).__name__}.",
             )
         sources = agents_argument(first, "sources", "source agents")
-        target = agent_argument(second, "target")
+        target = agent_argument(second, "target", remote=True)
         if reason is not None and not isinstance(reason, str):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise HandoffArgumentError(
                 "reason", f"reason must be a string, not {type(reason).__name__}."
@@ -199,7 +201,7 @@ class EdgeDeclarations(Declarations):
     def with_hand_back(
         self,
         coordinator: Agent,
-        specialists: Agent | Iterable[Agent] | None = None,
+        specialists: Agent | BaseAgent | Iterable[Agent | BaseAgent] | None = None,
         reason: str | None = None,
         *,
         tool_name: str | None = None,
@@ -217,13 +219,15 @@ class EdgeDeclarations(Declarations):
         The coordinator may not hand straight back to the agent that just handed back to it
         before the next user message (no ping-pong), and hand-backs count toward the per-message
         cap. ``on_handoff``, ``is_enabled``, ``approval`` and ``input_filter`` (the coordinator
-        reads what it returns) are those of :meth:`with_handoff`.
+        reads what it returns) are those of :meth:`with_handoff`. A remote specialist
+        (``A2AAgent``) gets no tool: its task's completion hands back, with its answer as the
+        summary (docs/remote-agents.md).
         """
         coordinator_agent = agent_argument(coordinator, "coordinator")
         chosen = (
             None
             if specialists is None
-            else agents_argument(specialists, "specialists", "specialist agents")
+            else agents_argument(specialists, "specialists", "specialist agents", remote=True)
         )
         edge_name = f"the hand-back to {label(coordinator_agent)}"
         policy = edge_policy(
@@ -241,7 +245,7 @@ class EdgeDeclarations(Declarations):
     def with_delegate(
         self,
         caller: Agent,
-        expert: Agent,
+        expert: Agent | BaseAgent,
         reason: str | None = None,
         *,
         tool_name: str | None = None,
@@ -262,8 +266,9 @@ class EdgeDeclarations(Declarations):
         Args:
             caller: The agent that gets the tool: a participant, or another delegate's expert
                 (delegates nest, up to :meth:`with_max_delegation_depth`).
-            expert: The agent that answers. It need not be a participant; when it is one, it
-                still runs with no handoff tools here.
+            expert: The agent that answers: an ``Agent``, or a remote agent (``A2AAgent``, see
+                docs/remote-agents.md). It need not be a participant; when it is one, it still
+                runs with no handoff tools here.
             reason: When to ask; it becomes the tool's description. Defaults to the expert's
                 description, else its name, else its instructions.
             tool_name: The tool's name; defaults to ``ask_<expert name>``, sanitised.
@@ -282,7 +287,7 @@ class EdgeDeclarations(Declarations):
         caller) is refused by ``build()``.
         """
         caller_agent = agent_argument(caller, "caller")
-        expert_agent = agent_argument(expert, "expert")
+        expert_agent = agent_argument(expert, "expert", remote=True)
         if history not in HISTORY_MODES:
             raise ValueError(
                 f"history must be one of {', '.join(map(repr, HISTORY_MODES))}, not {history!r}."

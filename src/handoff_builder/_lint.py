@@ -232,7 +232,8 @@ def _of(routes: Mapping[str, Mapping[str, HandoffRoute]], name: str) -> Iterable
 
 
 def _own_tools(agent: Agent) -> list[tuple[str, str]]:
-    tools: Any = (agent.default_options or {}).get("tools") or []
+    options: dict[str, Any] = getattr(agent, "default_options", None) or {}
+    tools: Any = options.get("tools") or []
     items: Sequence[Any] = cast("Sequence[Any]", tools) if isinstance(tools, Sequence) else [tools]
     found: list[tuple[str, str]] = []
     for item in items:

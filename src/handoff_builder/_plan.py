@@ -28,6 +28,7 @@ from ._validation import (
     own_tool_names,
     participant_problems,
     problem,
+    remote_problems,
     review_problems,
     tool_name_problems,
 )
@@ -83,6 +84,7 @@ def survey(config: BuildConfig) -> tuple[list[LintFinding], Plan | None]:
     experts = [d.expert for d in _distinct_delegates(config) if id(d.expert) not in in_graph]
     naming = participant_problems(participants + list({id(e): e for e in experts}.values()))
     problems = naming + edge_problems(edges) + delegate_problems(config.delegates, in_graph)
+    problems += remote_problems(edges)
     safe_agents: dict[str, Any] = {
         cap: outcome for cap, outcome in config.cap_outcomes.items() if isinstance(outcome, Agent)
     }

@@ -44,7 +44,8 @@ DECLINE_REASON_KEY = "reason"
 
 
 def _tool_named(agent: Agent, name: str) -> FunctionTool | None:
-    tools: Any = (agent.default_options or {}).get("tools") or []
+    options: dict[str, Any] = getattr(agent, "default_options", None) or {}
+    tools: Any = options.get("tools") or []
     items: Sequence[Any] = tools if isinstance(tools, Sequence) else [tools]  # pyright: ignore[reportUnknownVariableType]
     for item in items:
         if isinstance(item, FunctionTool) and item.name == name:

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from ._arguments import label
 from ._config import Edge
 from ._lint import LintFinding
+from ._remote import card_description, is_remote
 from ._routes import MAX_TOOL_NAME_LENGTH, is_valid_tool_name
 
 
@@ -41,15 +42,22 @@ def agent_instructions(agent: Agent[Any]) -> str | None:
 
 def own_tool_names(agent: Agent[Any]) -> set[str]:
     """Names of the tools the agent already has."""
-    tools: Any = (agent.default_options or {}).get("tools") or []
+    options: dict[str, Any] = getattr(agent, "default_options", None) or {}
+    tools: Any = options.get("tools") or []
     items: Iterable[Any] = cast("Sequence[Any]", tools) if isinstance(tools, Sequence) else [tools]
     names = (getattr(item, "name", None) for item in items)
     return {name for name in names if isinstance(name, str)}
 
 
 def handoff_description(edge: Edge) -> str | None:
-    """The edge reason, else the target's description, name or instructions (first non-blank)."""
+    """The edge reason, else the target's description, name or instructions (first non-blank).
+
+    A remote target's description and name are its agent card's: they reach the prompt cut and
+    marked (:func:`~handoff_builder._remote.card_description`).
+    """
     target = edge.target
+    if is_remote(target) and not (isinstance(edge.reason, str) and edge.reason.strip()):
+        return card_description(target)
     for candidate in (
         edge.reason,
         getattr(target, "description", None),
@@ -59,6 +67,46 @@ def handoff_description(edge: Edge) -> str | None:
         if isinstance(candidate, str) and candidate.strip():
             return candidate
     return None
+
+
+def remote_problems(edges: Sequence[Edge]) -> list[LintFinding]:
+    """A remote agent is no edge's source but a hand-back's, whose summary is its answer.
+
+    The builder refuses a remote source at the call; the default all-to-all mesh would make one.
+    A hand-back from a remote agent cannot take a payload model or wait for approval.
+    """
+    problems: list[LintFinding] = []
+    meshed: set[int] = set()
+    for edge in edges:
+        source = edge.source
+        if not is_remote(source):
+            continue
+        name = _name(source)
+        if edge.kind == "handoff" and id(source) not in meshed:
+            meshed.add(id(source))
+            problems.append(
+                problem(
+                    "remote-handoff-tools",
+                    [source],
+                    f"Agent {name!r} is a remote A2A agent and cannot be given handoff tools, "
+                    "but the default all-to-all mesh gives it some (no handoff edge is "
+                    f"declared). Declare the edges: with_handoff(<coordinator>, {name}) and "
+                    f"with_hand_back(<coordinator>, [{name}]).",
+                )
+            )
+        elif edge.kind == "hand_back" and (
+            edge.payload is not None or edge.policy.approval is not False
+        ):
+            problems.append(
+                problem(
+                    "remote-hand-back",
+                    [source],
+                    f"The hand-back of the remote agent {name!r} hands back its answer as the "
+                    "summary when its task completes: it cannot fill a payload model or wait "
+                    "for approval. Declare a plain with_hand_back for it.",
+                )
+            )
+    return problems
 
 
 def participant_problems(participants: Sequence[Any]) -> list[LintFinding]:

@@ -6,8 +6,10 @@ so ``except ValueError`` keeps working for configuration mistakes::
     HandoffBuilderError(Exception)
     ├── HandoffArgumentError(HandoffBuilderError, TypeError)         a builder method got the wrong
     │   │                                                            kind of value (at the call)
-    │   └── HookSignatureError(HandoffArgumentError)                 a function cannot take what
-    │                                                                the workflow will pass it
+    │   ├── HookSignatureError(HandoffArgumentError)                 a function cannot take what
+    │   │                                                            the workflow will pass it
+    │   └── RemoteAgentToolsError(HandoffArgumentError)              a remote (A2A) agent where
+    │                                                                an agent needs tools
     ├── HandoffConfigurationError(HandoffBuilderError, ValueError)   build() found problems
     ├── SchemaVersionError(HandoffBuilderError, ValueError)          state from a newer version
     ├── CorruptStateError(HandoffBuilderError, ValueError)           saved state is not valid
@@ -18,6 +20,8 @@ so ``except ValueError`` keeps working for configuration mistakes::
     ├── StoreUnavailableError(HandoffBuilderError, ConnectionError)  the store cannot be reached
     ├── ModelConnectionError(HandoffBuilderError, ConnectionError)  an agent's model cannot be
     │                                                                reached (names the URL)
+    ├── RemoteAgentError(HandoffBuilderError, ConnectionError)      a remote (A2A) agent failed,
+    │                                                                timed out or was unreachable
     ├── PendingRequestsError(HandoffBuilderError, RuntimeError)     a hosted turn waits for answers
     ├── UnexpectedAnswersError(HandoffBuilderError, ValueError)     answers nothing waits for
     ├── MessageNotStoredError(HandoffBuilderError, RuntimeError)    a message was refused, unstored
@@ -55,6 +59,8 @@ __all__ = [
     "ModelConnectionError",
     "PayloadTooLargeError",
     "PendingRequestsError",
+    "RemoteAgentError",
+    "RemoteAgentToolsError",
     "SchemaVersionError",
     "ScriptExhaustedError",
     "StoreUnavailableError",
@@ -94,6 +100,26 @@ class HookSignatureError(HandoffArgumentError):
         self.source = source
         self.target = target
         super().__init__(hook, message)
+
+
+class RemoteAgentToolsError(HandoffArgumentError):
+    """A remote agent (agent_framework's ``A2AAgent``) was given where an agent needs tools.
+
+    The workflow cannot add tools to a remote agent's run: the agent and its model are on another
+    server, reached through the Agent2Agent protocol. So a remote agent cannot be the source of a
+    handoff, a caller of delegates, a coordinator or a reviewer. It can be a handoff target, a
+    hand-back specialist (its finished task hands the conversation back) and a delegate's expert
+    (see docs/remote-agents.md). ``agent`` names it, ``argument`` the parameter it was given as.
+    """
+
+    def __init__(self, argument: str, agent: str, role: str) -> None:
+        self.agent = agent
+        super().__init__(
+            argument,
+            f"Agent {agent!r} is a remote A2A agent and cannot be given handoff tools, so it "
+            f"cannot be {role}. A remote agent can be a handoff target, a hand-back specialist "
+            "(its finished task hands the conversation back) or a delegate's expert.",
+        )
 
 
 class HandoffConfigurationError(HandoffBuilderError, ValueError):
@@ -229,6 +255,32 @@ class ModelConnectionError(HandoffBuilderError, ConnectionError):
             f"Agent {agent!r} could not reach its model at {url} ({detail}); check the address "
             "and that its server is up."
         )
+
+
+class RemoteAgentError(HandoffBuilderError, ConnectionError):
+    """A remote agent (agent_framework's ``A2AAgent``) did not answer.
+
+    ``agent`` names it; ``kind`` says what happened: ``"unreachable"`` (no connection to its
+    server), ``"timeout"`` (no answer within its client's timeout), ``"http"`` (its server
+    answered with an HTTP error, such as 500), ``"failed"`` (its task ended failed, rejected or
+    cancelled) or ``"error"`` (anything else its client raised); ``url`` is the address tried
+    (``""`` when the client did not say), ``detail`` the words of the system. The client's
+    exception is the ``__cause__``. In a delegation it is the caller's tool error, as text.
+    """
+
+    def __init__(self, agent: str, kind: str, url: str, detail: str) -> None:
+        self.agent = agent
+        self.kind = kind
+        self.url = url
+        self.detail = detail
+        where = f" at {url}" if url else ""
+        what = {
+            "unreachable": "could not be reached",
+            "timeout": "did not answer in time",
+            "http": "answered with an HTTP error",
+            "failed": "could not do its task",
+        }.get(kind, "failed")
+        super().__init__(f"Remote agent {agent!r}{where} {what} ({detail}).")
 
 
 class PendingRequestsError(HandoffBuilderError, RuntimeError):

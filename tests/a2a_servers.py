@@ -1,0 +1,232 @@
+"""Real A2A servers for the tests: a scripted remote agent served by a2a-sdk on 127.0.0.1.
+
+:class:`A2AServer` serves an a2a-sdk app (its agent card and JSON-RPC routes, a
+``DefaultRequestHandler`` over an in-memory task store) with uvicorn on a free port of
+127.0.0.1, in the test's own event loop, and is ready once its agent card answers. Its agent
+answers from a script, one :class:`Answer` per message, and the server keeps what came over the
+wire: every request's JSON body (``requests``) and each message as the agent read it
+(``received``). ``fail_with`` makes it answer every request with that HTTP status instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+import uvicorn
+from a2a.helpers.proto_helpers import (
+    new_task_from_user_message,
+    new_text_message,
+    new_text_part,
+)
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events.event_queue import EventQueue
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Role
+from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
+from starlette.applications import Starlette
+from typing_extensions import override
+
+State = Literal["completed", "input_required", "failed", "message"]
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One scripted answer: its text, how its task ends, after ``delay`` seconds.
+
+    ``"message"``: a plain A2A message and no task; ``"completed"``: a task whose artifact is
+    the text; ``"input_required"``: a task that asks the text and waits; ``"failed"``.
+    """
+
+    text: str
+    state: State = "completed"
+    delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class Received:
+    """One message as the remote agent read it: its text, context and task."""
+
+    text: str
+    context_id: str
+    task_id: str
+    continued: bool
+    """True when the message continued a task the server had already."""
+
+
+Script = Callable[[Received], Answer]
+
+
+class ScriptedExecutor(AgentExecutor):
+    """The remote agent: answers each message from its server's script."""
+
+    def __init__(self, server: A2AServer) -> None:
+        self._server = server
+
+    @override
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        assert context.message is not None
+        assert context.task_id is not None
+        assert context.context_id is not None
+        received = Received(
+            context.get_user_input(),
+            context.context_id,
+            context.task_id,
+            context.current_task is not None,
+        )
+        self._server.received.append(received)
+        answer = self._server.script(received)
+        if answer.delay:
+            await asyncio.sleep(answer.delay)
+        if answer.state == "message":
+            reply = new_text_message(
+                answer.text, context_id=context.context_id, role=Role.ROLE_AGENT
+            )
+            await event_queue.enqueue_event(reply)
+            return
+        if context.current_task is None:
+            await event_queue.enqueue_event(new_task_from_user_message(context.message))
+        updater = TaskUpdater(event_queue, context.task_id, context.context_id)
+        said = updater.new_agent_message([new_text_part(answer.text)])
+        if answer.state == "completed":
+            await updater.add_artifact([new_text_part(answer.text)], name="answer")
+            await updater.complete()
+        elif answer.state == "input_required":
+            await updater.requires_input(said)
+        else:
+            await updater.failed(said)
+
+    @override
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        raise NotImplementedError("the scripted agent's tasks cannot be cancelled")
+
+
+@dataclass
+class A2AServer:
+    """A scripted remote agent on 127.0.0.1 (``async with A2AServer(script) as server``)."""
+
+    script: Script
+    name: str = "policy"
+    description: str = "Answers questions about the refund policy."
+    fail_with: int | None = None
+    requests: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
+    received: list[Received] = field(default_factory=list[Received])
+    url: str = ""
+    _server: uvicorn.Server | None = None
+    _task: asyncio.Task[None] | None = None
+
+    @property
+    def sent(self) -> list[dict[str, Any]]:
+        """The A2A messages sent to it (``params.message`` of each ``SendMessage``), as JSON."""
+        return [r["params"]["message"] for r in self.requests if r.get("method") == "SendMessage"]
+
+    def card(self) -> AgentCard:
+        """The agent card it serves."""
+        return AgentCard(
+            name=self.name,
+            description=self.description,
+            version="1.0.0",
+            supported_interfaces=[
+                AgentInterface(protocol_binding="JSONRPC", url=self.url, protocol_version="1.0")
+            ],
+            capabilities=AgentCapabilities(streaming=True),
+            default_input_modes=["text/plain"],
+            default_output_modes=["text/plain"],
+            skills=[
+                AgentSkill(id="answer", name="answer", description=self.description, tags=["test"])
+            ],
+        )
+
+    async def __aenter__(self) -> A2AServer:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
+        card = self.card()
+        handler = DefaultRequestHandler(
+            agent_executor=ScriptedExecutor(self), task_store=InMemoryTaskStore(), agent_card=card
+        )
+        routes = [*create_agent_card_routes(card), *create_jsonrpc_routes(handler, "/")]
+        app = Starlette(routes=routes)
+
+        async def recorded(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http" or scope["method"] != "POST":
+                await app(scope, receive, send)
+                return
+            body = b""
+            while True:
+                part = await receive()
+                body += part.get("body", b"")
+                if not part.get("more_body"):
+                    break
+            self.requests.append(json.loads(body))
+            if self.fail_with is not None:
+                await send({"type": "http.response.start", "status": self.fail_with, "headers": []})
+                await send({"type": "http.response.body", "body": b"scripted failure"})
+                return
+            replayed = False
+
+            async def again() -> MutableMapping[str, Any]:
+                nonlocal replayed
+                if not replayed:
+                    replayed = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                return await receive()
+
+            await app(scope, again, send)
+
+        config = uvicorn.Config(recorded, log_level="warning", lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
+        await self._until_ready()
+        return self
+
+    async def _until_ready(self, seconds: float = 20) -> None:
+        """Wait until its agent card answers."""
+        deadline = time.monotonic() + seconds
+        async with httpx.AsyncClient() as client:
+            while True:
+                try:
+                    card = await client.get(self.url.rstrip("/") + AGENT_CARD_WELL_KNOWN_PATH)
+                    if card.status_code == 200 and card.json()["name"] == self.name:
+                        return
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, f"the A2A server at {self.url} never answered"
+                await asyncio.sleep(0.02)
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self._server is not None
+        assert self._task is not None
+        self._server.should_exit = True
+        await self._task
+
+
+def closed_port_url() -> str:
+    """The address of a port of 127.0.0.1 that nothing listens on."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/"
+
+
+def answers(*scripted: Answer | str) -> Script:
+    """A script that plays ``scripted`` in order (a text: a completed task with that answer)."""
+    queue = [Answer(a) if isinstance(a, str) else a for a in scripted]
+
+    def script(received: Received) -> Answer:
+        assert queue, f"the scripted remote agent got one message too many: {received.text!r}"
+        return queue.pop(0)
+
+    return script
