@@ -14,6 +14,7 @@ conversations, telemetry and deadlines. Regressions of bugs found in review are 
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -1433,3 +1434,57 @@ async def test_a_handoff_in_a_batch_whose_delegation_waits_is_followed_once_it_a
     assert result.text.endswith("Billing here.")
     assert received(billing).sees("Goal: Refund it.")
     assert_valid(result.conversation)
+
+
+# -- fan-out: several delegate calls in one response ---------------------------------------------
+
+
+def fan_out_desk(experts: int) -> tuple[HandoffWorkflowBuilder, list[int]]:
+    """triage asks ``experts`` experts in one response; each expert's tool counts how many
+    experts are inside it at once (``peak[0]``) while it yields to the event loop."""
+    inside, peak = [0], [0]
+
+    @tool
+    async def look_up() -> str:
+        """Look something up."""
+        inside[0] += 1
+        peak[0] = max(peak[0], inside[0])
+        await asyncio.sleep(0.05)
+        inside[0] -= 1
+        return "found"
+
+    names = [f"expert{n}" for n in range(experts)]
+    calls = [call_tool(f"ask_{name}", task=f"task {name}") for name in names]
+    triage = scripted_agent("triage", respond(*calls), reply("All answered."))
+    builder = HandoffWorkflowBuilder(triage)
+    for name in names:
+        expert = scripted_agent(
+            name, call_tool("look_up"), reply(f"{name} says yes."), tools=[look_up]
+        )
+        builder = builder.with_delegate(triage, expert, f"{name}'s questions")
+    return builder, peak
+
+
+async def test_a_fan_out_runs_every_expert_at_once_by_default() -> None:
+    builder, peak = fan_out_desk(4)
+    result = (await run_turn(builder.build(), USER)).result
+    assert peak[0] == 4
+    assert [(d.expert, d.result) for d in result.delegations] == [
+        (f"expert{n}", f"expert{n} says yes.") for n in range(4)
+    ]
+
+
+async def test_max_parallel_delegations_bounds_a_fan_out_and_keeps_every_answer() -> None:
+    builder, peak = fan_out_desk(4)
+    result = (await run_turn(builder.with_max_parallel_delegations(2).build(), USER)).result
+    assert peak[0] == 2
+    assert sorted((d.expert, d.outcome) for d in result.delegations) == [
+        (f"expert{n}", "answered") for n in range(4)
+    ]
+    assert result.text == "All answered."
+
+
+def test_max_parallel_delegations_takes_a_positive_number() -> None:
+    triage = scripted_agent("triage", reply("hi"))
+    with pytest.raises(ValueError, match="limit"):
+        HandoffWorkflowBuilder(triage).with_max_parallel_delegations(0)

@@ -173,6 +173,7 @@ def compile_workflow(
         hook_timeout=config.hook_timeout,
         experts=experts,
         max_delegation_depth=config.max_delegation_depth,
+        max_parallel_delegations=config.max_parallel_delegations,
         reviewed=frozenset(plan.reviews) if isinstance(manager, HandoffManager) else frozenset(),
         apologies=(
             {"review_rounds": DEFAULT_REVIEW_ESCALATION_MESSAGE}

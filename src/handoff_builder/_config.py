@@ -140,6 +140,7 @@ class BuildConfig:
     cap_outcomes: dict[str, Any] = field(default_factory=dict[str, Any])
     delegates: list[DelegateEdge] = field(default_factory=list[DelegateEdge])
     max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH
+    max_parallel_delegations: int | None = None
     reviews: list[tuple[Any, Any, int]] = field(default_factory=list[tuple[Any, Any, int]])
     checkpoint_storage: Any = None
     model_inputs: ModelInputs | None = None

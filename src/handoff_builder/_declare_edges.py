@@ -342,6 +342,17 @@ class EdgeDeclarations(Declarations):
         self._config.max_delegation_depth = at_least_one("depth", depth)
         return self
 
+    def with_max_parallel_delegations(self, limit: int) -> Self:
+        """How many experts of one response run at once (default: all of them).
+
+        A model that calls several delegates in one response fans out: their experts run
+        concurrently, and each answer is its own call's result, in call order. ``limit`` bounds
+        how many run at a time (the rest wait for a slot); each expert's own delegates have a
+        bound of their own, so nested delegations never wait on their caller's slot.
+        """
+        self._config.max_parallel_delegations = at_least_one("limit", limit)
+        return self
+
 
 def edge_policy(
     on_handoff: HandoffHook | None,

@@ -24,6 +24,8 @@ the frame above, and so on out to the caller, which then runs again with its cal
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -145,7 +147,8 @@ class DelegationScope:
 
     ``inputs(expert, history, end)`` is what an expert sees of the shared conversation's first
     ``end`` messages; ``on_update(expert)`` where a streaming run sends its updates (``None``: not
-    streaming); ``used`` counts each delegate's calls in this turn (``caller/tool``).
+    streaming); ``used`` counts each delegate's calls in this turn (``caller/tool``);
+    ``max_parallel``: how many experts of one response run at once (``None``: all of them).
     """
 
     experts: Mapping[str, Expert]
@@ -154,6 +157,7 @@ class DelegationScope:
     on_update: Callable[[str], Callable[[AgentResponseUpdate], Awaitable[None]] | None]
     max_depth: int = DEFAULT_MAX_DELEGATION_DEPTH
     used: dict[str, int] | None = None
+    max_parallel: int | None = None
 
 
 def delegate_key(caller: str, tool_name: str) -> str:
@@ -224,6 +228,10 @@ class Delegations:
         self.suspension: Suspension | None = None
         if scope.used is None:
             scope.used = {}
+        # The calls of this run's response share its slots; an expert's own delegations have
+        # theirs (an expert holding a slot never waits for one its delegates need).
+        limit = scope.max_parallel
+        self._slots = contextlib.nullcontext() if limit is None else asyncio.Semaphore(limit)
 
     @property
     def allowed(self) -> bool:
@@ -290,9 +298,10 @@ class Delegations:
             frame.tool_name, frame.call_id, frame.caller, frame.expert, frame.depth
         ) as span:
             try:
-                response = await participant.run_delegated(
-                    [*shared, *frame.messages], self.scope.on_update(frame.expert), nested
-                )
+                async with self._slots:
+                    response = await participant.run_delegated(
+                        [*shared, *frame.messages], self.scope.on_update(frame.expert), nested
+                    )
             except Exception as error:  # the caller gets the error and carries on
                 result = FAILED_RESULT.format(
                     expert=frame.expert, error=f"{type(error).__name__}: {error}"

@@ -33,7 +33,8 @@ class HostSettings:
       ``intermediate_agents``: those whose updates are intermediate events instead.
     * ``agent_timeout``, ``turn_timeout``, ``hook_timeout``: seconds (``None``: no limit).
     * ``experts``: the agents as they answer delegated tasks (no handoff tools), by name;
-      ``max_delegation_depth``: how deep delegations may nest.
+      ``max_delegation_depth``: how deep delegations may nest; ``max_parallel_delegations``: how
+      many experts of one response run at once (``None``: all of them).
     * ``reviewed``: the agents whose replies a reviewer must approve; ``apologies``: the
       message of an escalation by its reason, where it is not the host's ``apology``.
     * ``model_calls``: where the participants' recorders write what each model received
@@ -50,6 +51,7 @@ class HostSettings:
     hook_timeout: float | None = DEFAULT_HOOK_TIMEOUT
     experts: Mapping[str, Participant] = field(default_factory=dict[str, Participant])
     max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH
+    max_parallel_delegations: int | None = None
     reviewed: frozenset[str] = frozenset()
     apologies: Mapping[str, str] = field(default_factory=dict[str, str])
     model_calls: ModelCallLog | None = None
@@ -77,7 +79,7 @@ class HostSettings:
         """What a host's local runner is told once, with these agents."""
         return RunnerSetup(
             participants, self.experts, self.filtering, self.handoff_tools, self.hook_timeout,
-            self.max_delegation_depth, author,
+            self.max_delegation_depth, author, self.max_parallel_delegations,
         )  # fmt: skip
 
 

@@ -91,6 +91,7 @@ class RunnerSetup:
     hook_timeout: float | None = DEFAULT_HOOK_TIMEOUT
     max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH
     author: str = "handoff_host"
+    max_parallel_delegations: int | None = None
 
 
 def payload_models(
@@ -375,6 +376,7 @@ class LocalAgentRunner:
             on_update=on_update,
             max_depth=self.setup.max_delegation_depth,
             used=used,
+            max_parallel=self.setup.max_parallel_delegations,
         )
         return Delegations(scope)
 
