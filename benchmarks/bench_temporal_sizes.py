@@ -18,9 +18,11 @@ For each length N (``--lengths``, default ``10,100,1000,10000``), one run:
    the activities' input payloads (``ActivityTaskScheduled``) and result payloads
    (``ActivityTaskCompleted``), each ``Payload.ByteSize()`` (data and metadata).
 
-A length whose conversation does not fit in a Temporal payload (2 MiB by default) cannot run: its
-row gives the error it got (``PayloadTooLargeError`` from the client, before anything reaches the
-workflow). The conversations are fresh for each of ``--repeat`` rounds (default 3), the lengths
+A length whose conversation does not fit in a Temporal payload (2 MiB by default) cannot run. The
+client refuses its first message (``PayloadTooLargeError``); the same messages are then sent in
+turns of as many as fit (1,000, halved after each refusal), and the row says how long the
+conversation grew and how one message more failed (refused, or taken and its turn failed). The
+conversations are fresh for each of ``--repeat`` rounds (default 3), the lengths
 in turn within a round; each figure is the median over the rounds. The worker is one process of
 its own (``bench_temporal.py``'s, the same scripted zero-latency desk).
 
