@@ -23,6 +23,9 @@ PostgreSQL: ``--dsn`` or ``$HANDOFF_BUILDER_POSTGRES_DSN``. Run from the reposit
 
     .venv/bin/python benchmarks/bench_temporal.py                  # 2 rounds x 5 s, ~2 min
     .venv/bin/python benchmarks/bench_temporal.py --seconds 10 --rounds 3 --json /tmp/t.json
+
+What one turn writes to a conversation's event history and activities, by conversation length:
+``bench_temporal_sizes.py`` beside this file.
 """
 
 from __future__ import annotations
