@@ -1568,6 +1568,43 @@ async def test_a_message_that_would_not_fit_is_refused_and_the_conversation_goes
     assert [len(m.text) for m in history if m.role == "user"] == [300_000] * 6 + [11]
 
 
+async def test_the_largest_message_a_conversation_takes_fits_the_call_it_starts(
+    client: Client, queue: str
+) -> None:
+    """Under a payload limit of 20,000 bytes, the longest first message a conversation takes
+    (found by halving, each probe a new conversation) runs its turn: the Update's check counts
+    what the open turn adds to the agent call, so no message passes it only to fail its turn."""
+    from handoff_builder import HandoffTurnResult, PayloadTooLargeError
+
+    limit = 20_000
+    refusals = {"the message", "the conversation with this message"}
+    async with serving(client, echo_desk(), queue) as host:
+        await host.payload_limit()
+        # a small limit, whose edge is found quickly
+        host._payload_limit = limit  # pyright: ignore[reportPrivateUsage]
+        start = host._start  # pyright: ignore[reportPrivateUsage]
+        host._start = start.model_copy(update={"payload_limit": limit})  # pyright: ignore[reportPrivateUsage]
+
+        async def sent(length: int) -> HandoffTurnResult | PayloadTooLargeError:
+            try:
+                return await host.send(cid(), "x" * length)
+            except PayloadTooLargeError as error:
+                return error
+
+        taken, refused = 1, limit
+        while refused - taken > 1:
+            middle = (taken + refused) // 2
+            outcome = await sent(middle)
+            if isinstance(outcome, PayloadTooLargeError) and outcome.what in refusals:
+                refused = middle
+            else:
+                taken = middle
+        largest = await sent(taken)
+    assert isinstance(largest, HandoffTurnResult), largest
+    assert largest.text == f"{taken} characters"
+    assert limit - 2_000 < taken < limit
+
+
 async def test_a_message_larger_than_a_payload_is_refused_before_it_is_sent(
     client: Client, queue: str
 ) -> None:

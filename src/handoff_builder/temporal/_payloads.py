@@ -42,6 +42,11 @@ DEFAULT_PAYLOAD_LIMIT = 2 * 1024 * 1024
 """Temporal's limit on one payload (``limit.blobSize.error``) when the namespace does not say."""
 
 
+TURN_ALLOWANCE = 1024
+"""Bytes an agent call may take besides the conversation and the new input: the open turn's state
+(where it starts, who runs, its counters) and how the input is stored. An Update whose input
+would leave less room than this under the payload limit is refused."""
+
 KEY_PREFIX = "key:"
 """The start of an Update's id that is a client's idempotency key (the rest of the id)."""
 

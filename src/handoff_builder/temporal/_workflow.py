@@ -60,6 +60,7 @@ from ._failures import (
 )
 from ._payloads import (
     KEY_PREFIX,
+    TURN_ALLOWANCE,
     AgentCallPayload,
     AgentCallResult,
     Answers,
@@ -338,9 +339,14 @@ class ConversationWorkflow:
             raise busy(self._conversation_id)
 
     def _refuse_if_too_large(self, what: str, joining: UserInputPayload | Answers) -> None:
-        """Refuse an Update whose input would make the next agent call too large a payload."""
+        """Refuse an Update whose input would make the next agent call too large a payload.
+
+        The call is the conversation as it stands, the input and what the turn's state adds
+        (``TURN_ALLOWANCE``): an input that passes here fits the call it starts.
+        """
         call = self._runner.payload(self._host.speaker or "")
-        size, limit = payload_size(call) + payload_size(joining), self._start.payload_limit
+        size = payload_size(call) + payload_size(joining) + TURN_ALLOWANCE
+        limit = self._start.payload_limit
         if size > limit:
             raise too_large(self._conversation_id, what, size, limit)
 
