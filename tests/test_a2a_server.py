@@ -9,6 +9,7 @@ person, another framework's agent, bad input.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import asynccontextmanager
@@ -20,6 +21,7 @@ from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 from a2a.helpers.proto_helpers import get_data_parts, new_data_part
 from a2a.types import (
     AgentCard,
+    CancelTaskRequest,
     Message,
     Part,
     Role,
@@ -491,3 +493,73 @@ async def test_a_turn_that_fails_fails_its_task_and_the_next_message_retries_it(
     assert status_text(failed).startswith("ScriptExhaustedError")
     assert again.status.state == TaskState.TASK_STATE_COMPLETED
     assert artifacts(again)[-1] == ("billing", "Anything else?")
+
+
+# -- A2A 0.3's method names, and cancelling ------------------------------------------------------
+
+
+def v03_message(text: str, **fields: str) -> dict[str, Any]:
+    """A message as A2A 0.3 writes it (``kind`` on each part, lower-case roles)."""
+    message = {"messageId": uuid.uuid4().hex, "role": "user", "kind": "message"}
+    return {"message": {**message, "parts": [{"kind": "text", "text": text}], **fields}}
+
+
+async def test_a_client_of_a2a_0_3_sends_and_streams_with_its_method_names() -> None:
+    host, _, _ = desk_host(reply(FOUND), respond("It was ", "refunded yesterday."))
+    async with served(host) as url, httpx.AsyncClient() as http:
+        sent = await http.post(
+            url,
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "message/send",
+                "params": v03_message(CHARGED),
+            },
+        )
+        task = sent.json()["result"]
+        lines: list[dict[str, Any]] = []
+        params = v03_message("When?", contextId=task["contextId"])
+        request = {"jsonrpc": "2.0", "id": 2, "method": "message/stream", "params": params}
+        async with http.stream("POST", url, json=request) as streamed:
+            async for line in streamed.aiter_lines():
+                if line.startswith("data: "):
+                    lines.append(json.loads(line.removeprefix("data: "))["result"])
+
+    assert task["status"]["state"] == "completed"
+    assert [a["parts"] for a in task["artifacts"]] == [[{"kind": "text", "text": FOUND}]]
+    assert task["metadata"]["handoff_builder_turn"] == {
+        "status": "completed",
+        "active_agent": "billing",
+    }
+    kinds = [(event["kind"], event.get("final")) for event in lines]
+    assert kinds[-1] == ("status-update", True)
+    assert lines[-1]["status"]["state"] == "completed"
+    chunks = [
+        "".join(p["text"] for p in event["artifact"]["parts"])
+        for event in lines
+        if event["kind"] == "artifact-update"
+    ]
+    assert chunks == ["It was ", "refunded yesterday.", "It was refunded yesterday."]
+
+
+async def test_cancelling_a_task_that_waits_abandons_its_turn() -> None:
+    refunded.clear()
+    host, _, billing = desk_host(
+        call_tool("refund", amount=5), reply("How else can I help?"), tools=[refund]
+    )
+    async with served(host) as url, a2a_client(url) as client:
+        asked = await task_of(client, user_message("Refund 5 EUR."))
+        cancelled = await client.cancel_task(CancelTaskRequest(id=asked.id))
+        after = await task_of(
+            client, user_message("Never mind, thanks.", context_id=asked.context_id)
+        )
+
+    assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
+    assert refunded == []
+    assert after.status.state == TaskState.TASK_STATE_COMPLETED
+    assert artifacts(after) == [("billing", "How else can I help?")]
+    assert await host.pending(asked.context_id) == []
+    # The given-up turn is in no agent's view: billing's next call reads the new message only.
+    seen = client_of(billing).calls[-1].texts
+    assert "Never mind, thanks." in seen
+    assert "Refund 5 EUR." not in seen

@@ -576,5 +576,8 @@ def a2a_app(
         finally:
             await handler.aclose()
 
-    routes = [*create_agent_card_routes(card), *create_jsonrpc_routes(handler, parsed.path or "/")]
+    routes = [
+        *create_agent_card_routes(card),
+        *create_jsonrpc_routes(handler, parsed.path or "/", enable_v0_3_compat=True),
+    ]
     return Starlette(routes=routes, lifespan=lifespan)
