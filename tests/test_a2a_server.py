@@ -9,8 +9,13 @@ person, another framework's agent, bad input.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import socket
+import sys
+import time
 import uuid
+from asyncio.subprocess import PIPE
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -30,7 +35,7 @@ from a2a.types import (
     Task,
     TaskState,
 )
-from a2a.utils.errors import InvalidParamsError, TaskNotFoundError
+from a2a.utils.errors import A2AError, InvalidParamsError, TaskNotFoundError
 from agent_framework import FunctionTool, tool
 from agent_framework_a2a import A2AAgent
 from google.protobuf.json_format import MessageToDict
@@ -563,3 +568,66 @@ async def test_cancelling_a_task_that_waits_abandons_its_turn() -> None:
     seen = client_of(billing).calls[-1].texts
     assert "Never mind, thanks." in seen
     assert "Refund 5 EUR." not in seen
+
+
+# -- handoff-builder serve --a2a ------------------------------------------------------------------
+
+
+async def test_the_serve_command_serves_the_support_desk_over_a2a() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/"
+    command = [sys.executable, "-m", "handoff_builder.cli", "serve", "--a2a", "--port", str(port)]
+    process = await asyncio.create_subprocess_exec(
+        *command, "--store", "memory", "--name", "support", stdout=PIPE, stderr=PIPE
+    )
+    try:
+        async with httpx.AsyncClient() as http:
+            card = await _card_when_ready(http, url, process)
+        desk = A2AAgent(agent_card=card)
+        session = desk.create_session()
+        first = await desk.run("my invoice is wrong", session=session)
+        second = await desk.run("and the price of my plan?", session=session)
+    finally:
+        process.terminate()
+        out, err = await asyncio.wait_for(process.communicate(), 30)
+
+    assert (card.name, card.capabilities.streaming) == ("support", True)
+    assert first.text == "(billing) I'm on it: my invoice is wrong"
+    assert second.text == "(billing) I'm on it: and the price of my plan?"  # at billing still
+    assert process.returncode == 0, err.decode()
+    assert out.decode().splitlines()[0] == (
+        f"handoff-builder: serving the support desk over A2A at {url} (Ctrl-C stops it)"
+    )
+
+
+async def _card_when_ready(
+    http: httpx.AsyncClient, url: str, process: asyncio.subprocess.Process
+) -> AgentCard:
+    deadline = time.monotonic() + 60
+    while True:
+        assert process.returncode is None, "the serve command stopped"
+        try:
+            return await A2ACardResolver(http, url).get_agent_card()
+        except A2AError:
+            assert time.monotonic() < deadline, f"nothing answered at {url}"
+            await asyncio.sleep(0.1)
+
+
+async def test_after_a_restart_a_message_in_the_context_answers_what_the_turn_waits_for() -> None:
+    refunded.clear()
+    host, _, _ = desk_host(call_tool("refund", amount=5), reply("Refunded 5 EUR."), tools=[refund])
+    async with served(host) as url, a2a_client(url) as client:
+        asked = await task_of(client, user_message("Refund 5 EUR, please."))
+    # A new server (its A2A tasks forgotten) over the same conversations.
+    async with served(host) as url, a2a_client(url) as client:
+        with pytest.raises(TaskNotFoundError):
+            await events_of(client, user_message("approve", task_id=asked.id))
+        done = await task_of(client, user_message("approve", context_id=asked.context_id))
+
+    assert asked.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert done.id != asked.id  # a new task in the same context
+    assert done.status.state == TaskState.TASK_STATE_COMPLETED
+    assert artifacts(done) == [("billing", "Refunded 5 EUR.")]
+    assert refunded == [5]
