@@ -14,7 +14,8 @@ import asyncio
 import json
 import socket
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -230,3 +231,33 @@ def answers(*scripted: Answer | str) -> Script:
         return queue.pop(0)
 
     return script
+
+
+@asynccontextmanager
+async def serving(make_app: Callable[[str], Any]) -> AsyncGenerator[str]:
+    """Serve the ASGI app ``make_app(url)`` with uvicorn on a free port of 127.0.0.1.
+
+    Yields its address once its agent card answers; stops it at the end.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
+    server = uvicorn.Server(uvicorn.Config(make_app(url), log_level="warning"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        deadline = time.monotonic() + 20
+        async with httpx.AsyncClient() as client:
+            while True:
+                assert not task.done(), f"the A2A server at {url} stopped"
+                try:
+                    card = await client.get(url.rstrip("/") + AGENT_CARD_WELL_KNOWN_PATH)
+                    if card.status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, f"the A2A server at {url} never answered"
+                await asyncio.sleep(0.02)
+        yield url
+    finally:
+        server.should_exit = True
+        await task

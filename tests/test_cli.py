@@ -56,7 +56,7 @@ class CliRunner:
         return Done(code, out.out, out.err)
 
 
-@pytest.mark.parametrize("command", [[], ["demo"], ["chat"], ["graph"], ["eval"]])
+@pytest.mark.parametrize("command", [[], ["demo"], ["chat"], ["graph"], ["eval"], ["serve"]])
 def test_help_on_every_command(cli: CliRunner, command: list[str]) -> None:
     done = cli(*command, "--help")
     assert done.returncode == 0

@@ -14,7 +14,8 @@ cannot drift from the code:
 * A block marked ``<!-- docs-test: compile only: <why> -->`` is compiled and checked as above but
   not run: a server that runs until it is stopped, a real model, the process's global telemetry.
 * A ```text block marked ``<!-- docs-test: output of the code above -->`` is what the page's code
-  prints, line for line (getting-started's printed lines are checked here, below).
+  above it prints since the block before, line for line (getting-started's printed lines are
+  checked here, below).
 
 A marker that is not one of these, a setup comment that does not list exactly what the setup
 defines, or a page whose blocks need a setup it does not declare, is a failure. The ```bash
@@ -371,8 +372,10 @@ def test_page_code_runs(page: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     run = run_page(page, monkeypatch, tmp_path)
     if page in EXPECTED_OUTPUT:
         assert run.output.splitlines() == EXPECTED_OUTPUT[page]
-    for shown in (b for b in blocks(page) if b.mode == "output"):
-        assert run.output.splitlines() == shown.code.strip("\n").splitlines(), shown.where
+    shown = [b for b in blocks(page) if b.mode == "output"]
+    if shown:  # each block shows what the code above it printed since the block before
+        lines = [line for block in shown for line in block.code.strip("\n").splitlines()]
+        assert run.output.splitlines() == lines, [block.where for block in shown]
     skip_for_servers(page, run)
 
 

@@ -62,6 +62,7 @@ from .exceptions import (
 
 if _typing.TYPE_CHECKING:
     from . import stores as stores
+    from ._a2a_server import a2a_app
     from ._agui import agui_request_check, check_agui_request
     from ._agui_agent import agui_agent
     from ._decision import (
@@ -182,6 +183,7 @@ _LAZY_MODULES: dict[str, tuple[str, ...]] = {
     "._hosted_agent": ("HostedConversationAgent", "devui_agent"),
     "._agui_agent": ("agui_agent",),  # needs agent-framework-ag-ui (the serve extra)
     "._agui": ("check_agui_request", "agui_request_check"),  # needs FastAPI (the serve extra)
+    "._a2a_server": ("a2a_app",),  # needs a2a-sdk[http-server] (the a2a extra)
     "._lifecycle": ("MAX_IDEMPOTENCY_KEY_LENGTH",),
     ".stores": ("stores",),
 }  # fmt: skip
@@ -350,6 +352,7 @@ __all__ = [
     "TurnTimeoutEvent",
     "UnexpectedAnswersError",
     "UserTurn",
+    "a2a_app",
     "agui_agent",
     "agui_request_check",
     "check_agui_request",

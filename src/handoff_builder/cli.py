@@ -12,13 +12,16 @@ import sys
 import threading
 import warnings
 from collections.abc import AsyncIterator, Generator, Sequence
-from typing import NoReturn, TextIO
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from typing_extensions import override
 
 from ._loading import load_builder
 from .exceptions import HandoffBuilderError, HandoffConfigurationError
 from .providers import PROVIDERS
+
+if TYPE_CHECKING:
+    import uvicorn
 
 __all__ = ["main"]
 
@@ -119,6 +122,7 @@ def _parser() -> argparse.ArgumentParser:
         "default) or demo (what demo runs)",
     )
     _eval_parser(commands)
+    _serve_parser(commands)
     worker = commands.add_parser(
         "worker",
         help="run a Temporal worker for your workflow's conversations",
@@ -241,6 +245,46 @@ def _eval_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         action="store_true",
         help="eval record: leave personal data out (e-mail addresses, IBANs, IP addresses, "
         "numbers of six digits or more) and the conversation id out of the case ids",
+    )
+
+
+def _serve_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:  # pyright: ignore[reportPrivateUsage] - argparse's own type for add_subparsers()
+    serve = commands.add_parser(
+        "serve",
+        help="serve the support desk's conversations, or your workflow's, as an A2A agent",
+        description="Serve the conversations of your builder (module:attribute), or of the "
+        "built-in support desk, as an Agent2Agent (A2A) agent over HTTP: the A2A context id is "
+        "the conversation id, kept in the store; see docs/remote-agents.md. SIGTERM or Ctrl-C "
+        "stops it. Needs handoff-builder[a2a].",
+    )
+    serve.add_argument(
+        "builder",
+        nargs="?",
+        metavar="MODULE:ATTRIBUTE",
+        help="your HandoffWorkflowBuilder, or a function that returns one (default: the "
+        "built-in support desk, on its scripted model)",
+    )
+    serve.add_argument(
+        "--a2a", action="store_true", required=True, help="serve over A2A (JSON-RPC and SSE)"
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    serve.add_argument("--port", type=_positive_int, default=8000, help="the port (default: 8000)")
+    serve.add_argument(
+        "--url",
+        default=None,
+        help="the address clients reach it at, on its agent card (default: http://HOST:PORT/)",
+    )
+    serve.add_argument("--name", default="handoff-desk", help="the agent card's name")
+    serve.add_argument(
+        "--description",
+        default="Conversations with a desk of agents that hand the conversation to one another.",
+        help="the agent card's description",
+    )
+    serve.add_argument(
+        "--store",
+        default=None,
+        help="where conversations live: sqlite:PATH, postgresql://..., or memory (default: "
+        "sqlite:chat.db in your data directory, as for chat)",
     )
 
 
@@ -367,6 +411,62 @@ async def _chat(args: argparse.Namespace) -> None:
         await store.close()
 
 
+async def _serve(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from ._hosting import ConversationHost
+    from ._support_desk import open_store, support_desk
+
+    try:
+        import uvicorn
+
+        from ._a2a_server import a2a_app
+    except ImportError as error:
+        raise ValueError(
+            f"serve --a2a needs a2a-sdk's server and uvicorn: pip install "
+            f"'handoff-builder[a2a]' ({error})"
+        ) from error
+    desk = load_builder(args.builder) if args.builder is not None else support_desk("scripted")
+    spec = args.store or default_store()
+    if args.store is None:
+        Path(spec.removeprefix("sqlite:")).parent.mkdir(parents=True, exist_ok=True)
+    store = open_store(spec)
+    try:
+        url = args.url or f"http://{args.host}:{args.port}/"
+        app = a2a_app(
+            ConversationHost(desk, store), name=args.name, description=args.description, url=url
+        )
+        config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning")
+        _say(f"serving {args.builder or 'the support desk'} over A2A at {url} (Ctrl-C stops it)")
+        await _a2a_server_type()(config).serve()
+    finally:
+        await store.close()
+
+
+def _a2a_server_type() -> type[uvicorn.Server]:
+    import signal
+    from types import FrameType
+
+    import uvicorn
+
+    class A2AServer(uvicorn.Server):
+        """uvicorn's server, which a signal stops with status 0 (as a worker), not killed by it.
+
+        uvicorn raises a signal that stopped it again once it has shut down, so that the process
+        ends by it; ``serve`` ends as ``worker`` does: drained, status 0. A second Ctrl-C stops it
+        at once.
+        """
+
+        @override
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if self.should_exit and sig == signal.SIGINT:
+                self.force_exit = True
+            else:
+                self.should_exit = True
+
+    return A2AServer
+
+
 async def _worker(args: argparse.Namespace) -> None:
     try:
         from .temporal import connect
@@ -455,6 +555,8 @@ def _run(args: argparse.Namespace) -> int:
                 code = eval_command(args)
             elif args.command == "worker":
                 asyncio.run(_worker(args))
+            elif args.command == "serve":
+                asyncio.run(_serve(args))
             else:
                 code = _graph(args.builder, args.workflow)
             sys.stdout.flush()  # a closed stdout is noticed here, not by the interpreter's exit
