@@ -10,13 +10,14 @@ __all__ = ["DEFAULT_HANDOFF_INSTRUCTIONS", "HANDOFF_TOOLS_PLACEHOLDER", "render_
 HANDOFF_TOOLS_PLACEHOLDER = "{handoff_tools}"
 """Replaced, in any handoff instructions, by the agent's own handoff tool names."""
 
-# .NET's default text, with its `handoff_to_<agent_id>` naming replaced by the tools the agent has.
+# Measured on a small local model (docs/evals.md, "Measured on a local model"): a list of tool names
+# in the text invited the model to write a call instead of making one, and a receiver that could
+# hand back did so at once. The default says to call, not write, and to answer what is one's own;
+# the tools' names and descriptions are in the tools themselves, so the text does not repeat them.
 DEFAULT_HANDOFF_INSTRUCTIONS = (
-    "You are one agent in a multi-agent system. You can hand off the conversation to another agent "
-    "if appropriate. Handoffs are achieved by calling one of your handoff functions: "
-    f"{HANDOFF_TOOLS_PLACEHOLDER}. The description of each function says which agent it reaches "
-    "and when to use it. Handoffs between agents are handled seamlessly in the background; never "
-    "mention or narrate these handoffs in your conversation with the user."
+    "To pass the conversation to another agent, call its handoff function: never write a "
+    "handoff, a function name or JSON in your reply, nor tell the user about it. Answer what is "
+    "yours yourself."
 )
 
 
