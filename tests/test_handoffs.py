@@ -469,9 +469,8 @@ async def test_instructions_none_restores_default(stream: bool) -> None:
     )
     await run_turn(workflow, "hi", stream=stream)
     assert client_of(a).calls[0].instructions == (
-        "To pass the conversation to another agent, call its handoff function: never write a "
-        "handoff, a function name or JSON in your reply, nor tell the user about it. Answer what "
-        "is yours yourself."
+        "If a handoff function fits the user's request, your whole reply is a call to it: no "
+        "text, no questions."
     )
 
 

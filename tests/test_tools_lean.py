@@ -47,9 +47,7 @@ async def test_the_built_in_goal_schema_is_lean() -> None:
             "description": "billing",
             "parameters": {
                 "additionalProperties": False,
-                "properties": {
-                    "goal": {"description": "The user's goal, in one sentence.", "type": "string"}
-                },
+                "properties": {"goal": {"type": "string"}},
                 "required": ["goal"],
                 "type": "object",
             },

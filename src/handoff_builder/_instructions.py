@@ -10,14 +10,13 @@ __all__ = ["DEFAULT_HANDOFF_INSTRUCTIONS", "HANDOFF_TOOLS_PLACEHOLDER", "render_
 HANDOFF_TOOLS_PLACEHOLDER = "{handoff_tools}"
 """Replaced, in any handoff instructions, by the agent's own handoff tool names."""
 
-# Measured on a small local model (docs/evals.md, "Measured on a local model"): a list of tool names
-# in the text invited the model to write a call instead of making one, and a receiver that could
-# hand back did so at once. The default says to call, not write, and to answer what is one's own;
-# the tools' names and descriptions are in the tools themselves, so the text does not repeat them.
+# Measured on a small local model (docs/evals.md, "Measured on a local model"): the text that
+# listed the tools' names in backticks made the model write about the handoff instead of making
+# it (0 of 20 first calls handed off); this one made it call (5 of 20 right, 4 wrong). The tools
+# carry their own names and descriptions, so the text repeats neither.
 DEFAULT_HANDOFF_INSTRUCTIONS = (
-    "To pass the conversation to another agent, call its handoff function: never write a "
-    "handoff, a function name or JSON in your reply, nor tell the user about it. Answer what is "
-    "yours yourself."
+    "If a handoff function fits the user's request, your whole reply is a call to it: no text, "
+    "no questions."
 )
 
 

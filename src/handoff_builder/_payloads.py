@@ -38,7 +38,7 @@ class HandoffGoal(BaseModel):
 
     model_config = ConfigDict(extra="forbid", title="handoff")
 
-    goal: str = Field(description="The user's goal, in one sentence.")
+    goal: str  # the name says it: a description here is sent with every call (docs/evals.md)
 
 
 class HandBackSummary(BaseModel):
