@@ -47,7 +47,9 @@ async def test_the_built_in_goal_schema_is_lean() -> None:
             "description": "billing",
             "parameters": {
                 "additionalProperties": False,
-                "properties": {"goal": {"type": "string"}},
+                "properties": {
+                    "goal": {"description": "The user's goal, in one sentence.", "type": "string"}
+                },
                 "required": ["goal"],
                 "type": "object",
             },

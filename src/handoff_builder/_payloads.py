@@ -38,7 +38,8 @@ class HandoffGoal(BaseModel):
 
     model_config = ConfigDict(extra="forbid", title="handoff")
 
-    goal: str  # the name says it: a description here is sent with every call (docs/evals.md)
+    # Without a description a small model wrote the tool's description or one word as the goal.
+    goal: str = Field(description="The user's goal, in one sentence.")
 
 
 class HandBackSummary(BaseModel):
