@@ -113,7 +113,6 @@ async def test_checkpoint_state_is_versioned_json(storage: CheckpointStorage) ->
         "rejected": 0,
         "autonomous_turns": {},
         "last_hand_back": None,
-        "last_handoff": ["triage", "billing"],
         "forced": None,
         "reviewing": None,
         "review_feedback": [],

@@ -93,7 +93,9 @@ class LimitDeclarations(Declarations):
         error that tells ``b`` to answer the user's request itself (``reason="ping_pong"``, one
         refused attempt). A second hand-back in the same run stands: ``b`` was told and still
         finds nothing of the request its own. Off by default; small models tend to hand a
-        conversation straight back instead of answering it (docs/evals.md).
+        conversation straight back instead of answering it (docs/evals.md). What the guard
+        remembers is not saved with the conversation's state: after a restore in the middle of
+        a turn, that turn's next hand-back is not refused.
         """
         self._config.bounce_guard = enabled
         return self

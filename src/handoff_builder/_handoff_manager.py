@@ -81,6 +81,10 @@ class HandoffManager(GroupChatManager):
         self.routes = settings.routes
         self.agents = frozenset(settings.agents) | {settings.initial_agent} | set(settings.routes)
         self._state = HandoffState()
+        # (from, to) of the turn's latest handoff since a hand-back, for ``with_bounce_guard``.
+        # Not part of the saved state (its shape is what earlier releases read): after a restore
+        # in the middle of a turn the guard lets that turn's next hand-back through.
+        self._last_handoff: tuple[str, str] | None = None
 
     @property
     def state(self) -> HandoffState:
@@ -96,7 +100,7 @@ class HandoffManager(GroupChatManager):
         A call to a handoff the agent does not have in this run is always refused (a refused
         attempt, even beside a call that stands).
         """
-        return vet_call(self.settings, self._state, request, earlier)
+        return vet_call(self.settings, self._state, request, earlier, self._last_handoff)
 
     # -- decisions --------------------------------------------------------------------------------
 
@@ -105,6 +109,7 @@ class HandoffManager(GroupChatManager):
         """A new user message: fresh counters; start at the initial or the previous agent."""
         del history
         self._state = _FRESH_TURN
+        self._last_handoff = None
         first = self._first_speaker(start)
         by = "initial_agent" if first == self.initial_agent else "previous_agent"
         return NextAgent(first, step=RoutingStep("start", "code", by, None, first))
@@ -240,15 +245,14 @@ class HandoffManager(GroupChatManager):
         if route.source in turns:
             turns = {agent: n for agent, n in turns.items() if agent != route.source}
         back = (route.source, route.target) if route.edge.returns else state.last_hand_back
-        handed = None if route.edge.returns else (route.source, route.target)
         reviewing = None if self._reviews_now(route.source) else state.reviewing
+        self._last_handoff = None if route.edge.returns else (route.source, route.target)
         self._state = replace(
             state,
             invocations=state.invocations + 1,
             handoffs=state.handoffs + 1,
             autonomous_turns=turns,
             last_hand_back=back,
-            last_handoff=handed,
             reviewing=reviewing,  # a reviewer that hands off ends its review: not approved
         )
         return NextAgent(route.target, handoff=handoff, events=(*events, handoff))
@@ -432,6 +436,7 @@ class HandoffManager(GroupChatManager):
     def restore_state(self, state: Mapping[str, object]) -> None:
         """Restore what :meth:`save_state` returned (checked)."""
         self._state = decode_handoff_state(state) if state else HandoffState()
+        self._last_handoff = None
 
 
 @dataclass

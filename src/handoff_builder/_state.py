@@ -270,10 +270,9 @@ class HandoffState:
 
     ``invocations``, ``handoffs`` and ``rejected`` count this turn's agent invocations, followed
     handoffs and refused handoff attempts; ``autonomous_turns`` the continuations of each agent
-    in its current autonomous run; ``last_hand_back`` is (from, to) of the latest hand-back and
-    ``last_handoff`` of the latest handoff since it, the ping-pong guards; ``reviewing`` and
-    ``review_feedback`` the review under way (``with_review``) and the changes requested so far.
-    Every field is reset when a user message arrives.
+    in its current autonomous run; ``last_hand_back`` is (from, to) of the latest hand-back, the
+    ping-pong guard; ``reviewing`` and ``review_feedback`` the review under way (``with_review``)
+    and the changes requested so far. Every field is reset when a user message arrives.
     """
 
     invocations: int = 0
@@ -281,7 +280,6 @@ class HandoffState:
     rejected: int = 0
     autonomous_turns: dict[str, int] = field(default_factory=dict[str, int])
     last_hand_back: tuple[str, str] | None = None
-    last_handoff: tuple[str, str] | None = None
     safe_agent: Annotated[tuple[str, str] | None, stored_as("forced", "safe_agent")] = None
     """(safe agent, cap): a cap passed the turn to that agent, which runs once with no handoff
     tools; then the turn ends."""

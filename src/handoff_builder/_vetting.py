@@ -55,12 +55,14 @@ def vet_call(
     state: HandoffState,
     request: HandoffRequest,
     earlier: Sequence[HandoffCall],
+    last_handoff: tuple[str, str] | None = None,
 ) -> HandoffCall:
     """Accept the call, refuse it with a tool error, or stop the turn at a cap.
 
-    ``earlier``: the calls of the same run vetted before this one. A call to a handoff the agent
-    does not have in this run is always refused (a refused attempt, even beside a call that
-    stands).
+    ``earlier``: the calls of the same run vetted before this one; ``last_handoff``: (from, to)
+    of the turn's latest handoff since a hand-back (``with_bounce_guard`` reads it). A call to a
+    handoff the agent does not have in this run is always refused (a refused attempt, even beside
+    a call that stands).
     """
     safe = state.safe_agent
     if safe is not None and request.route.source == safe[0]:  # a safe agent's run
@@ -74,7 +76,7 @@ def vet_call(
             else NOT_PERFORMED_RESULT
         )
         return _call(request, "not_performed", text.format(followed=followed.route.tool_name))
-    refusal = _refusal(settings, state, request, earlier)
+    refusal = _refusal(settings, state, request, earlier, last_handoff)
     if refusal is not None:
         reason, text = refusal
         refused = state.rejected + sum(1 for call in earlier if call.outcome == "rejected")
@@ -92,6 +94,7 @@ def _refusal(
     state: HandoffState,
     request: HandoffRequest,
     earlier: Sequence[HandoffCall],
+    last_handoff: tuple[str, str] | None,
 ) -> tuple[BlockReason, str] | None:
     if request.blocked is not None:  # a handoff the agent does not have in this run
         return request.blocked, request.error
@@ -106,19 +109,21 @@ def _refusal(
         return edge.empty_reason, edge.empty_error.format(tool=route.tool_name)
     if not edge.returns and state.last_hand_back == (route.target, route.source):
         return "ping_pong", PING_PONG_ERROR.format(target=route.target)
-    if settings.bounce_guard and _bounces(state, request, earlier):
+    if settings.bounce_guard and _bounces(last_handoff, request, earlier):
         return "ping_pong", BOUNCE_ERROR.format(target=route.target)
     return None
 
 
-def _bounces(state: HandoffState, request: HandoffRequest, earlier: Sequence[HandoffCall]) -> bool:
+def _bounces(
+    last_handoff: tuple[str, str] | None, request: HandoffRequest, earlier: Sequence[HandoffCall]
+) -> bool:
     """A receiver hands straight back to the agent that just handed to it, for the first time.
 
     (``with_bounce_guard``.) Refused once per run: a second hand-back in the same run, after the
     error, is the receiver's considered choice (nothing of the request is its own) and stands.
     """
     route = request.route
-    if not route.edge.returns or state.last_handoff != (route.target, route.source):
+    if not route.edge.returns or last_handoff != (route.target, route.source):
         return False
     return not any(call.blocked == "ping_pong" and call.route.edge.returns for call in earlier)
 
