@@ -10,6 +10,7 @@ back to triage with a summary (the seed's "Hand back" variant), at most 4 handof
 
 * ``builtin_desk``: the desk ``handoff-builder chat`` and ``eval`` run without ``--workflow``
   (its own short instructions, the SDK's default tool names).
+* ``seed_desk_bounce_guard``: ``seed_desk`` with ``with_bounce_guard()``.
 * ``seed_desk``: the seed's own prompts (shared/seeds, "Hand back") as the agents' instructions,
   its tool names (``transfer_to_billing``, ``transfer_to_tech``; the hand-back is the SDK's
   ``transfer_back_to_triage``, as the seed names it), and the SDK's default handoff instructions
@@ -33,7 +34,7 @@ from handoff_builder import HandoffWorkflowBuilder
 from handoff_builder.providers import agent_options, chat_client
 from handoff_builder.testing import ModelCall, Step, call_tool, handoff_to, reply, scripted_agent
 
-__all__ = ["COMPANY", "MAX_HANDOFFS", "builtin_desk", "seed_desk"]
+__all__ = ["COMPANY", "MAX_HANDOFFS", "builtin_desk", "seed_desk", "seed_desk_bounce_guard"]
 
 COMPANY = "Contoso Telecom"
 MAX_HANDOFFS = 4
@@ -88,6 +89,13 @@ def seed_desk(
         .with_max_handoffs_per_turn(MAX_HANDOFFS)
         .with_name("seed-support-desk")
     )
+
+
+def seed_desk_bounce_guard(
+    provider: str = "scripted", max_output_tokens: int | None = None
+) -> HandoffWorkflowBuilder:
+    """The seed desk with ``with_bounce_guard()``: a first straight hand-back is refused."""
+    return seed_desk(provider, max_output_tokens).with_bounce_guard()
 
 
 def _agent(

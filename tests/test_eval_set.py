@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from evals.desks import builtin_desk, seed_desk
 
-from handoff_builder import HandoffWorkflowBuilder
+from handoff_builder import DEFAULT_HANDOFF_INSTRUCTIONS, HandoffWorkflowBuilder
 from handoff_builder.evals import ESCALATED, FAILED, EvalCase, evaluate, load_cases
 from tests.fake_openai import FakeOpenAI, text, tool_call
 
@@ -117,10 +117,7 @@ async def test_the_seed_desk_sends_the_seed_prompts_its_tools_and_the_default_in
         "Do not try to solve the problem yourself.\n\nHand off with exactly one tool:\n"
         "- transfer_to_billing: charges, invoices, plans\n"
     )
-    assert (
-        "Handoffs are achieved by calling one of your handoff functions: "
-        "`transfer_to_billing`, `transfer_to_tech`." in system["content"]
-    )
+    assert system["content"].endswith("\n" + DEFAULT_HANDOFF_INSTRUCTIONS)
     tools = {t["function"]["name"]: t["function"]["description"] for t in triage["tools"]}
     assert tools == {
         "transfer_to_billing": "charges, invoices, plans",

@@ -469,16 +469,14 @@ async def test_instructions_none_restores_default(stream: bool) -> None:
     )
     await run_turn(workflow, "hi", stream=stream)
     assert client_of(a).calls[0].instructions == (
-        "You are one agent in a multi-agent system. You can hand off the conversation to another "
-        "agent if appropriate. Handoffs are achieved by calling one of your handoff functions: "
-        "`handoff_to_b`. The description of each function says which agent it reaches and when "
-        "to use it. Handoffs between agents are handled seamlessly in the background; never "
-        "mention or narrate these handoffs in your conversation with the user."
+        "If a handoff function fits the user's request, your whole reply is a call to it: no "
+        "text, no questions."
     )
 
 
-async def test_default_instructions_name_the_tools_each_agent_really_has(stream: bool) -> None:
-    """Custom tool names and hand-back tools are what the instructions name, per agent."""
+async def test_default_instructions_name_no_tool_the_tools_do(stream: bool) -> None:
+    """The default text lists no tool name (a small model wrote such names instead of calling
+    them, docs/evals.md); each agent is offered the tools it really has."""
     triage = scripted_agent(
         "triage", handoff_to("billing", goal="A refund.", tool_name="transfer_to_billing")
     )
@@ -492,13 +490,11 @@ async def test_default_instructions_name_the_tools_each_agent_really_has(stream:
         .build()
     )
     await run_turn(workflow, "hi", stream=stream)
-    assert "handoff functions: `transfer_to_billing`, `transfer_to_tech`." in (
-        received(triage).instructions
-    )
-    assert "handoff_to_" not in received(triage).instructions
-    # A specialist's only tool is its hand-back, and that is what it is told.
+    assert received(triage).instructions == DEFAULT_HANDOFF_INSTRUCTIONS
+    assert received(triage).tool_names == ("transfer_to_billing", "transfer_to_tech")
+    # A specialist's only tool is its hand-back; it reads the same text.
     assert received(billing).tool_names == ("transfer_back_to_triage",)
-    assert "handoff functions: `transfer_back_to_triage`." in received(billing).instructions
+    assert received(billing).instructions == DEFAULT_HANDOFF_INSTRUCTIONS
 
 
 async def test_custom_instructions_can_name_the_tools(stream: bool) -> None:

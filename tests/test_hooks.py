@@ -231,6 +231,7 @@ async def test_a_disabled_handoff_is_not_offered_and_a_call_to_it_is_blocked(
         HandoffWorkflowBuilder(billing)
         .with_handoff(billing, refunds, is_enabled=staffed)
         .with_handoff(billing, vouchers)
+        .with_instructions("Your handoffs: {handoff_tools}.")
         .build()
     )
 

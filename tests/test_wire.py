@@ -22,6 +22,7 @@ from agent_framework import Agent, FunctionTool, tool
 from pydantic import BaseModel, ConfigDict, Field
 
 from handoff_builder import (
+    DEFAULT_HANDOFF_INSTRUCTIONS,
     HANDOFF_TURN_EVENT,
     HandoffToolCallFiltering,
     HandoffWorkflowBuilder,
@@ -146,10 +147,14 @@ async def test_handoff_conversation_over_the_wire(fake_openai: StartServer, stre
     parameters = tool["function"]["parameters"]
     assert parameters["required"] == ["goal"]
     assert parameters["properties"]["goal"]["type"] == "string"
-    # One tool call per response, and instructions that name the tool triage really has.
+    # A lean schema: no pydantic titles, and the tool's description is not repeated.
+    assert "title" not in json.dumps(parameters)
+    assert "description" not in parameters
+    # One tool call per response, and the default handoff instructions, which list no tool.
     assert first["parallel_tool_calls"] is False
     [system] = [m["content"] for m in first["messages"] if m["role"] == "system"]
-    assert "handoff functions: `handoff_to_billing`." in system
+    assert system.endswith(DEFAULT_HANDOFF_INSTRUCTIONS)
+    assert "handoff_to_billing" not in system
     # The empty goal's tool error went back to the model, answering its call.
     tool_messages = [m for m in second["messages"] if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in tool_messages] == ["call_a"]
@@ -412,7 +417,12 @@ async def test_a_typed_handoff_behind_an_approval_over_the_wire(
     first, after_invalid, after_decline, to_refunds = server.bodies()
     [tool_spec] = first["tools"]
     assert tool_spec["function"]["strict"] is STRICT_SENT[server.api]
-    assert tool_spec["function"]["parameters"] == RefundRequest.model_json_schema()
+    # The model's schema without pydantic's titles (a lean schema).
+    expected = RefundRequest.model_json_schema()
+    del expected["title"]
+    for field in expected["properties"].values():
+        del field["title"]
+    assert tool_spec["function"]["parameters"] == expected
     invalid = after_invalid["messages"][-1]
     assert (invalid["role"], invalid["tool_call_id"]) == ("tool", "call_1")
     assert "amount: Input should be greater than 0" in invalid["content"]

@@ -121,6 +121,7 @@ def compile_workflow(
         max_iterations=caps.max_iterations,
         max_handoffs_per_turn=caps.max_handoffs_per_turn,
         max_rejected_handoffs=config.max_rejected,
+        bounce_guard=config.bounce_guard,
         return_to_previous=config.return_to_previous,
         autonomous=plan.autonomous,
         termination_condition=config.termination_condition,

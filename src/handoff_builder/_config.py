@@ -122,6 +122,7 @@ class BuildConfig:
     max_iterations: int | None = None
     max_handoffs: int | None = None
     max_rejected: int = DEFAULT_MAX_REJECTED_HANDOFFS
+    bounce_guard: bool = False
     escalation_message: str = DEFAULT_ESCALATION_MESSAGE
     name: str | None = None
     description: str | None = None

@@ -85,6 +85,21 @@ class LimitDeclarations(Declarations):
         self._outcome("rejected_handoffs", outcome)
         return self
 
+    def with_bounce_guard(self, *, enabled: bool = True) -> Self:
+        """Refuse a receiver's first hand-back straight to the agent that just handed to it.
+
+        With the guard, when ``a`` hands the conversation to ``b`` and ``b``'s first hand-back
+        call goes straight back to ``a`` (no new user message), that call is refused with a tool
+        error that tells ``b`` to answer the user's request itself (``reason="ping_pong"``, one
+        refused attempt). A second hand-back in the same run stands: ``b`` was told and still
+        finds nothing of the request its own. Off by default; small models tend to hand a
+        conversation straight back instead of answering it (docs/evals.md). What the guard
+        remembers is not saved with the conversation's state: after a restore in the middle of
+        a turn, that turn's next hand-back is not refused.
+        """
+        self._config.bounce_guard = enabled
+        return self
+
     def with_blocked_handoff_outcome(self, outcome: Outcome | None) -> Self:
         """What a blocked handoff does to the turn (by default: nothing, the agent carries on).
 

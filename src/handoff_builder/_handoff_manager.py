@@ -18,13 +18,10 @@ from typing import cast
 from agent_framework import Agent, Message
 from typing_extensions import override
 
-from ._caps import CAPS, HOP_CAPS, HUMAN_TAKES_OVER, CapKind
+from ._caps import CAPS, HOP_CAPS
 from ._decision import (
-    FOLLOWED_OUTCOMES,
     HOST_NOTE_AUTHOR,
-    TRANSFERRED_RESULT,
     AgentReply,
-    CallOutcome,
     Decision,
     EndTurn,
     Escalate,
@@ -35,7 +32,6 @@ from ._decision import (
     TurnStart,
 )
 from ._events import (
-    BlockReason,
     EscalationEvent,
     EscalationReason,
     HandoffBlockedEvent,
@@ -47,37 +43,19 @@ from ._events import (
 from ._manager import CapOutcome, CodeRoute, GroupChatManager, ManagerSettings
 from ._review import Review
 from ._state import HandoffState, decode_handoff_state, encode_handoff_state
+from ._vetting import vet_call
 from .exceptions import HandoffHookError
 
 __all__ = ["HandoffManager"]
 
 logger = logging.getLogger("handoff_builder")
 
-INVALID_PAYLOAD_ERROR = (
-    "Error: the {noun} was not performed because its arguments are not valid: {problem}. Fix them "
-    "and call {tool} again."
-)
-PING_PONG_ERROR = (
-    "Error: {target} just handed the conversation back to you, so it cannot be handed straight "
-    "back before the user writes again. Hand the open part to another agent, or answer the user."
-)
-NOT_PERFORMED_RESULT = (
-    "Not performed: only one handoff per response is followed ({followed} was followed)."
-)
-AWAITING_NOT_PERFORMED_RESULT = (
-    "Not performed: only one handoff per response is followed ({followed} waits for a person's "
-    "approval)."
-)
 NO_VERDICT = "The reviewer neither approved the reply nor said what must change."
 SAFE_AGENT_NOTE = (
     "The conversation was passed to you ({agent}) because {why}. Answer the user yourself in "
     "this reply: you cannot hand off now."
 )
 """What a safe agent is told when a cap (or a blocked handoff) passes the turn to it."""
-SAFE_AGENT_NO_HANDOFF = (
-    "Error: {tool} was not called: you were given the conversation to answer the user yourself, "
-    "without handing off."
-)
 _FRESH_TURN = HandoffState(invocations=1)  # frozen; its dict is never changed in place
 
 
@@ -85,7 +63,8 @@ class HandoffManager(GroupChatManager):
     """Follows handoff calls: after each reply, the handoff the speaker made, if one was accepted.
 
     A call is accepted when the speaker was granted the tool and gave a non-empty argument, the
-    coordinator is not handing straight back to the agent that just handed back (no ping-pong),
+    coordinator is not handing straight back to the agent that just handed back, nor a receiver
+    handing straight back, in its first try, to the agent that just handed to it (no ping-pong),
     and the turn is within its caps: ``max_handoffs_per_turn`` handoffs (hand-backs included)
     and ``max_iterations`` agent invocations per user message. A refused call is a tool error the
     agent can act on; past ``max_rejected_handoffs`` refused attempts in one turn, the turn
@@ -102,6 +81,10 @@ class HandoffManager(GroupChatManager):
         self.routes = settings.routes
         self.agents = frozenset(settings.agents) | {settings.initial_agent} | set(settings.routes)
         self._state = HandoffState()
+        # (from, to) of the turn's latest handoff since a hand-back, for ``with_bounce_guard``.
+        # Not part of the saved state (its shape is what earlier releases read): after a restore
+        # in the middle of a turn the guard lets that turn's next hand-back through.
+        self._last_handoff: tuple[str, str] | None = None
 
     @property
     def state(self) -> HandoffState:
@@ -112,64 +95,12 @@ class HandoffManager(GroupChatManager):
 
     @override
     def vet_handoff(self, request: HandoffRequest, earlier: Sequence[HandoffCall]) -> HandoffCall:
-        """Accept the call, refuse it with a tool error, or stop the turn at a cap.
+        """Accept the call, refuse it with a tool error, or stop the turn at a cap (``vet_call``).
 
         A call to a handoff the agent does not have in this run is always refused (a refused
         attempt, even beside a call that stands).
         """
-        safe = self._state.safe_agent
-        if safe is not None and request.route.source == safe[0]:  # a safe agent's run
-            text = SAFE_AGENT_NO_HANDOFF.format(tool=request.route.tool_name)
-            return _call(request, "rejected", text, blocked=request.blocked or "disabled")
-        followed = next((c for c in earlier if c.outcome in FOLLOWED_OUTCOMES), None)
-        if followed is not None and request.blocked is None:  # the first accepted call stands
-            text = (
-                AWAITING_NOT_PERFORMED_RESULT
-                if followed.outcome == "awaiting_approval"
-                else NOT_PERFORMED_RESULT
-            )
-            return _call(request, "not_performed", text.format(followed=followed.route.tool_name))
-        state = self._state
-        refusal = self._refusal(request)
-        if refusal is not None:
-            reason, text = refusal
-            refused = state.rejected + sum(1 for call in earlier if call.outcome == "rejected")
-            if refused >= self.settings.max_rejected_handoffs:
-                return self._cap_call(request, CAPS["rejected_handoffs"], reason)
-            return _call(request, "rejected", text, blocked=reason)
-        for cap in HOP_CAPS:
-            if cap.reached(self.settings, state):
-                return self._cap_call(request, cap)
-        return _call(request, "transferred", TRANSFERRED_RESULT)
-
-    def _refusal(self, request: HandoffRequest) -> tuple[BlockReason, str] | None:
-        if request.blocked is not None:  # a handoff the agent does not have in this run
-            return request.blocked, request.error
-        route = request.route
-        edge = route.edge
-        if request.problem is not None:
-            text = INVALID_PAYLOAD_ERROR.format(
-                noun=edge.noun, problem=request.problem, tool=route.tool_name
-            )
-            return "invalid_payload", text
-        if route.payload is None and not request.argument:
-            return edge.empty_reason, edge.empty_error.format(tool=route.tool_name)
-        if not edge.returns and self._state.last_hand_back == (route.target, route.source):
-            return "ping_pong", PING_PONG_ERROR.format(target=route.target)
-        return None
-
-    def _cap_call(
-        self, request: HandoffRequest, cap: CapKind, blocked: BlockReason | None = None
-    ) -> HandoffCall:
-        if cap.result is None:  # pragma: no cover - the table gives every cap a call trips one
-            raise ValueError(f"No handoff call trips the {cap.name} cap.")
-        text = cap.result.format(limit=cap.limit_in(self.settings))
-        outcome = self.settings.cap_outcomes.get(cap.name, CapOutcome.ESCALATE)
-        if outcome == CapOutcome.RETURN_TO_USER:
-            text = text.replace(HUMAN_TAKES_OVER, "Answer the user yourself now.")
-        elif outcome != CapOutcome.ESCALATE:
-            text = text.replace(HUMAN_TAKES_OVER, f"The conversation goes to {outcome}.")
-        return _call(request, "escalated", text, blocked=blocked, escalation=cap.name)
+        return vet_call(self.settings, self._state, request, earlier, self._last_handoff)
 
     # -- decisions --------------------------------------------------------------------------------
 
@@ -178,6 +109,7 @@ class HandoffManager(GroupChatManager):
         """A new user message: fresh counters; start at the initial or the previous agent."""
         del history
         self._state = _FRESH_TURN
+        self._last_handoff = None
         first = self._first_speaker(start)
         by = "initial_agent" if first == self.initial_agent else "previous_agent"
         return NextAgent(first, step=RoutingStep("start", "code", by, None, first))
@@ -314,6 +246,7 @@ class HandoffManager(GroupChatManager):
             turns = {agent: n for agent, n in turns.items() if agent != route.source}
         back = (route.source, route.target) if route.edge.returns else state.last_hand_back
         reviewing = None if self._reviews_now(route.source) else state.reviewing
+        self._last_handoff = None if route.edge.returns else (route.source, route.target)
         self._state = replace(
             state,
             invocations=state.invocations + 1,
@@ -503,6 +436,7 @@ class HandoffManager(GroupChatManager):
     def restore_state(self, state: Mapping[str, object]) -> None:
         """Restore what :meth:`save_state` returned (checked)."""
         self._state = decode_handoff_state(state) if state else HandoffState()
+        self._last_handoff = None
 
 
 @dataclass
@@ -517,27 +451,6 @@ class _Tally:
     def cap(self) -> EscalationReason | None:
         """The cap a call tripped, if one did."""
         return self.tripped.escalation if self.tripped is not None else None
-
-
-def _call(
-    request: HandoffRequest,
-    outcome: CallOutcome,
-    result: str,
-    *,
-    blocked: BlockReason | None = None,
-    escalation: EscalationReason | None = None,
-) -> HandoffCall:
-    return HandoffCall(
-        request.route,
-        request.argument,
-        request.call_id,
-        outcome,
-        result,
-        blocked,
-        escalation,
-        request.payload,
-        request.arguments if blocked is not None or escalation is not None else "",
-    )
 
 
 def _host_note(text: str) -> Message:

@@ -122,6 +122,7 @@ class ManagerSettings:
     max_iterations: int = DEFAULT_MAX_ITERATIONS
     max_handoffs_per_turn: int = DEFAULT_MAX_HANDOFFS_PER_TURN
     max_rejected_handoffs: int = DEFAULT_MAX_REJECTED_HANDOFFS
+    bounce_guard: bool = False
     return_to_previous: bool = False
     autonomous: AutonomousMode | None = None
     termination_condition: TerminationCondition | None = None

@@ -38,11 +38,8 @@ class HandoffGoal(BaseModel):
 
     model_config = ConfigDict(extra="forbid", title="handoff")
 
-    goal: str = Field(
-        description=(
-            "The user's goal, stated in one sentence, so the next agent does not have to ask."
-        )
-    )
+    # Without a description a small model wrote the tool's description or one word as the goal.
+    goal: str = Field(description="The user's goal, in one sentence.")
 
 
 class HandBackSummary(BaseModel):
@@ -52,9 +49,7 @@ class HandBackSummary(BaseModel):
 
     model_config = ConfigDict(extra="forbid", title="hand-back")
 
-    summary: str = Field(
-        description="What you did, and what is still open for the agent you hand back to."
-    )
+    summary: str = Field(description="What you did, and what is still open.")
 
 
 class DelegateTask(BaseModel):

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol, cast
 
 from agent_framework import (
     Content,
@@ -33,7 +34,15 @@ from typing_extensions import override
 
 from ._decision import HandoffCall, HandoffRequest
 from ._hooks import HandoffGate
-from ._payloads import is_strict_schema, validate_arguments
+from ._payloads import (
+    DelegateTask,
+    HandBackSummary,
+    HandoffGoal,
+    ReviewApproval,
+    ReviewChanges,
+    is_strict_schema,
+    validate_arguments,
+)
 from ._routes import HandoffRoute
 from ._state import handoff_record
 from ._strays import RefusalTool, RunHandoffs
@@ -53,11 +62,37 @@ class HandoffVetter(Protocol):
 
 
 def handoff_request(route: HandoffRoute, call_id: str, arguments: Any) -> HandoffRequest:
-    """The call's arguments, validated with the route's model."""
+    """The call's arguments, validated with the route's model.
+
+    The built-in goal and summary (an edge without ``payload=``) take their one field and ignore
+    any other key: small models copy keys of the schema (``"type"``, ``"title"``,
+    ``"required"``) beside the argument, and refusing the call for them only made them retry
+    with the error's text. A payload model of the user's is validated as it is declared.
+    """
     if isinstance(arguments, BaseModel):
         arguments = arguments.model_dump(mode="json")
-    payload, problem = validate_arguments(route.model, arguments)
+    sent = arguments
+    if route.payload is None:
+        sent = _own_fields(route.model, arguments)
+    payload, problem = validate_arguments(route.model, sent)
     return HandoffRequest(route, call_id, payload, arguments, problem)
+
+
+def _own_fields(model: type[BaseModel], arguments: Any) -> Any:
+    """``arguments`` (a JSON object, as text or a mapping) with only ``model``'s fields.
+
+    Anything that is not a JSON object is returned as it came, for validation to name.
+    """
+    found: Any = arguments
+    if isinstance(found, str):
+        try:
+            found = json.loads(found) if found.strip() else {}
+        except json.JSONDecodeError:
+            return arguments
+    if not isinstance(found, Mapping):
+        return arguments
+    fields = model.model_fields
+    return {key: value for key, value in cast("Mapping[str, Any]", found).items() if key in fields}
 
 
 def handoff_result(call: HandoffCall) -> Content:
@@ -101,17 +136,66 @@ class HandoffTool(FunctionTool):
 def schema_tool(name: str, description: str, model: type[BaseModel]) -> HandoffTool:
     """A tool that takes ``model`` and is never executed: a middleware reads every call to it.
 
-    agent_framework gets the model's JSON schema, not the model: it then hands the middleware the
-    arguments as the model sent them, without converting them first (a model given as a class is
-    validated, leniently, before any middleware runs). Validating them is the middleware's.
+    agent_framework gets the model's JSON schema (:func:`lean_schema`), not the model: it then
+    hands the middleware the arguments as the model sent them, without converting them first (a
+    model given as a class is validated, leniently, before any middleware runs). Validating them
+    is the middleware's.
     """
     return HandoffTool(
         name=name,
         description=description,
         func=_never_called,
-        input_model=model.model_json_schema(),
+        input_model=lean_schema(model),
         approval_mode="never_require",
     )
+
+
+# The package's own argument models: their docstring says what the tool's description says.
+_BUILT_IN_MODELS = frozenset(
+    {HandoffGoal, HandBackSummary, DelegateTask, ReviewApproval, ReviewChanges}
+)
+# The keys of a JSON schema whose value is a schema, a list of schemas, or a map of them.
+_SUBSCHEMA = frozenset({"items", "additionalProperties", "not", "contains"})
+_SUBSCHEMA_LISTS = frozenset({"anyOf", "allOf", "oneOf", "prefixItems"})
+_SUBSCHEMA_MAPS = frozenset({"properties", "$defs", "definitions", "patternProperties"})
+
+
+@functools.lru_cache(maxsize=256)
+def _lean_schema(model: type[BaseModel]) -> str:
+    schema = _untitled(model.model_json_schema())
+    if model in _BUILT_IN_MODELS:
+        schema.pop("description", None)
+    return json.dumps(schema)
+
+
+def lean_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """``model``'s JSON schema as a tool's parameters, without what the model does not need.
+
+    Pydantic's ``title`` of every model and field is left out (the names say it, and small
+    models copied them into their arguments), and so is the description of the package's own
+    models, which repeats the tool's. Field descriptions, types, enums, required fields and
+    ``additionalProperties`` stay. A fresh dict each time: callers may change it.
+    """
+    return cast("dict[str, Any]", json.loads(_lean_schema(model)))
+
+
+def _untitled(node: Any) -> Any:
+    """A schema node without ``title`` keywords (a property named ``title`` stays)."""
+    if not isinstance(node, Mapping):
+        return node
+    schema: dict[str, Any] = {}
+    for key, value in cast("Mapping[str, Any]", node).items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in _SUBSCHEMA:
+            value = _untitled(value)
+        elif key in _SUBSCHEMA_LISTS and isinstance(value, list):
+            value = [_untitled(item) for item in cast("list[Any]", value)]
+        elif key in _SUBSCHEMA_MAPS and isinstance(value, Mapping):
+            items = cast("Mapping[str, Any]", value).items()
+            value = {name: _untitled(item) for name, item in items}
+        schema[key] = value
+    return schema
 
 
 @functools.lru_cache(maxsize=1024)
