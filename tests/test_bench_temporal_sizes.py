@@ -80,4 +80,7 @@ async def test_a_turns_bytes_are_read_from_its_events(
     grown = long.sizes.activity_input_bytes - short.sizes.activity_input_bytes
     expected = json_bytes(sizes.prior(40 - added, 200)) - json_bytes(sizes.prior(8 - added, 200))
     assert abs(grown - expected) < 0.1 * expected, (grown, expected)
-    assert long.sizes.history_bytes - short.sizes.history_bytes >= grown
+    # the history holds the input; the rest of it (ids, times, the other events) does not grow
+    # with the conversation, but its fields' lengths vary by a few bytes from turn to turn
+    rest = [m.sizes.history_bytes - m.sizes.activity_input_bytes for m in (short, long)]
+    assert abs(rest[1] - rest[0]) < 500, rest
