@@ -30,7 +30,6 @@ from ._hosting_settings import (
     DEFAULT_MAX_INPUT_BYTES,
     HostingOptions,
     HostingSettings,
-    hosting_settings,
     idle_timeout_of,
 )
 from ._journal import HostedState, decode_hosted
@@ -44,6 +43,7 @@ from ._lifecycle import (
     user_messages,
 )
 from ._live_conversations import LiveConversations
+from ._options import settings_with
 from ._records import stored_history, stored_host_state
 from .exceptions import CorruptConversationError
 from .stores import ConversationStore, check_conversation_id
@@ -118,7 +118,7 @@ class ConversationHost:
     ) -> None:
         self.builder = builder
         self.store = store
-        self.settings = hosting_settings(settings, options)
+        self.settings = settings_with(HostingSettings, settings, options, "ConversationHost")
         """How this host serves (:class:`~handoff_builder.HostingSettings`)."""
         self._live = LiveConversations(builder, store, self.settings)
         self._turns = HostedTurns(self._live, self.settings)

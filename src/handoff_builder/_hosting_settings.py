@@ -3,20 +3,19 @@
 :class:`HostingSettings` holds every option besides the builder and the store, checked when it is
 made; :class:`HostingOptions` is the same fields as keyword arguments, so that
 ``ConversationHost(builder, store, idle_timeout=..., lease_ttl=...)`` stays typed, and
-:func:`hosting_settings` applies them over a settings value.
+``settings_with`` applies them over a settings value.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from typing_extensions import TypedDict
 
 from ._lifecycle import DEFAULT_MAX_TURN_RETRIES
-from ._options import settings_with
 from .stores import DEFAULT_LEASE_TTL
 
 __all__ = [
@@ -24,7 +23,6 @@ __all__ = [
     "DEFAULT_MAX_INPUT_BYTES",
     "HostingOptions",
     "HostingSettings",
-    "hosting_settings",
     "idle_timeout_of",
     "utcnow",
 ]
@@ -126,15 +124,3 @@ class HostingOptions(TypedDict, total=False):
     worker_id: str | None
     max_turn_retries: int
     max_input_bytes: int | None
-
-
-def hosting_settings(
-    settings: HostingSettings | None, options: Mapping[str, object]
-) -> HostingSettings:
-    """``settings`` (default: the defaults) with ``options`` in place of its fields, checked.
-
-    Raises:
-        TypeError: an option that is not a field of :class:`HostingSettings`.
-        ValueError: a field out of range.
-    """
-    return settings_with(HostingSettings, settings, options, "ConversationHost")

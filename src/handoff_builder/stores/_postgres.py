@@ -11,6 +11,7 @@ from typing import Any, NoReturn, TypeVar
 
 from typing_extensions import Unpack, override
 
+from handoff_builder._options import settings_with
 from handoff_builder._timeouts import DeadlinePassedError, within
 from handoff_builder.exceptions import (
     ConversationBusyError,
@@ -48,7 +49,7 @@ from ._postgres_connections import (
     spoke_while_idle,
     unavailable,
 )
-from ._postgres_settings import PostgresStoreOptions, PostgresStoreSettings, postgres_store_settings
+from ._postgres_settings import PostgresStoreOptions, PostgresStoreSettings
 
 T = TypeVar("T")
 
@@ -92,7 +93,9 @@ class PostgresConversationStore(ClosingStore):
             ValueError: an option out of range, named in the message.
             TypeError: an option that is not a field of ``PostgresStoreSettings``.
         """
-        self.settings = postgres_store_settings(settings, options)
+        self.settings = settings_with(
+            PostgresStoreSettings, settings, options, "PostgresConversationStore"
+        )
         """How the store uses its database (:class:`PostgresStoreSettings`)."""
         self.dsn = dsn
         self.tables = self.settings.tables

@@ -3,21 +3,18 @@
 :class:`PostgresStoreSettings` holds every option besides the DSN, checked when it is made (it
 needs no psycopg: a configuration can be read and checked where the extra is not installed);
 :class:`PostgresStoreOptions` is the same fields as keyword arguments, so that
-``PostgresConversationStore(dsn, max_size=20)`` stays typed, and :func:`postgres_store_settings`
+``PostgresConversationStore(dsn, max_size=20)`` stays typed, and ``settings_with``
 applies them over a settings value.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from typing_extensions import TypedDict
 
-from handoff_builder._options import settings_with
-
-__all__ = ["PostgresStoreOptions", "PostgresStoreSettings", "postgres_store_settings"]
+__all__ = ["PostgresStoreOptions", "PostgresStoreSettings"]
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,40}$")
 
@@ -81,15 +78,3 @@ class PostgresStoreOptions(TypedDict, total=False):
     connect_timeout: float
     statement_timeout: float
     synchronous_commit: bool
-
-
-def postgres_store_settings(
-    settings: PostgresStoreSettings | None, options: Mapping[str, object]
-) -> PostgresStoreSettings:
-    """``settings`` (default: the defaults) with ``options`` in place of its fields, checked.
-
-    Raises:
-        TypeError: an option that is not a field of :class:`PostgresStoreSettings`.
-        ValueError: a field out of range.
-    """
-    return settings_with(PostgresStoreSettings, settings, options, "PostgresConversationStore")

@@ -38,6 +38,7 @@ from handoff_builder._lifecycle import (
     check_idempotency_key,
     user_messages,
 )
+from handoff_builder._options import settings_with
 from handoff_builder.exceptions import (
     ConversationBusyError,
     HandoffBuilderError,
@@ -49,7 +50,7 @@ from handoff_builder.stores import check_conversation_id
 
 from ._activities import AgentActivities, AgentCallOptions, heartbeat_throttle
 from ._failures import BUSY, NOTHING_PENDING, PAYLOAD_TOO_LARGE, PENDING, UNKNOWN_REQUEST
-from ._host_settings import TemporalHostOptions, TemporalHostSettings, temporal_host_settings
+from ._host_settings import TemporalHostOptions, TemporalHostSettings
 from ._live import LiveTurn, closing_events, follow
 from ._payloads import (
     DEFAULT_PAYLOAD_LIMIT,
@@ -203,7 +204,9 @@ class TemporalConversationHost:
         settings: TemporalHostSettings | None = None,
         **options: Unpack[TemporalHostOptions],
     ) -> None:
-        self.settings = temporal_host_settings(settings, options)
+        self.settings = settings_with(
+            TemporalHostSettings, settings, options, "TemporalConversationHost"
+        )
         """How this host runs its conversations (:class:`TemporalHostSettings`)."""
         self.client = client
         self.task_queue = task_queue

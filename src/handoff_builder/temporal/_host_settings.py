@@ -3,12 +3,11 @@
 :class:`TemporalHostSettings` holds every option besides the client, the task queue and the
 relay, checked when it is made; :class:`TemporalHostOptions` is the same fields as keyword
 arguments, so that ``TemporalConversationHost(client, task_queue=..., turns_per_run=...)`` stays
-typed, and :func:`temporal_host_settings` applies them over a settings value.
+typed, and ``settings_with`` applies them over a settings value.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -16,13 +15,11 @@ from typing_extensions import TypedDict
 
 from handoff_builder._hosting import DEFAULT_IDLE_TIMEOUT, idle_timeout_of
 from handoff_builder._lifecycle import DEFAULT_MAX_TURN_RETRIES
-from handoff_builder._options import settings_with
 
 __all__ = [
     "DEFAULT_TURNS_PER_RUN",
     "TemporalHostOptions",
     "TemporalHostSettings",
-    "temporal_host_settings",
 ]
 
 DEFAULT_TURNS_PER_RUN = 100
@@ -74,15 +71,3 @@ class TemporalHostOptions(TypedDict, total=False):
     turns_per_run: int
     worker_wait: float
     local_activities: bool
-
-
-def temporal_host_settings(
-    settings: TemporalHostSettings | None, options: Mapping[str, object]
-) -> TemporalHostSettings:
-    """``settings`` (default: the defaults) with ``options`` in place of its fields, checked.
-
-    Raises:
-        TypeError: an option that is not a field of :class:`TemporalHostSettings`.
-        ValueError: a field out of range.
-    """
-    return settings_with(TemporalHostSettings, settings, options, "TemporalConversationHost")
