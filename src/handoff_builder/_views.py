@@ -115,8 +115,8 @@ class AgentView:
         "_items",
         "_left_out",
         "_mode",
+        "_note_at",
         "_note_author",
-        "_notes",
         "_stops",
         "agent",
         "cursor",
@@ -138,7 +138,7 @@ class AgentView:
         self._handoff_tools = handoff_tools
         self._note_author = note_author
         self._items: list[_Item] = []  # the view so far
-        self._notes = 0  # how many of the items are notes not written out (_Note)
+        self._note_at: list[int] = []  # where the items hold notes not written out (_Note)
         self.cursor = 0
         self._calls: list[_Call] = []  # calls waiting for their result, in order
         # notes that wait until the open calls are answered, each with its filter if it has one
@@ -163,7 +163,8 @@ class AgentView:
             for index, message in enumerate(history[self.cursor :], self.cursor):
                 if self._left_out and any(low <= index < high for low, high in self._left_out):
                     continue
-                self._answered.clear()
+                if self._answered:
+                    self._answered.clear()
                 seen = self._see(message)
                 if seen is not None:
                     self._items.append(seen)
@@ -178,7 +179,7 @@ class AgentView:
             self.cursor = end
         if self._open():
             return self._without_open_calls()
-        return self._written(self._items)
+        return self._written()
 
     def apply(self, messages: Sequence[Message]) -> None:
         """What the input filter of :attr:`due` returned becomes the view so far.
@@ -190,7 +191,7 @@ class AgentView:
         after = self._items[len(due.messages) :] if due is not None else []  # read since
         self.due = None
         self._items = []
-        self._notes = 0
+        self._note_at = []
         self._calls = []
         for message in [*messages, *after]:
             if isinstance(message, _Note):  # text: it ends any open exchange
@@ -235,21 +236,29 @@ class AgentView:
         for position, (note, due) in enumerate(self._held_notes):
             self._append(note)
             if due is not None:
-                self.due = replace(due, messages=tuple(self._written(self._items)))
+                self.due = replace(due, messages=tuple(self._written()))
                 del self._held_notes[: position + 1]
                 return
         self._held_notes.clear()
 
     def _append(self, item: _Item) -> None:
-        self._items.append(item)
         if isinstance(item, _Note):
-            self._notes += 1
+            self._note_at.append(len(self._items))
+        self._items.append(item)
 
-    def _written(self, items: list[_Item]) -> list[Message]:
-        """``items`` as messages: the list itself when it holds no note to write out."""
-        if not self._notes:
+    def _written(self) -> list[Message]:
+        """The items as messages: the list itself when it holds no note to write out.
+
+        A copy of the list with the notes written in place, not a pass over every item: a view
+        is read at every model call, and holds the whole conversation.
+        """
+        items = self._items
+        if not self._note_at:
             return cast("list[Message]", items)
-        return [item.message() if isinstance(item, _Note) else item for item in items]
+        written = cast("list[Message]", list(items))
+        for position in self._note_at:
+            written[position] = cast("_Note", items[position]).message()
+        return written
 
     def _see(self, message: Message) -> Message | None:
         """The message as the view shows it (``None``: nothing of it).
@@ -261,7 +270,12 @@ class AgentView:
         filtered = author != self.agent
         other = filtered and author is not None
         contents = message.contents
-        if all(c.type == "text" for c in contents):  # most messages: nothing to filter or pair
+        plain = True  # most messages are text only: nothing to filter or pair
+        for content in contents:  # a loop, not all(): this runs for every message of a history
+            if content.type != "text":
+                plain = False
+                break
+        if plain:
             if self._calls:
                 self._close()
             if other and message.role == "assistant":
@@ -318,6 +332,7 @@ class AgentView:
         if open_calls:
             first = min(call.index for call in open_calls)
             self._items[first:] = _without(self._items[first:], open_calls)
+            self._note_at = [i for i, item in enumerate(self._items) if isinstance(item, _Note)]
         if self._held_notes:
             self._release_notes()
 

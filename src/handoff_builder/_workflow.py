@@ -9,6 +9,7 @@ orchestration itself. :class:`HandoffWorkflow` passes such a list to the host as
 
 import copy
 from collections.abc import Awaitable
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from agent_framework import (
@@ -60,7 +61,7 @@ def as_batch(message: object) -> object:
     if type(message) is not list:
         return message
     items = cast(list[object], message)
-    if all(isinstance(item, Message) for item in items):
+    if all(map(isinstance, items, repeat(Message))):  # no Python frame per message
         return MessageBatch(cast(list[Message], items))
     return items
 
