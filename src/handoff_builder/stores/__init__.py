@@ -8,6 +8,10 @@
 
 Every store keeps an append-only message log and a small state row per conversation, as JSON,
 and a lease per conversation in that row (:class:`Lease`, held with :func:`hold`).
+
+:class:`MessageLog` is the other contract: where a Temporal conversation's messages live when
+its agent calls carry a reference to them (:class:`ChainedMessage` entries, each stored once).
+The in-memory and PostgreSQL stores keep one.
 """
 
 from __future__ import annotations
@@ -17,9 +21,11 @@ from typing import TYPE_CHECKING, Any
 from ._base import (
     MAX_CONVERSATION_ID_LENGTH,
     RECORD_SCHEMA_VERSION,
+    ChainedMessage,
     ConversationRecord,
     ConversationStore,
     Lease,
+    MessageLog,
     check_conversation_id,
 )
 from ._leases import DEFAULT_LEASE_TTL, LeaseHold, hold, new_owner
@@ -34,11 +40,13 @@ __all__ = [
     "DEFAULT_LEASE_TTL",
     "MAX_CONVERSATION_ID_LENGTH",
     "RECORD_SCHEMA_VERSION",
+    "ChainedMessage",
     "ConversationRecord",
     "ConversationStore",
     "InMemoryConversationStore",
     "Lease",
     "LeaseHold",
+    "MessageLog",
     "PostgresConversationStore",
     "PostgresStoreSettings",
     "SqliteConversationStore",

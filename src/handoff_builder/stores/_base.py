@@ -303,3 +303,76 @@ def _decode(
         raise CorruptConversationError(
             conversation_id, f"{what} is not valid JSON ({error})", position
         ) from error
+
+
+@dataclass(frozen=True)
+class ChainedMessage:
+    """One message of a conversation's chained log: a history read by reference.
+
+    ``digest`` names the history that ends with this message (its ``position`` is its index in
+    it), ``previous`` the history before it (``""``: none). Whoever writes the log computes the
+    digests (the Temporal workflow: ``temporal.chain_digest``); a store keeps each entry once
+    and reads a history back by following ``previous`` from its last digest. Entries of
+    histories nobody reads any more (a turn that was run again) are harmless: nothing points
+    at them.
+    """
+
+    digest: str
+    previous: str
+    position: int
+    body: Mapping[str, Any]
+
+
+@runtime_checkable
+class MessageLog(Protocol):
+    """Where a conversation's messages live when its agent calls carry a reference to them.
+
+    The workers of a Temporal task queue share one (``conversation_worker(..., messages=...)``):
+    each agent call stores the messages the log does not have yet, then reads the history it
+    runs on by its last digest. Both are idempotent: a retried call writes the same entries.
+    :class:`InMemoryConversationStore` (one process) and
+    :class:`PostgresConversationStore` (several workers) are message logs.
+    """
+
+    async def put_chain(self, conversation_id: str, entries: Sequence[ChainedMessage]) -> None:
+        """Store ``entries`` (each once: one stored already is left as it is)."""
+        ...
+
+    async def read_chain(
+        self, conversation_id: str, head: str, length: int
+    ) -> list[dict[str, Any]]:
+        """The ``length`` messages of the history whose last digest is ``head``, in order.
+
+        Raises:
+            CorruptConversationError: the log lacks one of them (named by its position).
+        """
+        ...
+
+
+def follow_chain(
+    conversation_id: str, entries: Mapping[str, ChainedMessage], head: str, length: int
+) -> list[dict[str, Any]]:
+    """The history ending at ``head`` among ``entries`` (by digest), checked, in order.
+
+    Raises:
+        CorruptConversationError: an entry is missing or not where the chain says it is.
+    """
+    bodies: list[dict[str, Any]] = [{}] * length
+    digest = head
+    for position in range(length - 1, -1, -1):
+        entry = entries.get(digest)
+        if entry is None or entry.position != position:
+            raise CorruptConversationError(
+                conversation_id,
+                f"its message log has no message {position} of the history the agent call "
+                f"names ({digest[:12] or 'none'}); was it deleted, or do the workers share "
+                "another log?",
+                position,
+            )
+        bodies[position] = dict(entry.body)
+        digest = entry.previous
+    if digest:
+        raise CorruptConversationError(
+            conversation_id, f"its history {head[:12]} has more than {length} messages"
+        )
+    return bodies

@@ -16,7 +16,7 @@ from handoff_builder.exceptions import (
     LeaseLostError,
 )
 
-from ._base import ClosingStore, ConversationRecord, Lease
+from ._base import ChainedMessage, ClosingStore, ConversationRecord, Lease, follow_chain
 
 
 @dataclass
@@ -29,11 +29,15 @@ class _Row:
 
 
 class InMemoryConversationStore(ClosingStore):
-    """Keeps conversations in this process's memory; leases are per process."""
+    """Keeps conversations in this process's memory; leases are per process.
+
+    It is a :class:`~handoff_builder.stores.MessageLog` too, for the workers of one process.
+    """
 
     def __init__(self) -> None:
         self._messages: dict[str, list[dict[str, Any]]] = {}
         self._rows: dict[str, _Row] = {}
+        self._chains: dict[str, dict[str, ChainedMessage]] = {}
 
     async def load(self, conversation_id: str) -> ConversationRecord | None:
         """The stored conversation (copies), or ``None``."""
@@ -137,6 +141,23 @@ class InMemoryConversationStore(ClosingStore):
         """Forget the conversation."""
         self._messages.pop(conversation_id, None)
         self._rows.pop(conversation_id, None)
+        self._chains.pop(conversation_id, None)
+
+    async def put_chain(self, conversation_id: str, entries: Sequence[ChainedMessage]) -> None:
+        """Keep ``entries`` (copies; one kept already is left as it is)."""
+        chain = self._chains.setdefault(conversation_id, {})
+        for entry in entries:
+            if entry.digest not in chain:
+                chain[entry.digest] = ChainedMessage(
+                    entry.digest, entry.previous, entry.position, copy.deepcopy(dict(entry.body))
+                )
+
+    async def read_chain(
+        self, conversation_id: str, head: str, length: int
+    ) -> list[dict[str, Any]]:
+        """The history ending at ``head`` (copies), in order."""
+        found = follow_chain(conversation_id, self._chains.get(conversation_id, {}), head, length)
+        return copy.deepcopy(found)
 
     async def conversation_ids(self, *, after: str = "", limit: int = 100) -> list[str]:
         """Ids of the stored conversations after ``after``, in order, at most ``limit``."""

@@ -6,6 +6,7 @@ Install with ``pip install 'handoff-builder[postgres]'``.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, NoReturn, TypeVar
 
@@ -16,16 +17,19 @@ from handoff_builder._timeouts import DeadlinePassedError, within
 from handoff_builder.exceptions import (
     ConversationBusyError,
     ConversationConflictError,
+    CorruptConversationError,
     LeaseLostError,
     StoreUnavailableError,
 )
 
 from ._base import (
     RECORD_SCHEMA_VERSION,
+    ChainedMessage,
     ClosingStore,
     ConversationRecord,
     Lease,
     encode,
+    follow_chain,
     record_from_rows,
 )
 
@@ -100,7 +104,8 @@ class PostgresConversationStore(ClosingStore):
         self.dsn = dsn
         self.tables = self.settings.tables
         """The store's two tables: conversations (the state rows) and messages (the log)."""
-        self._q = _queries(*(sql.Identifier(name) for name in self.tables))
+        names = (*self.tables, self.settings.chain_table)
+        self._q = _queries(*(sql.Identifier(name) for name in names))
         self._statement_timeout = self.settings.statement_timeout
         self.synchronous_commit = self.settings.synchronous_commit
         self._sizes = (self.settings.min_size, self.settings.max_size)
@@ -147,7 +152,9 @@ class PostgresConversationStore(ClosingStore):
             db = await self._connect()
             async with db, db.transaction():
                 await db.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_LOCK_NAMESPACE,))
-                for name in ("create_conversations", "create_messages", "add_lease_columns"):
+                for name in (
+                    "create_conversations", "create_messages", "add_lease_columns", "create_chain"
+                ):  # fmt: skip
                     await db.execute(self._q[name])
             try:  # the pool's min_size connections, which will most likely work now too
                 await self._pool.open(wait=True, timeout=self._statement_timeout)
@@ -372,6 +379,33 @@ class PostgresConversationStore(ClosingStore):
         """Forget the conversation."""
         await self._execute("delete", {"id": conversation_id})
 
+    async def put_chain(self, conversation_id: str, entries: Sequence[ChainedMessage]) -> None:
+        """Store ``entries`` in one statement (one stored already is left as it is)."""
+        if not entries:
+            return
+        rows = [{"d": e.digest, "p": e.previous, "n": e.position, "b": e.body} for e in entries]
+        await self._execute("put_chain", {"id": conversation_id, "entries": encode(rows)})
+
+    async def read_chain(
+        self, conversation_id: str, head: str, length: int
+    ) -> list[dict[str, Any]]:
+        """The history ending at ``head``, in order, read with one statement."""
+
+        async def read(db: psycopg.AsyncConnection[Any]) -> list[Any]:
+            found = await db.execute(self._q["read_chain"], (conversation_id, length))
+            return await found.fetchall()
+
+        entries: dict[str, ChainedMessage] = {}
+        for digest, previous, position, body in await self._run(read):
+            try:
+                decoded = json.loads(body)
+            except ValueError as error:
+                raise CorruptConversationError(
+                    conversation_id, f"message {position} of its log is not JSON: {error}", position
+                ) from error
+            entries[digest] = ChainedMessage(digest, previous, position, decoded)
+        return follow_chain(conversation_id, entries, head, length)
+
     async def conversation_ids(self, *, after: str = "", limit: int = 100) -> list[str]:
         """Ids of the stored conversations after ``after``, in order, at most ``limit``."""
 
@@ -410,7 +444,9 @@ _WITH_MESSAGES = (
 )
 
 
-def _queries(conversations: sql.Identifier, messages: sql.Identifier) -> dict[str, bytes]:
+def _queries(
+    conversations: sql.Identifier, messages: sql.Identifier, chain: sql.Identifier
+) -> dict[str, bytes]:
     """Every statement of the store, with its table names quoted as identifiers.
 
     Rendered to bytes once (psycopg would compose them again on every execute).
@@ -422,6 +458,14 @@ def _queries(conversations: sql.Identifier, messages: sql.Identifier) -> dict[st
         "lease_token BIGINT NOT NULL DEFAULT 0, lease_expires TIMESTAMPTZ)",
         "create_messages": "CREATE TABLE IF NOT EXISTS {m} (conversation_id TEXT NOT NULL, "
         "position INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (conversation_id, position))",
+        "create_chain": "CREATE TABLE IF NOT EXISTS {h} (conversation_id TEXT NOT NULL, "
+        "digest TEXT NOT NULL, previous TEXT NOT NULL, position INTEGER NOT NULL, "
+        "body TEXT NOT NULL, PRIMARY KEY (conversation_id, digest))",
+        "put_chain": "INSERT INTO {h} (conversation_id, digest, previous, position, body) "
+        "SELECT %(id)s, e->>'d', e->>'p', (e->>'n')::integer, (e->'b')::text "
+        "FROM json_array_elements(%(entries)s::json) AS e ON CONFLICT DO NOTHING",
+        "read_chain": "SELECT digest, previous, position, body FROM {h} "
+        "WHERE conversation_id = %s AND position < %s",
         # Tables made by the first release get the lease columns.
         "add_lease_columns": "ALTER TABLE {c} ADD COLUMN IF NOT EXISTS lease_owner TEXT, "
         "ADD COLUMN IF NOT EXISTS lease_token BIGINT NOT NULL DEFAULT 0, "
@@ -472,13 +516,14 @@ def _queries(conversations: sql.Identifier, messages: sql.Identifier) -> dict[st
         "lease_owner = %(owner)s AND version = 0 RETURNING 1) UPDATE {c} SET lease_owner = NULL, "
         "lease_expires = NULL WHERE conversation_id = %(id)s AND lease_owner = %(owner)s "
         "AND version > 0",
-        "delete": "WITH gone AS (DELETE FROM {m} WHERE conversation_id = %(id)s) "
+        "delete": "WITH gone AS (DELETE FROM {m} WHERE conversation_id = %(id)s), "
+        "unchained AS (DELETE FROM {h} WHERE conversation_id = %(id)s) "
         "DELETE FROM {c} WHERE conversation_id = %(id)s",
-        "drop": "DROP TABLE IF EXISTS {m}, {c}",
+        "drop": "DROP TABLE IF EXISTS {m}, {c}, {h}",
         "ids": "SELECT conversation_id FROM {c} WHERE version > 0 AND conversation_id > %(after)s "
         "ORDER BY conversation_id LIMIT %(limit)s",
     }
     return {
-        name: sql.SQL(text).format(c=conversations, m=messages).as_bytes(None)  # pyright: ignore[reportArgumentType]
+        name: sql.SQL(text).format(c=conversations, m=messages, h=chain).as_bytes(None)  # pyright: ignore[reportArgumentType]
         for name, text in texts.items()
     }

@@ -68,6 +68,11 @@ class PostgresStoreSettings:
         """The store's two tables: conversations (the state rows) and messages (the log)."""
         return (f"{self.table_prefix}conversations", f"{self.table_prefix}messages")
 
+    @property
+    def chain_table(self) -> str:
+        """The table of the chained message log (:class:`~handoff_builder.stores.MessageLog`)."""
+        return f"{self.table_prefix}chained_messages"
+
 
 class PostgresStoreOptions(TypedDict, total=False):
     """:class:`PostgresStoreSettings`'s fields as keyword arguments of the store."""

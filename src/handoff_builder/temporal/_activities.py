@@ -16,6 +16,7 @@ import contextvars
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 from agent_framework import Workflow
 from temporalio import activity
@@ -25,6 +26,7 @@ from handoff_builder._builder import HandoffWorkflowBuilder
 from handoff_builder._engine import AgentCall
 from handoff_builder._host import GroupChatHost
 from handoff_builder.exceptions import CorruptStateError, HandoffBuilderError
+from handoff_builder.stores import MessageLog
 
 from ._failures import CONFIGURATION, misconfigured, too_large
 from ._payloads import AgentCallPayload, AgentCallResult, encode_run, load, payload_size
@@ -89,12 +91,19 @@ class AgentActivities:
     The workflow decides; these run the agents, on hosts of this worker built from ``builder``
     and loaded with the conversation as the call gives it. :func:`conversation_worker` makes
     one per worker and registers its methods. With a ``relay``, a call of a streaming turn
-    publishes its agent's updates there as they come (see ``_relay``).
+    publishes its agent's updates there as they come (see ``_relay``). With a ``messages`` log,
+    a call that carries a reference to its history reads it there (see ``_chain``).
     """
 
-    def __init__(self, builder: HandoffWorkflowBuilder, relay: RedisRelay | None = None) -> None:
+    def __init__(
+        self,
+        builder: HandoffWorkflowBuilder,
+        relay: RedisRelay | None = None,
+        messages: MessageLog | None = None,
+    ) -> None:
         self._builder = builder
         self._relay = relay
+        self._messages = messages
         self._free: list[GroupChatHost] = []  # built hosts, reused one call at a time
 
     @activity.defn(name=ACTIVITY_NAME)
@@ -128,16 +137,17 @@ class AgentActivities:
     @contextlib.asynccontextmanager
     async def _replica(self, call: AgentCallPayload) -> AsyncGenerator[GroupChatHost, None]:
         """A host of this worker loaded with the conversation as it stood, heartbeating."""
+        history = await self._history(call)
         host = self._free.pop() if self._free else host_of(self._builder.build())
         try:
             try:
-                load(host, call.history, call.host, call.conversation_id)
+                load(host, history, call.host, call.conversation_id)
             except (CorruptStateError, ValueError, TypeError, KeyError) as error:
                 raise misconfigured(
                     f"The state of conversation {call.conversation_id!r} does not load: {error}"
                 ) from error
             host.conversation_id = call.conversation_id
-            scope = f"{call.conversation_id}/{len(call.history)}/{activity.info().activity_type}"
+            scope = f"{call.conversation_id}/{call.length}/{activity.info().activity_type}"
             counts = _TOOL_CALLS.set(({}, scope))
             try:
                 if activity.info().is_local:
@@ -151,6 +161,26 @@ class AgentActivities:
             if host.model_calls is not None:  # recorded here, for span events only: keep none
                 host.model_calls.clear()
             self._free.append(host)
+
+    async def _history(self, call: AgentCallPayload) -> list[dict[str, Any]]:
+        """The conversation the call runs on: its own, or read from the message log by reference.
+
+        A log that cannot be reached is an error the call is retried for; a log that lacks the
+        history, or a worker without a log, is not.
+        """
+        reference = call.reference
+        if reference is None:
+            return call.history
+        if self._messages is None:
+            raise misconfigured(
+                f"The call of agent {call.agent!r} in conversation {call.conversation_id!r} "
+                "names its history in the workers' message log, and this worker has none: give "
+                "every worker of the task queue the same conversation_worker(..., messages=...)."
+            )
+        try:
+            return await reference.read(self._messages, call.conversation_id)
+        except CorruptStateError as error:
+            raise misconfigured(str(error)) from error
 
 
 ACTIVITY_OF_CALL = {

@@ -46,7 +46,7 @@ from handoff_builder.exceptions import (
     PendingRequestsError,
     UnexpectedAnswersError,
 )
-from handoff_builder.stores import check_conversation_id
+from handoff_builder.stores import MessageLog, check_conversation_id
 
 from ._activities import AgentActivities, AgentCallOptions, heartbeat_throttle
 from ._failures import BUSY, NOTHING_PENDING, PAYLOAD_TOO_LARGE, PENDING, UNKNOWN_REQUEST
@@ -97,6 +97,7 @@ def conversation_worker(
     task_queue: str,
     agent_calls: AgentCallOptions | None = None,
     relay: RedisRelay | str | None = None,
+    messages: MessageLog | None = None,
     **kwargs: Any,
 ) -> Worker:
     """A Temporal worker that runs ``builder``'s conversations on ``task_queue``.
@@ -113,14 +114,22 @@ def conversation_worker(
     Without it they publish nothing, and such turns stream their replies whole, at their end.
     A relay made here from a URL is closed when the worker stops.
 
+    ``messages`` (a :class:`~handoff_builder.stores.MessageLog`: a
+    :class:`~handoff_builder.stores.PostgresConversationStore` that every worker of the queue
+    points at, or an :class:`~handoff_builder.stores.InMemoryConversationStore` for workers of
+    one process): where the conversations' messages live. Agent calls then carry a reference to
+    the history and the messages the log lacks, not the whole conversation, so a turn's payloads
+    and event history grow with what the turn adds. Every worker of a task queue must be given
+    one, or none (see ``docs/temporal.md``). The store is not closed when the worker stops.
+
     Raises:
         HandoffConfigurationError: the builder does not build.
         ImportError: a relay URL is given, and redis-py is not installed.
     """
     options = agent_calls or AgentCallOptions()
-    register(task_queue, builder, options)
+    register(task_queue, builder, options, by_reference=messages is not None)
     made = relay_of(relay)
-    calls = AgentActivities(builder, made)
+    calls = AgentActivities(builder, made, messages)
     kwargs.setdefault("max_heartbeat_throttle_interval", heartbeat_throttle(options))
     worker = _SettlingWorker(
         client,

@@ -38,6 +38,8 @@ from handoff_builder._state import (
     validated,
 )
 
+from ._chain import HistoryReference
+
 DEFAULT_PAYLOAD_LIMIT = 2 * 1024 * 1024
 """Temporal's limit on one payload (``limit.blobSize.error``) when the namespace does not say."""
 
@@ -66,6 +68,8 @@ class Carried(BaseModel):
     failures: int = 0
     last_error: str | None = None
     receipts: dict[str, dict[str, Any]] = Field(default_factory=dict[str, dict[str, Any]])
+    logged: str = ""
+    """The digest of the latest history the workers' message log holds (``""``: none known)."""
 
 
 def carried(
@@ -75,6 +79,7 @@ def carried(
     failures: int = 0,
     last_error: str | None = None,
     receipts: dict[str, dict[str, Any]] | None = None,
+    logged: str = "",
 ) -> Carried:
     """The conversation as ``host`` holds it, to carry into a new run or to go back to.
 
@@ -87,6 +92,7 @@ def carried(
         failures=failures,
         last_error=last_error,
         receipts=dict(receipts or {}),
+        logged=logged,
     )
 
 
@@ -163,7 +169,9 @@ class AgentCallPayload(BaseModel):
 
     The conversation and the host's state as they stand, the agent, whether it runs without
     handoff tools, and the payload limit its result must keep to. ``relay``: the relay stream
-    its live updates go to (``""``: none; a worker without a relay publishes nothing).
+    its live updates go to (``""``: none; a worker without a relay publishes nothing). With a
+    ``reference`` (workers with a message log, see ``_chain``), ``history`` is empty: the
+    activity reads the conversation from the log.
     """
 
     model_config = ConfigDict(serialize_by_alias=True)
@@ -177,6 +185,12 @@ class AgentCallPayload(BaseModel):
     host: dict[str, Any]
     payload_limit: int = DEFAULT_PAYLOAD_LIMIT  # that of the result, too
     relay: str = ""
+    reference: HistoryReference | None = None
+
+    @property
+    def length(self) -> int:
+        """How many messages the conversation has where the call starts."""
+        return self.reference.length if self.reference is not None else len(self.history)
 
 
 class CallRecord(BaseModel):

@@ -48,6 +48,7 @@ from handoff_builder.exceptions import (
 )
 
 from ._activities import ACTIVITY_OF_CALL, AgentCallOptions, host_of
+from ._chain import HISTORY_BY_REFERENCE, HistoryChain
 from ._failures import (
     busy,
     described,
@@ -84,10 +85,15 @@ ABANDON_AFTER_LAST_RETRY = "abandon-after-last-retry"
 
 @dataclass(frozen=True)
 class _Registered:
-    """What a conversation workflow needs of its worker: the builder and its calls' options."""
+    """What a conversation workflow needs of its worker: the builder and its calls' options.
+
+    ``by_reference``: the workers share a message log, so agent calls carry a reference to the
+    history instead of the history (``_chain``).
+    """
 
     builder: HandoffWorkflowBuilder
     options: AgentCallOptions
+    by_reference: bool = False
 
 
 _REGISTERED: dict[str, _Registered] = {}  # by task queue: a workflow takes no constructor input
@@ -126,14 +132,22 @@ _quiet_while_replaying()
 QUIET_WHILE.append(_replaying)
 
 
-def register(task_queue: str, builder: HandoffWorkflowBuilder, options: AgentCallOptions) -> None:
+def register(
+    task_queue: str,
+    builder: HandoffWorkflowBuilder,
+    options: AgentCallOptions,
+    *,
+    by_reference: bool = False,
+) -> None:
     """Serve ``builder``'s conversations on ``task_queue`` in this worker process.
+
+    ``by_reference``: the workers of the queue share a message log (see ``_chain``).
 
     Raises:
         HandoffConfigurationError: the builder does not build.
     """
     host_of(builder.build())  # every problem of the builder now, not in the first turn
-    _REGISTERED[task_queue] = _Registered(builder, options)
+    _REGISTERED[task_queue] = _Registered(builder, options, by_reference)
     _quiet_while_replaying()  # the loggers the build created too
 
 
@@ -165,6 +179,8 @@ class ConversationWorkflow:
         self._conversation_id = workflow.info().workflow_id
         self._runner = _ActivityRunner(start, self._registered.options, self._conversation_id)
         was = start.carried
+        if self._registered.by_reference and workflow.patched(HISTORY_BY_REFERENCE):
+            self._runner.chain = HistoryChain(was.logged if was is not None else "")
         self._workflow, self._host = self._open(was)
         self._idle = was.idle if was is not None else False
         self._receipts: dict[str, dict[str, Any]] = dict(was.receipts) if was else {}
@@ -211,6 +227,7 @@ class ConversationWorkflow:
                 state = carried(
                     self._host, idle=self._idle, failures=self._failures,
                     last_error=self._last_error, receipts=self._receipts,
+                    logged=self._runner.logged,
                 )  # fmt: skip
                 following = _next_run(self._start, state, self._conversation_id)
                 self._too_large_to_carry = following is None
@@ -490,6 +507,7 @@ class _ActivityRunner:
         self.checkpoint: Carried | None = None  # the state the last agent call was given
         self._relay = ""  # the relay stream of the turn running, when it is relayed
         self._relayed: list[RelayedCall] = []  # its agent calls, with the attempts that counted
+        self.chain: HistoryChain | None = None  # calls carry a reference to the history
 
     async def run(self, call: AgentCall, streams: Streams | None) -> AgentRun:
         del streams
@@ -504,16 +522,27 @@ class _ActivityRunner:
         finally:
             self._relay = ""
 
+    @property
+    def logged(self) -> str:
+        """The digest of the latest history the message log holds (``""``: none, or no log)."""
+        return self.chain.last_logged if self.chain is not None else ""
+
     def payload(self, agent: str, *, no_handoffs: bool = False) -> AgentCallPayload:
-        """A call of ``agent`` on the conversation as it stands, for the activity."""
+        """A call of ``agent`` on the conversation as it stands, for the activity.
+
+        With a message log, the call carries a reference to the history (and its tail).
+        """
+        history = self.host.history
+        reference = self.chain.reference(history) if self.chain is not None else None
         return AgentCallPayload(
             conversation_id=self._conversation_id,
             agent=agent,
             no_handoffs=no_handoffs,
-            history=[message.to_dict() for message in self.host.history],
+            history=[] if reference is not None else [m.to_dict() for m in history],
             host=self.host.snapshot(),
             payload_limit=self._start.payload_limit,
             relay=self._relay,
+            reference=reference,
         )
 
     async def _activity(self, agent_call: AgentCall) -> AgentCallResult:
@@ -526,7 +555,8 @@ class _ActivityRunner:
         name, method = ACTIVITY_OF_CALL[agent_call.kind]
         call = self.payload(agent, no_handoffs=agent_call.no_handoffs)
         if agent_call.kind == "run":  # a failed turn goes on from here (answers since are not)
-            self.checkpoint = Carried(history=call.history, host=call.host)
+            history = call.history or [m.to_dict() for m in self.host.history]
+            self.checkpoint = Carried(history=history, host=call.host, logged=self.logged)
         size, limit = payload_size(call), self._start.payload_limit
         if size > limit:  # Temporal would refuse the command, and the workflow task with it
             raise PayloadTooLargeError(
@@ -573,6 +603,8 @@ class _ActivityRunner:
             raise
         if call.relay:
             self._relayed.append(RelayedCall(call=activity_id, attempt=result.attempt))
+        if self.chain is not None and call.reference is not None:
+            self.chain.logged(call.reference)
         return result
 
 

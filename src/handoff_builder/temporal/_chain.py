@@ -1,0 +1,121 @@
+"""Agent calls that carry a reference to the conversation instead of the conversation.
+
+A worker given a message log (``conversation_worker(..., messages=store)``, a
+:class:`~handoff_builder.stores.MessageLog` every worker of the task queue shares) runs its
+conversations' agent calls on histories read from that log. The workflow still decides with the
+whole history in memory, and it alone names what a history is: each message gets a digest that
+covers it and every message before it (a hash chain), so a history is named by its length and its
+last digest. An agent call carries that name, and the messages the log may not have yet (the
+*tail*: what came since the last call that succeeded); the activity stores the tail (each entry
+once, so a retried call writes nothing new) and reads the history back by its name.
+
+So an agent call's payload, and the event history a turn adds, grow with what the turn adds,
+not with the conversation. A turn that is run again after a failure starts from an earlier
+history, whose new messages get digests of their own: entries of the abandoned attempt stay in
+the log, unread, and never mix with the history the workflow names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agent_framework import Message
+from pydantic import BaseModel
+
+from handoff_builder.stores import ChainedMessage, MessageLog
+
+HISTORY_BY_REFERENCE = "history-by-reference"
+"""The patch under which agent calls carry a reference to the history (workflows that started
+before it keep sending the history itself until their next run)."""
+
+
+def chain_digest(previous: str, body: Mapping[str, Any]) -> str:
+    """The digest of a history: that of the history before its last message, and that message."""
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(f"{previous}\n{text}".encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class ChainEntry(BaseModel):
+    """A message of the tail, as it crosses Temporal (a ``ChainedMessage``)."""
+
+    digest: str
+    previous: str
+    position: int
+    body: dict[str, Any]
+
+
+class HistoryReference(BaseModel):
+    """The history an agent call runs on: its length, its last digest, and the tail to store."""
+
+    length: int
+    head: str
+    tail: list[ChainEntry]
+
+    async def read(self, log: MessageLog, conversation_id: str) -> list[dict[str, Any]]:
+        """Store the tail in ``log``, then read the whole history from it.
+
+        Raises:
+            CorruptConversationError: the log lacks a message of the history.
+            StoreUnavailableError: the log cannot be reached.
+        """
+        entries = [ChainedMessage(e.digest, e.previous, e.position, e.body) for e in self.tail]
+        await log.put_chain(conversation_id, entries)
+        return await log.read_chain(conversation_id, self.head, self.length)
+
+
+class HistoryChain:
+    """The digests of a workflow host's history, kept up to date as it grows.
+
+    ``logged`` are the digests of histories the log is known to hold (the last message of each
+    agent call's history that succeeded); a history's tail is what came after the latest of them.
+    A history that is not the one the digests were computed for (the host was loaded anew after
+    a failure, or in a new run) is digested again from its start.
+    """
+
+    def __init__(self, logged: str = "") -> None:
+        self._digests: list[str] = []
+        self._last: Message | None = None  # the history's message the last digest is of
+        self._logged: set[str] = {logged} if logged else set()
+        self.last_logged = logged
+        """The digest of the latest history logged (carried into the workflow's next run)."""
+
+    def reference(self, history: Sequence[Message]) -> HistoryReference:
+        """The reference an agent call on ``history`` carries."""
+        digests = self._digests
+        known = len(digests)
+        if known > len(history) or (known and history[known - 1] is not self._last):
+            digests.clear()
+            known = 0
+        for message in history[known:]:
+            digests.append(chain_digest(digests[-1] if digests else "", message.to_dict()))
+        self._last = history[-1] if history else None
+        start = len(history)
+        while start and digests[start - 1] not in self._logged:
+            start -= 1
+        tail = [
+            ChainEntry(
+                digest=digests[position],
+                previous=digests[position - 1] if position else "",
+                position=position,
+                body=history[position].to_dict(),
+            )
+            for position in range(start, len(history))
+        ]
+        return HistoryReference(length=len(history), head=self.head, tail=tail)
+
+    @property
+    def head(self) -> str:
+        """The digest of the history as last referenced (``""``: an empty one)."""
+        return self._digests[-1] if self._digests else ""
+
+    def logged(self, reference: HistoryReference) -> None:
+        """The log holds the history of ``reference`` (its agent call succeeded)."""
+        if reference.head:
+            self._logged.add(reference.head)
+            self.last_logged = reference.head
+
+
+__all__ = ["HISTORY_BY_REFERENCE", "HistoryChain", "HistoryReference", "chain_digest"]

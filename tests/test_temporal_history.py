@@ -1,0 +1,325 @@
+"""Agent calls on Temporal that carry a reference to the conversation, read from a message log.
+
+The chain of digests and the logs are tested without a server; the workflow against the dev
+server ``.ci/run`` starts (``HANDOFF_BUILDER_TEMPORAL_ADDRESS``; elsewhere those tests skip,
+saying so), and the PostgreSQL log against ``HANDOFF_BUILDER_POSTGRES_DSN``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("temporalio")
+
+from agent_framework import Message
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+from temporalio.worker import Replayer
+
+from handoff_builder import HandoffWorkflowBuilder
+from handoff_builder.exceptions import CorruptConversationError
+from handoff_builder.stores import ChainedMessage, InMemoryConversationStore, MessageLog
+from handoff_builder.temporal import (
+    ConversationWorkflow,
+    TemporalConversationHost,
+    conversation_worker,
+)
+from handoff_builder.temporal._activities import AgentActivities
+from handoff_builder.temporal._chain import HistoryChain, chain_digest
+from handoff_builder.temporal._payloads import AgentCallPayload
+from handoff_builder.testing import ModelCall, handoff_to, reply, scripted_agent
+
+from .test_temporal import (
+    RECORDED,
+    breakable_desk,
+    broken_billing_desk,
+    echo_desk,
+    refund_desk,
+    retrying,
+)
+
+
+def said(text: str, author: str | None = None) -> Message:
+    return Message(role="user", contents=[text], author_name=author)
+
+
+# -- the chain of digests (no server) ----------------------------------------------------
+
+
+def test_a_reference_carries_the_messages_the_log_may_lack_and_names_the_rest() -> None:
+    chain = HistoryChain()
+    history = [said("one"), said("two")]
+    first = chain.reference(history)
+    assert (first.length, [e.position for e in first.tail]) == (2, [0, 1])
+    assert first.head == chain_digest(chain_digest("", history[0].to_dict()), history[1].to_dict())
+    chain.logged(first)  # its call succeeded
+    history += [said("three")]
+    second = chain.reference(history)
+    assert [(e.position, e.body["contents"][0]["text"]) for e in second.tail] == [(2, "three")]
+    assert second.tail[0].previous == first.head
+    assert chain.reference(history).tail == second.tail  # not logged yet: sent again
+
+
+def test_a_history_loaded_anew_is_digested_again_and_a_different_message_differs() -> None:
+    """After a failure the workflow loads the history anew (new objects): the digests are
+    computed again, and what the log holds is still known; a turn run again differently gets
+    digests of its own from where it differs."""
+    chain = HistoryChain()
+    history = [said("one"), said("two")]
+    chain.logged(chain.reference(history))
+    tried = chain.reference([*history, said("three")])
+    reloaded = [Message.from_dict(m.to_dict()) for m in history]
+    again = chain.reference([*reloaded, said("three, again")])
+    assert [e.position for e in again.tail] == [2]  # the two logged ones are not sent again
+    assert again.tail[0].previous == tried.tail[0].previous
+    assert again.head != tried.head
+
+
+def test_a_carried_digest_is_known_to_be_logged_in_the_next_run() -> None:
+    history = [said("one"), said("two")]
+    first = HistoryChain()
+    first.logged(first.reference(history))
+    following = HistoryChain(first.last_logged)
+    assert following.reference([*history, said("three")]).tail[0].position == 2
+
+
+# -- the logs ------------------------------------------------------------------------------
+
+
+def entries_of(bodies: list[dict[str, Any]], previous: str = "", start: int = 0) -> list[Any]:
+    made: list[ChainedMessage] = []
+    for position, body in enumerate(bodies, start):
+        digest = chain_digest(previous, body)
+        made.append(ChainedMessage(digest, previous, position, body))
+        previous = digest
+    return made
+
+
+async def check_a_log(log: MessageLog, conversation: str) -> None:
+    """Each entry once, a history read back by its last digest, a branch nobody names ignored,
+    and a missing message named by its position."""
+    bodies = [{"text": f"m{n}", "n": n, "é": "ü"} for n in range(5)]
+    entries = entries_of(bodies)
+    await log.put_chain(conversation, entries[:3])
+    await log.put_chain(conversation, entries)  # a retried call: the first three again
+    stale = entries_of([{"text": "abandoned"}], entries[2].digest, 3)
+    await log.put_chain(conversation, stale)
+    assert await log.read_chain(conversation, entries[-1].digest, 5) == bodies
+    assert await log.read_chain(conversation, stale[0].digest, 4) == [
+        *bodies[:3],
+        {"text": "abandoned"},
+    ]
+    assert await log.read_chain(conversation, "", 0) == []
+    with pytest.raises(CorruptConversationError) as missing:
+        await log.read_chain(conversation, chain_digest(entries[-1].digest, {"x": 1}), 6)
+    assert missing.value.position == 5
+    assert "message 5" in str(missing.value)
+
+
+async def test_the_in_memory_store_is_a_message_log() -> None:
+    store = InMemoryConversationStore()
+    assert isinstance(store, MessageLog)
+    await check_a_log(store, "c1")
+    await store.delete("c1")
+    with pytest.raises(CorruptConversationError):
+        await store.read_chain("c1", "x", 1)
+
+
+async def test_the_postgres_store_is_a_message_log() -> None:
+    dsn = os.environ.get("HANDOFF_BUILDER_POSTGRES_DSN")
+    if not dsn:
+        pytest.skip("set HANDOFF_BUILDER_POSTGRES_DSN to run the PostgreSQL tests")
+    from handoff_builder.stores import PostgresConversationStore
+
+    store = PostgresConversationStore(dsn, table_prefix=f"t{uuid.uuid4().hex[:8]}_")
+    try:
+        assert isinstance(store, MessageLog)
+        await check_a_log(store, "c1")
+        await store.delete("c1")
+        with pytest.raises(CorruptConversationError):
+            await store.read_chain("c1", "x", 1)
+    finally:
+        await store.drop_tables()
+        await store.close()
+
+
+async def test_a_worker_without_a_log_refuses_a_call_by_reference_for_good() -> None:
+    """Not retried: no attempt of that worker can read the history."""
+    chain = HistoryChain()
+    call = AgentCallPayload(
+        conversation_id="c1",
+        agent="triage",
+        no_handoffs=False,
+        history=[],
+        host={},
+        reference=chain.reference([said("hello")]),
+    )
+    calls = AgentActivities(HandoffWorkflowBuilder(scripted_agent("triage", reply("hi"))))
+    with pytest.raises(ApplicationError) as refused:
+        await ActivityEnvironment().run(calls.invoke_agent, call)
+    assert refused.value.non_retryable
+    assert "messages=" in str(refused.value)
+    assert "'triage'" in str(refused.value)
+
+
+# -- on Temporal ---------------------------------------------------------------------------
+
+
+def activity_inputs(history: WorkflowHistory) -> list[dict[str, Any]]:
+    """The agent calls' inputs, in order, as the event history holds them."""
+    found: list[dict[str, Any]] = []
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            [payload] = event.activity_task_scheduled_event_attributes.input.payloads
+            found.append(json.loads(payload.data))
+    return found
+
+
+@pytest.fixture
+async def log_worker(client: Client, queue: str) -> AsyncGenerator[Any, None]:
+    """``start(builder)``: a worker with an in-memory message log, and its host."""
+    started: list[Any] = []
+
+    async def start(
+        builder: HandoffWorkflowBuilder, agent_calls: Any = None, **kwargs: Any
+    ) -> TemporalConversationHost:
+        worker = conversation_worker(
+            client,
+            builder,
+            task_queue=queue,
+            agent_calls=agent_calls,
+            messages=InMemoryConversationStore(),
+        )
+        started.append(worker)
+        await worker.__aenter__()
+        return TemporalConversationHost(client, task_queue=queue, **kwargs)
+
+    yield start
+    for worker in started:
+        await worker.__aexit__(None, None, None)
+
+
+async def test_agent_calls_carry_what_is_new_and_agents_see_the_whole_conversation(
+    client: Client, log_worker: Any
+) -> None:
+    seen: list[list[str]] = []
+
+    def billing_answer(call: ModelCall) -> Any:
+        seen.append([m.text for m in call.messages if m.role == "user" and m.text])
+        return reply(f"billing: {call.user_text}")
+
+    triage = scripted_agent("triage", handoff_to("billing", goal="Billing."))
+    billing = scripted_agent("billing", respond_with=billing_answer)
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
+    host = await log_worker(builder)
+    conversation = f"c-{uuid.uuid4().hex[:10]}"
+    for n in range(6):
+        result = await host.send(conversation, f"message {n} " + "x" * 2000)
+        assert result.text.startswith(f"billing: message {n}")
+    assert [m.split(" x")[0][:9] for m in seen[-1] if m.startswith("message")] == [
+        f"message {n}" for n in range(6)
+    ]  # the last call read every earlier message from the log
+    history = await client.get_workflow_handle(conversation).fetch_history()
+    inputs = activity_inputs(history)
+    assert len(inputs) == 7  # triage, then billing for each message
+    assert all(i["history"] == [] and i["reference"] for i in inputs)
+    tails = [[e["position"] for e in i["reference"]["tail"]] for i in inputs]
+    assert tails[0] == [0]  # the first message
+    assert tails[1] == [1, 2]  # billing's: triage's handoff call and its result
+    sizes = [len(json.dumps(i)) for i in inputs[2:]]
+    assert max(sizes) - min(sizes) < 600, sizes  # flat: each carries one turn's messages
+    assert (await host.history(conversation))[-1].text.startswith("billing: message 5")
+
+
+async def test_a_failed_turn_run_again_reads_the_history_the_workflow_names(
+    client: Client, log_worker: Any
+) -> None:
+    """billing's model is down, then up: the turn run again gets the conversation without the
+    failed attempt's leftovers, from the log."""
+    builder, _triage, broken = breakable_desk()
+    broken[0] = False
+    host = await log_worker(builder, retrying(1), max_turn_retries=3)
+    conversation = f"c-{uuid.uuid4().hex[:10]}"
+    assert (await host.send(conversation, "hello")).text == "billing: hello"
+    broken[0] = True
+    with pytest.raises(Exception):  # noqa: B017, PT011 - the turn failure's own type is tested elsewhere
+        await host.send(conversation, "second")
+    broken[0] = False
+    result = await host.send(conversation, "third")
+    assert result.text == "billing: third"
+    texts = [m.text for m in await host.history(conversation)]
+    assert texts.count("second") == 1
+    assert texts[-1] == "billing: third"
+
+
+@pytest.mark.parametrize(
+    ("recorded", "desk"),
+    [
+        ("temporal-history-last-retry-failed-f9d3a5a.json", broken_billing_desk),
+        ("temporal-history-approval-a0c0c53.json", refund_desk),
+    ],
+)
+async def test_a_history_recorded_before_the_log_replays_on_workers_with_a_log(
+    client: Client, recorded: str, desk: Any
+) -> None:
+    """Conversations that started before agent calls carried references keep sending the
+    history itself (a Temporal patch): their histories replay on workers given a log."""
+    text = (RECORDED / recorded).read_text("utf-8")
+    started = json.loads(text)["events"][0]["workflowExecutionStartedEventAttributes"]
+    conversation_worker(
+        client,
+        desk(),
+        task_queue=started["taskQueue"]["name"],
+        messages=InMemoryConversationStore(),
+    )
+    history = WorkflowHistory.from_json("recorded", text)
+    replayer = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter)
+    replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert replayed.replay_failure is None
+
+
+async def test_a_conversation_by_reference_replays(client: Client, log_worker: Any) -> None:
+    """Its own history replays (the digests are computed the same way on replay)."""
+    host = await log_worker(refund_desk())
+    conversation = f"c-{uuid.uuid4().hex[:10]}"
+    from handoff_builder import PendingRequestsError
+
+    with pytest.raises(PendingRequestsError) as waiting:
+        await host.send(conversation, "refund my 5 EUR")
+    [request] = waiting.value.requests
+    answer = request.to_function_approval_response(approved=True)
+    assert (await host.respond(conversation, {str(request.id): answer})).text == "Done."
+    history = await client.get_workflow_handle(conversation).fetch_history()
+    assert all(i["reference"] for i in activity_inputs(history))
+    replayer = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter)
+    replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert replayed.replay_failure is None
+
+
+async def test_a_conversation_past_the_payload_limit_runs_by_reference(
+    client: Client, log_worker: Any
+) -> None:
+    """Eight 300 KB messages: 2.4 MB, more than one payload holds (without a log the seventh is
+    refused); by reference every one is answered, and a message larger than a payload is still
+    refused, naming the limit."""
+    from handoff_builder import PayloadTooLargeError
+
+    host = await log_worker(echo_desk())
+    conversation = f"c-{uuid.uuid4().hex[:10]}"
+    for i in range(8):
+        assert (await host.send(conversation, str(i) * 300_000)).text == "300000 characters"
+    with pytest.raises(PayloadTooLargeError) as refused:
+        await host.send(conversation, "x" * 2_200_000)
+    assert refused.value.limit == 2 * 1024 * 1024 < refused.value.size
+    assert (await host.send(conversation, "a short one")).text == "11 characters"
+    history = await client.get_workflow_handle(conversation).fetch_history()
+    assert max(len(json.dumps(i)) for i in activity_inputs(history)) < 320_000
