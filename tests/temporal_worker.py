@@ -168,8 +168,14 @@ async def main(address: str, task_queue: str, log: Path) -> None:
     client = await connect(address)
     chosen = DESKS[os.environ.get("TEMPORAL_WORKER_DESK", "desk")]
     relay = os.environ.get("TEMPORAL_WORKER_RELAY") or None
+    messages = None
+    dsn, _, prefix = os.environ.get("TEMPORAL_WORKER_MESSAGES", "").partition(" ")
+    if dsn:  # a PostgreSQL message log the worker processes share: "DSN TABLE_PREFIX"
+        from handoff_builder.stores import PostgresConversationStore
+
+        messages = PostgresConversationStore(dsn, table_prefix=prefix)
     worker = conversation_worker(
-        client, chosen(log), task_queue=task_queue, relay=relay
+        client, chosen(log), task_queue=task_queue, relay=relay, messages=messages
     )  # default AgentCallOptions
     print("ready", flush=True)  # noqa: T201 - the test waits for it
     await worker.run()

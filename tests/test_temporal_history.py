@@ -7,11 +7,15 @@ saying so), and the PostgreSQL log against ``HANDOFF_BUILDER_POSTGRES_DSN``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import signal
+import time
 import uuid
-from collections.abc import AsyncGenerator
-from typing import Any
+from collections.abc import AsyncGenerator, Iterator
+from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -26,7 +30,7 @@ from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Replayer
 
 from handoff_builder import HandoffWorkflowBuilder
-from handoff_builder.exceptions import CorruptConversationError
+from handoff_builder.exceptions import CorruptConversationError, HandoffBuilderError
 from handoff_builder.stores import ChainedMessage, InMemoryConversationStore, MessageLog
 from handoff_builder.temporal import (
     ConversationWorkflow,
@@ -40,11 +44,14 @@ from handoff_builder.testing import ModelCall, handoff_to, reply, scripted_agent
 
 from .test_temporal import (
     RECORDED,
+    Workers,
     breakable_desk,
     broken_billing_desk,
     echo_desk,
     refund_desk,
     retrying,
+    until_continued,
+    wait_for,
 )
 
 
@@ -184,23 +191,41 @@ def activity_inputs(history: WorkflowHistory) -> list[dict[str, Any]]:
     return found
 
 
+async def read_back(client: Client, conversation: str) -> tuple[WorkflowHistory, Any]:
+    """The latest run's history once it read its conversation back, and what it carried."""
+    await until_continued(client, conversation)
+    deadline = time.monotonic() + 15
+    while True:
+        history = await client.get_workflow_handle(conversation).fetch_history()
+        attributes = history.events[0].workflow_execution_started_event_attributes
+        carried = json.loads(attributes.input.payloads[0].data)["carried"]
+        results: list[Any] = [
+            json.loads(event.activity_task_completed_event_attributes.result.payloads[0].data)
+            for event in history.events
+            if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+        ]
+        ends = [cast("dict[str, Any]", r).get("end") for r in results if isinstance(r, dict)]
+        if carried["length"] in ends:
+            return history, carried
+        assert time.monotonic() < deadline, "the new run did not read its history back"
+        await asyncio.sleep(0.05)
+
+
 @pytest.fixture
 async def log_worker(client: Client, queue: str) -> AsyncGenerator[Any, None]:
-    """``start(builder)``: a worker with an in-memory message log, and its host."""
+    """``start(builder)``: a worker with an in-memory message log, and a host that reads it."""
     started: list[Any] = []
+    log = InMemoryConversationStore()
 
     async def start(
         builder: HandoffWorkflowBuilder, agent_calls: Any = None, **kwargs: Any
     ) -> TemporalConversationHost:
         worker = conversation_worker(
-            client,
-            builder,
-            task_queue=queue,
-            agent_calls=agent_calls,
-            messages=InMemoryConversationStore(),
+            client, builder, task_queue=queue, agent_calls=agent_calls, messages=log
         )
         started.append(worker)
         await worker.__aenter__()
+        kwargs.setdefault("messages", log)
         return TemporalConversationHost(client, task_queue=queue, **kwargs)
 
     yield start
@@ -323,3 +348,110 @@ async def test_a_conversation_past_the_payload_limit_runs_by_reference(
     assert (await host.send(conversation, "a short one")).text == "11 characters"
     history = await client.get_workflow_handle(conversation).fetch_history()
     assert max(len(json.dumps(i)) for i in activity_inputs(history)) < 320_000
+    read = await host.history(conversation)  # from the log: 2.4 MB is more than a query answers
+    assert [len(m.text) for m in read if m.role == "user"] == [300_000] * 8 + [11]
+    assert read[-1].text == "11 characters"
+    asked = TemporalConversationHost(client, task_queue=host.task_queue)  # no log: a query
+    with pytest.raises(HandoffBuilderError) as unread:
+        await asked.history(conversation)
+    assert f"Conversation {conversation!r} cannot be read" in str(unread.value)
+
+
+async def test_continue_as_new_carries_a_reference_and_the_next_run_reads_the_history_back(
+    client: Client, log_worker: Any
+) -> None:
+    """Two turns a run, 300 KB messages: each run starts with a reference (a few hundred bytes,
+    where the conversation is megabytes) and reads the history back in pages; the agents see
+    every earlier message, and the runs replay."""
+    seen: list[int] = []
+
+    def answer(call: ModelCall) -> Any:
+        seen.append(sum(1 for m in call.messages if m.role == "user" and len(m.text) >= 300_000))
+        return reply(f"{len(call.user_text)} characters")
+
+    triage = scripted_agent("triage", respond_with=answer)
+    builder = HandoffWorkflowBuilder(triage).add_participants(scripted_agent("billing"))
+    host = await log_worker(builder, turns_per_run=2)
+    conversation = f"c-{uuid.uuid4().hex[:10]}"
+    for i in range(10):
+        assert (await host.send(conversation, str(i) * 300_000)).text == "300000 characters"
+    assert seen == list(range(1, 11))  # each call read all the messages before it
+    history, carried = await read_back(client, conversation)
+    [start] = history.events[0].workflow_execution_started_event_attributes.input.payloads
+    assert len(start.data) < 2_000  # where the conversation is 3 MB and more
+    assert carried["length"] >= 6  # carried by reference: the messages the log held
+    assert [m["contents"][0]["text"] for m in carried["history"]] == ["300000 characters"]
+    pages = [i for i in activity_inputs(history) if "budget" in i]
+    assert len(pages) >= 2  # at least 1.8 MB, in pages of at most 1 MiB
+    assert all(page["budget"] == 1024 * 1024 for page in pages)
+    replayer = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter)
+    replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert replayed.replay_failure is None
+
+
+@pytest.fixture
+def processes(queue: str, tmp_path: Path) -> Iterator[Workers]:
+    """Worker processes of this test (``tests/temporal_worker.py``), killed at its end."""
+    started = Workers(queue, tmp_path / "calls.jsonl")
+    yield started
+    for process in started.processes:
+        process.kill()
+        process.wait(timeout=30)
+
+
+@pytest.fixture
+async def postgres_log() -> AsyncGenerator[tuple[str, Any], None]:
+    """A PostgreSQL message log of this test's own tables: its spec for worker processes
+    (``"DSN TABLE_PREFIX"``) and the store."""
+    dsn = os.environ.get("HANDOFF_BUILDER_POSTGRES_DSN")
+    if not dsn:
+        pytest.skip("set HANDOFF_BUILDER_POSTGRES_DSN to run the PostgreSQL tests")
+    from handoff_builder.stores import PostgresConversationStore
+
+    prefix = f"t{uuid.uuid4().hex[:8]}_"
+    store = PostgresConversationStore(dsn, table_prefix=prefix)
+    yield f"{dsn} {prefix}", store
+    await store.drop_tables()
+    await store.close()
+
+
+async def test_a_worker_killed_mid_call_by_reference(
+    client: Client, queue: str, processes: Workers, postgres_log: tuple[str, Any]
+) -> None:
+    """Two worker processes share a PostgreSQL log. SIGKILL while billing answers: the other
+    worker runs billing's call again on the history read from the log; triage is not run again,
+    nothing is stored twice, and the next turn reads the whole conversation from the log."""
+    spec, store = postgres_log
+    first = processes.start(TEMPORAL_WORKER_HANG="billing", TEMPORAL_WORKER_MESSAGES=spec)
+    host = TemporalConversationHost(client, task_queue=queue)
+    conversation = f"c-{uuid.uuid4().hex[:10]}"
+    turn = asyncio.ensure_future(host.send(conversation, "why was I charged twice?"))
+    await wait_for(lambda: any(c["agent"] == "billing" for c in processes.calls()))
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    second = processes.start(TEMPORAL_WORKER_MESSAGES=spec)
+    result = await asyncio.wait_for(turn, timeout=120)  # the heartbeat timeout (20 s), and more
+    assert result.text == "billing: why was I charged twice?"
+    again = await host.send(conversation, "and my invoice?")
+    assert again.text == "billing: and my invoice?"
+    calls = [(c["pid"], c["agent"]) for c in processes.calls()]
+    assert calls == [
+        (first.pid, "triage"),
+        (first.pid, "billing"),  # killed in the middle of this one
+        (second.pid, "billing"),  # retried once, elsewhere; triage's hop stands
+        (second.pid, "billing"),  # the next turn
+    ]
+    history = await host.history(conversation)
+    texts = [m.text for m in history if m.text]
+    assert texts == [
+        "why was I charged twice?",
+        "billing: why was I charged twice?",
+        "and my invoice?",
+        "billing: and my invoice?",
+    ]
+    events = await client.get_workflow_handle(conversation).fetch_history()
+    inputs = activity_inputs(events)
+    assert all(i["reference"] for i in inputs)
+    head = inputs[-1]["reference"]
+    logged = await store.read_chain(conversation, head["head"], head["length"])
+    assert [Message.from_dict(m).text for m in logged if Message.from_dict(m).text] == texts[:3]

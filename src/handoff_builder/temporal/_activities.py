@@ -28,6 +28,7 @@ from handoff_builder._host import GroupChatHost
 from handoff_builder.exceptions import CorruptStateError, HandoffBuilderError
 from handoff_builder.stores import MessageLog
 
+from ._chain import HistoryPage, LoggedHistory, page_of
 from ._failures import CONFIGURATION, misconfigured, too_large
 from ._payloads import AgentCallPayload, AgentCallResult, encode_run, load, payload_size
 from ._relay import RedisRelay, relaying
@@ -35,6 +36,7 @@ from ._relay import RedisRelay, relaying
 ACTIVITY_NAME = "handoff_builder.invoke_agent"
 RESOLVE_ACTIVITY_NAME = "handoff_builder.resolve_answers"
 CARRY_ON_ACTIVITY_NAME = "handoff_builder.carry_on_delegation"
+READ_ACTIVITY_NAME = "handoff_builder.read_history"
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,27 @@ class AgentActivities:
         run = AgentCall(call.agent, "carry_on")
         return await self._run(call, run, f"the delegation of agent {call.agent!r}")
 
+    @activity.defn(name=READ_ACTIVITY_NAME)
+    async def read_history(self, history: LoggedHistory) -> HistoryPage:
+        """A page of a conversation's history, read back from the message log in a new run."""
+        conversation_id = history.conversation_id
+        log = self._log(conversation_id, "is read back from the workers' message log")
+        reference = history.reference
+        try:
+            messages = await log.read_chain(conversation_id, reference.head, reference.length)
+        except CorruptStateError as error:
+            raise misconfigured(str(error)) from error
+        return page_of(messages, history.start, history.budget)
+
+    def _log(self, conversation_id: str, what: str) -> MessageLog:
+        if self._messages is None:
+            raise misconfigured(
+                f"Conversation {conversation_id!r} {what}, and this worker has no message log: "
+                "give every worker of the task queue the same "
+                "conversation_worker(..., messages=...)."
+            )
+        return self._messages
+
     async def _run(self, payload: AgentCallPayload, call: AgentCall, what: str) -> AgentCallResult:
         async with (
             self._replica(payload) as host,
@@ -171,14 +194,11 @@ class AgentActivities:
         reference = call.reference
         if reference is None:
             return call.history
-        if self._messages is None:
-            raise misconfigured(
-                f"The call of agent {call.agent!r} in conversation {call.conversation_id!r} "
-                "names its history in the workers' message log, and this worker has none: give "
-                "every worker of the task queue the same conversation_worker(..., messages=...)."
-            )
+        log = self._log(
+            call.conversation_id, f"names the history of agent {call.agent!r}'s call by reference"
+        )
         try:
-            return await reference.read(self._messages, call.conversation_id)
+            return await reference.read(log, call.conversation_id)
         except CorruptStateError as error:
             raise misconfigured(str(error)) from error
 
@@ -259,6 +279,7 @@ __all__ = [
     "ACTIVITY_NAME",
     "ACTIVITY_OF_CALL",
     "CARRY_ON_ACTIVITY_NAME",
+    "READ_ACTIVITY_NAME",
     "RESOLVE_ACTIVITY_NAME",
     "AgentActivities",
     "AgentCallOptions",

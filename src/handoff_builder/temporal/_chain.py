@@ -66,6 +66,50 @@ class HistoryReference(BaseModel):
         return await log.read_chain(conversation_id, self.head, self.length)
 
 
+class LoggedHistory(BaseModel):
+    """A history in the workers' message log, for the activities that write and read it whole.
+
+    Continue-as-new carries a reference to the part of the conversation the log holds (and
+    the messages after it); the run that follows reads it back in pages of about ``budget``
+    bytes, from ``start`` on.
+    """
+
+    conversation_id: str
+    reference: HistoryReference
+    start: int = 0
+    budget: int = 0
+
+
+class HistoryPage(BaseModel):
+    """Messages of a history read back, from the page's start up to ``end`` (exclusive)."""
+
+    messages: list[dict[str, Any]]
+    end: int
+
+
+def page_of(history: Sequence[dict[str, Any]], start: int, budget: int) -> HistoryPage:
+    """The messages of ``history`` from ``start`` that fit in ``budget`` bytes (one at least)."""
+    end, used = start, 0
+    while end < len(history):
+        size = len(json.dumps(history[end], separators=(",", ":"), ensure_ascii=False))
+        if end > start and used + size > budget:
+            break
+        used += size
+        end += 1
+    return HistoryPage(messages=list(history[start:end]), end=end)
+
+
+class LoggedPart(BaseModel):
+    """A conversation as a client with the message log reads it.
+
+    The part the log holds (its ``length`` and its ``head`` digest), and the messages ``after``.
+    """
+
+    length: int
+    head: str
+    after: list[dict[str, Any]]
+
+
 class HistoryChain:
     """The digests of a workflow host's history, kept up to date as it grows.
 
@@ -111,6 +155,12 @@ class HistoryChain:
         """The digest of the history as last referenced (``""``: an empty one)."""
         return self._digests[-1] if self._digests else ""
 
+    def logged_part(self, history: Sequence[Message]) -> tuple[str, int]:
+        """The digest and the length of the longest start of ``history`` the log holds."""
+        reference = self.reference(history)
+        length = reference.length - len(reference.tail)
+        return (self._digests[length - 1] if length else ""), length
+
     def logged(self, reference: HistoryReference) -> None:
         """The log holds the history of ``reference`` (its agent call succeeded)."""
         if reference.head:
@@ -118,4 +168,13 @@ class HistoryChain:
             self.last_logged = reference.head
 
 
-__all__ = ["HISTORY_BY_REFERENCE", "HistoryChain", "HistoryReference", "chain_digest"]
+__all__ = [
+    "HISTORY_BY_REFERENCE",
+    "HistoryChain",
+    "HistoryPage",
+    "HistoryReference",
+    "LoggedHistory",
+    "LoggedPart",
+    "chain_digest",
+    "page_of",
+]

@@ -20,6 +20,7 @@ from temporalio.client import (
     WithStartWorkflowOperation,
     WorkflowExecutionStatus,
     WorkflowFailureError,
+    WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
     WorkflowUpdateStage,
@@ -49,7 +50,15 @@ from handoff_builder.exceptions import (
 from handoff_builder.stores import MessageLog, check_conversation_id
 
 from ._activities import AgentActivities, AgentCallOptions, heartbeat_throttle
-from ._failures import BUSY, NOTHING_PENDING, PAYLOAD_TOO_LARGE, PENDING, UNKNOWN_REQUEST
+from ._chain import LoggedPart
+from ._failures import (
+    BUSY,
+    NOTHING_PENDING,
+    PAYLOAD_TOO_LARGE,
+    PENDING,
+    READING_BACK,
+    UNKNOWN_REQUEST,
+)
 from ._host_settings import TemporalHostOptions, TemporalHostSettings
 from ._live import LiveTurn, closing_events, follow
 from ._payloads import (
@@ -135,7 +144,12 @@ def conversation_worker(
         client,
         task_queue=task_queue,
         workflows=[ConversationWorkflow],
-        activities=[calls.invoke_agent, calls.resolve_answers, calls.carry_on_delegation],
+        activities=[
+            calls.invoke_agent,
+            calls.resolve_answers,
+            calls.carry_on_delegation,
+            calls.read_history,
+        ],
         **kwargs,
     )
     if isinstance(relay, str) and made is not None:
@@ -186,6 +200,8 @@ class TemporalConversationHost:
     What travels through Temporal must fit in one payload (the namespace's limit, 2 MiB by
     default): a message or an agent call that would not is refused with
     :class:`~handoff_builder.PayloadTooLargeError` before it reaches the workflow's history.
+    With workers that share a message log (``conversation_worker(..., messages=...)``), agent
+    calls carry a reference to the conversation instead, and a conversation may grow past that.
 
     Args:
         client: A client from :func:`connect` (it needs this package's payload converter).
@@ -195,6 +211,8 @@ class TemporalConversationHost:
             it, :meth:`stream` yields each reply whole once the turn is over.
         settings: How the host runs its conversations (:class:`TemporalHostSettings`: the idle
             timeout, retries, turns per run, the wait for a worker, local activities).
+        messages: The workers' message log, when they have one: :meth:`history` reads the
+            conversation from it (a query's answer must fit in a payload; the log's need not).
         **options: The same fields as keywords (``idle_timeout=``, ``turns_per_run=``...), in
             place of the ones of ``settings``.
 
@@ -211,6 +229,7 @@ class TemporalConversationHost:
         task_queue: str,
         relay: RedisRelay | str | None = None,
         settings: TemporalHostSettings | None = None,
+        messages: MessageLog | None = None,
         **options: Unpack[TemporalHostOptions],
     ) -> None:
         self.settings = settings_with(
@@ -231,6 +250,8 @@ class TemporalConversationHost:
         self._payload_limit: int | None = None  # the namespace's, once read
         self.relay = relay_of(relay)
         """Where :meth:`stream` reads the live updates of a turn (``None``: nowhere)."""
+        self.messages = messages
+        """The workers' message log, where :meth:`history` reads (``None``: from the workflow)."""
 
     async def payload_limit(self) -> int:
         """Bytes one payload may take: the namespace's limit (read once), or 2 MiB.
@@ -550,16 +571,46 @@ class TemporalConversationHost:
         return contents(cast(list[dict[str, Any]], raw or []))
 
     async def history(self, conversation_id: str) -> list[Message]:
-        """The conversation, every message in order (empty for an unknown id)."""
-        raw = await self._query(conversation_id, ConversationWorkflow.history)
-        return [Message.from_dict(item) for item in cast(Sequence[dict[str, Any]], raw or [])]
+        """The conversation, every message in order (empty for an unknown id).
+
+        With the workers' message log (``messages``), the part of it the log holds is read
+        from there, and only the messages after it from the workflow.
+
+        Raises:
+            CorruptConversationError: the log lacks a message the workflow names.
+            StoreUnavailableError: the log cannot be reached.
+        """
+        if self.messages is None:
+            raw = await self._query(conversation_id, ConversationWorkflow.history)
+            return [Message.from_dict(item) for item in cast(Sequence[dict[str, Any]], raw or [])]
+        found = await self._query(conversation_id, ConversationWorkflow.logged_history)
+        if found is None:
+            return []
+        part = LoggedPart.model_validate(found)
+        logged = await self.messages.read_chain(conversation_id, part.head, part.length)
+        return [Message.from_dict(item) for item in [*logged, *part.after]]
 
     async def _query(self, conversation_id: str, query: Any) -> Any:
         check_conversation_id(conversation_id)
         handle = self.client.get_workflow_handle(conversation_id)
         limit = timedelta(seconds=self.worker_wait)
+
+        async def ask() -> Any:  # again while a new run reads its history back (briefly)
+            delay, waited = 0.02, 0.0
+            while True:
+                try:
+                    return await handle.query(query, rpc_timeout=limit)
+                except WorkflowQueryFailedError as error:
+                    if error.message != READING_BACK or waited >= self.worker_wait:
+                        raise HandoffBuilderError(
+                            f"Conversation {conversation_id!r} cannot be read: {error.message}"
+                        ) from error
+                await asyncio.sleep(delay)
+                waited += delay
+                delay = min(delay * 2, 0.5)
+
         try:
-            return await self._with_a_worker(lambda: handle.query(query, rpc_timeout=limit))
+            return await self._with_a_worker(ask)
         except RPCError as error:
             if error.status == RPCStatusCode.NOT_FOUND:
                 return None

@@ -20,6 +20,17 @@ CONFIGURATION = "Configuration"
 PAYLOAD_TOO_LARGE = "PayloadTooLarge"  # details: what, size, limit
 BUSY = "Busy"
 
+READING_BACK = (
+    "The conversation's history is being read back from the workers' message log (a new run "
+    "of its workflow); ask again."
+)
+"""A query's failure while a run reads its conversation back: the client asks again."""
+
+
+def reading_back() -> ApplicationError:
+    """A query came while the run reads its conversation back from the message log."""
+    return ApplicationError(READING_BACK, type=BUSY)
+
 
 def too_large(conversation_id: str, what: str, size: int, limit: int) -> ApplicationError:
     """``what`` takes ``size`` bytes, over the payload ``limit``: Temporal would refuse it."""

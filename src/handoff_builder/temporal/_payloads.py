@@ -70,6 +70,15 @@ class Carried(BaseModel):
     receipts: dict[str, dict[str, Any]] = Field(default_factory=dict[str, dict[str, Any]])
     logged: str = ""
     """The digest of the latest history the workers' message log holds (``""``: none known)."""
+    length: int = 0
+    """How many messages of the conversation are carried by reference: the history ending at
+    ``logged``, read back from the workers' message log; ``history`` holds those after them
+    (``0``: ``history`` is the whole conversation)."""
+
+    @property
+    def by_reference(self) -> bool:
+        """Whether part of the history is to be read back from the message log."""
+        return self.length > 0
 
 
 def carried(
@@ -79,20 +88,24 @@ def carried(
     failures: int = 0,
     last_error: str | None = None,
     receipts: dict[str, dict[str, Any]] | None = None,
-    logged: str = "",
+    logged: tuple[str, int] = ("", 0),
 ) -> Carried:
     """The conversation as ``host`` holds it, to carry into a new run or to go back to.
 
     ``receipts`` are copied: the carried ones may be dropped without touching these.
+    ``logged``: the digest and the length of the part of the history the workers' message log
+    holds, which is carried by reference (only the messages after it are carried).
     """
+    digest, length = logged
     return Carried(
-        history=[message.to_dict() for message in host.history],
+        history=[message.to_dict() for message in host.history[length:]],
+        length=length,
         host=host.snapshot(),
         idle=idle,
         failures=failures,
         last_error=last_error,
         receipts=dict(receipts or {}),
-        logged=logged,
+        logged=digest,
     )
 
 

@@ -47,14 +47,21 @@ from handoff_builder.exceptions import (
     UnexpectedAnswersError,
 )
 
-from ._activities import ACTIVITY_OF_CALL, AgentCallOptions, host_of
-from ._chain import HISTORY_BY_REFERENCE, HistoryChain
+from ._activities import ACTIVITY_OF_CALL, AgentActivities, AgentCallOptions, host_of
+from ._chain import (
+    HISTORY_BY_REFERENCE,
+    HistoryChain,
+    HistoryReference,
+    LoggedHistory,
+    LoggedPart,
+)
 from ._failures import (
     busy,
     described,
     innermost,
     misconfigured,
     pending,
+    reading_back,
     too_large,
     turn_failed,
     unexpected,
@@ -78,6 +85,10 @@ from ._payloads import (
 )
 
 WORKFLOW_NAME = "handoff_builder.Conversation"
+
+CARRY_AFTER_BYTES = 4 * 1024 * 1024
+"""How much a run of a conversation read back from the message log adds to its event history
+before it continues as new when Temporal suggests it: the history read back counts once."""
 
 ABANDON_AFTER_LAST_RETRY = "abandon-after-last-retry"
 """The patch under which a turn whose last retry failed is abandoned in the same Update."""
@@ -181,7 +192,9 @@ class ConversationWorkflow:
         was = start.carried
         if self._registered.by_reference and workflow.patched(HISTORY_BY_REFERENCE):
             self._runner.chain = HistoryChain(was.logged if was is not None else "")
-        self._workflow, self._host = self._open(was)
+        self._reading = was if was is not None and was.by_reference else None
+        self._read_at = 0  # the event history's size once the history was read back
+        self._workflow, self._host = self._open(None if self._reading is not None else was)
         self._idle = was.idle if was is not None else False
         self._receipts: dict[str, dict[str, Any]] = dict(was.receipts) if was else {}
         self._failures = was.failures if was is not None else 0
@@ -209,12 +222,14 @@ class ConversationWorkflow:
 
     @workflow.run
     async def run(self, start: ConversationStart) -> None:
+        if self._reading is not None:
+            await self._read_back(self._reading)
         if start.carried is not None and not self._lock.locked():
             self._arm_idle_timer()  # a new run of a conversation that waits for its next message
 
         def time_to_continue() -> bool:
             long = self._turns >= start.turns_per_run
-            return (long or workflow.info().is_continue_as_new_suggested()) and not (
+            return (long or self._suggested()) and not (
                 self._lock.locked() or self._too_large_to_carry
             )
 
@@ -227,12 +242,41 @@ class ConversationWorkflow:
                 state = carried(
                     self._host, idle=self._idle, failures=self._failures,
                     last_error=self._last_error, receipts=self._receipts,
-                    logged=self._runner.logged,
+                    logged=self._runner.logged_part(),
                 )  # fmt: skip
                 following = _next_run(self._start, state, self._conversation_id)
                 self._too_large_to_carry = following is None
                 if following is not None:
                     workflow.continue_as_new(following)
+
+    def _suggested(self) -> bool:
+        """Whether Temporal suggests continuing as new, and it is time to.
+
+        A run that read its history back waits until it added :data:`CARRY_AFTER_BYTES` itself,
+        so that it does not read it back again at once.
+        """
+        info = workflow.info()
+        if not info.is_continue_as_new_suggested():
+            return False
+        return not self._read_at or info.get_current_history_size() - self._read_at >= (
+            CARRY_AFTER_BYTES
+        )
+
+    async def _read_back(self, was: Carried) -> None:
+        """The history of a conversation carried by reference, whole again.
+
+        The part the log held is read back from it; the messages after it came with the
+        reference.
+        """
+        messages = await self._runner.read(was.logged, was.length)
+        whole = was.model_copy(update={"history": [*messages, *was.history], "length": 0})
+        self._workflow, self._host = self._open(whole)
+        self._reading = None
+        self._read_at = workflow.info().get_current_history_size()
+
+    async def _read(self) -> None:
+        """Wait until the history of a conversation carried by reference was read back."""
+        await workflow.wait_condition(lambda: self._reading is None)
 
     def _arm_idle_timer(self) -> None:
         """The durable idle timer, started when a turn ends (and stopped when one begins).
@@ -341,6 +385,7 @@ class ConversationWorkflow:
 
         Its queries answer as for no conversation from then on, while Temporal deletes it.
         """
+        await self._read()
         async with self._lock:
             self._disarm_idle_timer()
             self._closing = True
@@ -370,7 +415,7 @@ class ConversationWorkflow:
     @workflow.query
     def active_agent(self) -> str | None:
         """The agent the conversation is with (:attr:`GroupChatHost.active_agent`)."""
-        return self._host.active_agent
+        return self._loaded().active_agent
 
     @workflow.query
     def idle(self) -> bool:
@@ -380,12 +425,29 @@ class ConversationWorkflow:
     @workflow.query
     def pending(self) -> list[dict[str, Any]]:
         """The requests the open turn waits for (``Content.to_dict()``)."""
-        return [request.to_dict() for request in self._host.pending_requests]
+        return [request.to_dict() for request in self._loaded().pending_requests]
 
     @workflow.query
     def history(self) -> list[dict[str, Any]]:
         """The conversation, every message (``Message.to_dict()``)."""
-        return [message.to_dict() for message in self._host.history]
+        return [message.to_dict() for message in self._loaded().history]
+
+    @workflow.query
+    def logged_history(self) -> dict[str, Any]:
+        """The conversation as the part the workers' message log holds, and the messages after.
+
+        A :class:`LoggedPart` (with no log, every message is after it).
+        """
+        history = self._loaded().history
+        head, length = self._runner.logged_part()
+        after = [message.to_dict() for message in history[length:]]
+        return LoggedPart(length=length, head=head, after=after).model_dump(mode="json")
+
+    def _loaded(self) -> GroupChatHost:
+        """The host, once its history is read back (a query meanwhile fails: asked again)."""
+        if self._reading is not None:
+            raise reading_back()
+        return self._host
 
     def _receipted(self, key: str, outcome: TurnOutcome) -> TurnOutcome:
         """The Update's result, if it fits in a payload; a keyed call's is kept for its retries.
@@ -404,6 +466,7 @@ class ConversationWorkflow:
 
     @contextlib.asynccontextmanager
     async def _turn(self) -> AsyncGenerator[None, None]:
+        await self._read()
         async with self._lock:
             self._disarm_idle_timer()
             try:
@@ -522,10 +585,43 @@ class _ActivityRunner:
         finally:
             self._relay = ""
 
+    async def read(self, head: str, length: int) -> list[dict[str, Any]]:
+        """The ``length`` messages of the history ending at ``head``.
+
+        Read in pages of half a payload, each an activity.
+        """
+        reference = HistoryReference(length=length, head=head, tail=[])
+        messages: list[dict[str, Any]] = []
+        while len(messages) < length:
+            self._calls += 1
+            page = await workflow.execute_activity_method(
+                AgentActivities.read_history,
+                LoggedHistory(
+                    conversation_id=self._conversation_id,
+                    reference=reference,
+                    start=len(messages),
+                    budget=self._start.payload_limit // 2,
+                ),
+                activity_id=f"{self._calls}:read",
+                start_to_close_timeout=self._options.start_to_close,
+                retry_policy=self._options.retry,
+            )
+            messages.extend(page.messages)
+        return messages
+
     @property
     def logged(self) -> str:
         """The digest of the latest history the message log holds (``""``: none, or no log)."""
         return self.chain.last_logged if self.chain is not None else ""
+
+    def logged_part(self) -> tuple[str, int]:
+        """How much of the history the message log holds: its digest and its length.
+
+        ``("", 0)``: none, or no log.
+        """
+        if self.chain is None:
+            return "", 0
+        return self.chain.logged_part(self.host.history)
 
     def payload(self, agent: str, *, no_handoffs: bool = False) -> AgentCallPayload:
         """A call of ``agent`` on the conversation as it stands, for the activity.
