@@ -151,8 +151,7 @@ class A2AServer:
         )
 
     async def __aenter__(self) -> A2AServer:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
+        sock = listening_socket()
         self.url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
         card = self.card()
         handler = DefaultRequestHandler(
@@ -214,6 +213,18 @@ class A2AServer:
         await self._task
 
 
+def listening_socket() -> socket.socket:
+    """A TCP socket bound to a free port of 127.0.0.1, for uvicorn to serve on.
+
+    Made with ``IPPROTO_TCP``: asyncio turns Nagle's algorithm off (``TCP_NODELAY``) only on the
+    connections of such a socket; on those of a plain ``socket.socket()`` every answer after a
+    connection's first waits about 40 ms for the client's delayed ACK.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
 def closed_port_url() -> str:
     """The address of a port of 127.0.0.1 that nothing listens on."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -239,8 +250,7 @@ async def serving(make_app: Callable[[str], Any]) -> AsyncGenerator[str]:
 
     Yields its address once its agent card answers; stops it at the end.
     """
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
+    sock = listening_socket()
     url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
     server = uvicorn.Server(uvicorn.Config(make_app(url), log_level="warning"))
     task = asyncio.create_task(server.serve(sockets=[sock]))
