@@ -22,8 +22,9 @@ from typing import Any, Literal
 import httpx
 import uvicorn
 from a2a.helpers.proto_helpers import (
+    new_data_part,
+    new_message,
     new_task_from_user_message,
-    new_text_message,
     new_text_part,
 )
 from a2a.server.agent_execution import AgentExecutor, RequestContext
@@ -31,7 +32,7 @@ from a2a.server.events.event_queue import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
-from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Role
+from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Part, Role
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from starlette.applications import Starlette
 from typing_extensions import override
@@ -48,12 +49,19 @@ class Answer:
     """One scripted answer: its text, how its task ends, after ``delay`` seconds.
 
     ``"message"``: a plain A2A message and no task; ``"completed"``: a task whose artifact is
-    the text; ``"input_required"``: a task that asks the text and waits; ``"failed"``.
+    the text; ``"input_required"``: a task that asks the text and waits; ``"failed"``. With
+    ``data``, the message (or artifact) has a data part after its text (none if it is empty).
     """
 
     text: str
     state: State = "completed"
     delay: float = 0.0
+    data: dict[str, Any] | None = None
+
+    def parts(self) -> list[Part]:
+        """Its A2A parts: the text, then the data."""
+        text = [new_text_part(self.text)] if self.text else []
+        return text + ([new_data_part(self.data)] if self.data is not None else [])
 
 
 @dataclass(frozen=True)
@@ -92,17 +100,15 @@ class ScriptedExecutor(AgentExecutor):
         if answer.delay:
             await asyncio.sleep(answer.delay)
         if answer.state == "message":
-            reply = new_text_message(
-                answer.text, context_id=context.context_id, role=Role.ROLE_AGENT
-            )
+            reply = new_message(answer.parts(), context_id=context.context_id, role=Role.ROLE_AGENT)
             await event_queue.enqueue_event(reply)
             return
         if context.current_task is None:
             await event_queue.enqueue_event(new_task_from_user_message(context.message))
         updater = TaskUpdater(event_queue, context.task_id, context.context_id)
-        said = updater.new_agent_message([new_text_part(answer.text)])
+        said = updater.new_agent_message(answer.parts())
         if answer.state == "completed":
-            await updater.add_artifact([new_text_part(answer.text)], name="answer")
+            await updater.add_artifact(answer.parts(), name="answer")
             await updater.complete()
         elif answer.state == "input_required":
             await updater.requires_input(said)
