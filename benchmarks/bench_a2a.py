@@ -21,8 +21,10 @@ errors).
 * ``handoff_builder, local expert``: the same turn, the expert a local scripted agent that
   answers at once: what the turn costs without the remote call.
 
-``remote - local`` is what the A2A call costs inside a turn; set beside the ``a2a-sdk client``
-row, it says what handoff_builder adds to the call itself.
+``remote expert`` minus ``a2a-sdk client`` is everything a turn does around the call: the
+coordinator's two model calls (scripted), the workflow's run, the delegation, ``A2AAgent`` (its
+own part is ``A2AAgent.run`` minus ``a2a-sdk client``). ``local expert`` is that turn with a local
+expert's run in place of the remote call.
 
 **2. Fan-out** (``--fan-rounds`` rounds), four experts that take ``--latency-ms`` each:
 
@@ -453,6 +455,7 @@ def report(result: dict[str, Any]) -> str:
     ]
     remote = calls["handoff_builder, remote expert"]["median"]
     local = calls["handoff_builder, local expert"]["median"]
+    agent = calls["A2AAgent.run"]["median"]
     alone = fans["one expert"]["median"]
     direct_one = fans["a2a-sdk client, one expert"]["median"]
     direct_four = fans["a2a-sdk client, 4 at once"]["median"]
@@ -478,9 +481,9 @@ def report(result: dict[str, Any]) -> str:
                 call_rows,
             ),
             "",
-            f"the remote call inside a turn (remote - local expert): {remote - local:.2f} ms, "
-            f"against {floor:.2f} ms with a2a-sdk's client: handoff_builder adds "
-            f"{remote - local - floor:+.2f} ms to the call",
+            f"a turn with one remote delegate call: {remote:.2f} ms, the call alone with a2a-sdk's "
+            f"client {floor:.2f} ms: {remote - floor:+.2f} ms around it (A2AAgent's part: "
+            f"{agent - floor:+.2f} ms); the same turn with a local expert: {local:.2f} ms",
             "",
             f"2. fan-out: 4 experts of {settings['latency_ms']:g} ms each, "
             f"{settings['fan_rounds']} rounds",
