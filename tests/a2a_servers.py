@@ -22,8 +22,9 @@ from typing import Any, Literal
 import httpx
 import uvicorn
 from a2a.helpers.proto_helpers import (
+    new_data_part,
+    new_message,
     new_task_from_user_message,
-    new_text_message,
     new_text_part,
 )
 from a2a.server.agent_execution import AgentExecutor, RequestContext
@@ -31,7 +32,7 @@ from a2a.server.events.event_queue import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
-from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Role
+from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Part, Role
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from starlette.applications import Starlette
 from typing_extensions import override
@@ -48,12 +49,19 @@ class Answer:
     """One scripted answer: its text, how its task ends, after ``delay`` seconds.
 
     ``"message"``: a plain A2A message and no task; ``"completed"``: a task whose artifact is
-    the text; ``"input_required"``: a task that asks the text and waits; ``"failed"``.
+    the text; ``"input_required"``: a task that asks the text and waits; ``"failed"``. With
+    ``data``, the message (or artifact) has a data part after its text (none if it is empty).
     """
 
     text: str
     state: State = "completed"
     delay: float = 0.0
+    data: dict[str, Any] | None = None
+
+    def parts(self) -> list[Part]:
+        """Its A2A parts: the text, then the data."""
+        text = [new_text_part(self.text)] if self.text else []
+        return text + ([new_data_part(self.data)] if self.data is not None else [])
 
 
 @dataclass(frozen=True)
@@ -92,17 +100,15 @@ class ScriptedExecutor(AgentExecutor):
         if answer.delay:
             await asyncio.sleep(answer.delay)
         if answer.state == "message":
-            reply = new_text_message(
-                answer.text, context_id=context.context_id, role=Role.ROLE_AGENT
-            )
+            reply = new_message(answer.parts(), context_id=context.context_id, role=Role.ROLE_AGENT)
             await event_queue.enqueue_event(reply)
             return
         if context.current_task is None:
             await event_queue.enqueue_event(new_task_from_user_message(context.message))
         updater = TaskUpdater(event_queue, context.task_id, context.context_id)
-        said = updater.new_agent_message([new_text_part(answer.text)])
+        said = updater.new_agent_message(answer.parts())
         if answer.state == "completed":
-            await updater.add_artifact([new_text_part(answer.text)], name="answer")
+            await updater.add_artifact(answer.parts(), name="answer")
             await updater.complete()
         elif answer.state == "input_required":
             await updater.requires_input(said)
@@ -151,8 +157,7 @@ class A2AServer:
         )
 
     async def __aenter__(self) -> A2AServer:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
+        sock = listening_socket()
         self.url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
         card = self.card()
         handler = DefaultRequestHandler(
@@ -214,6 +219,18 @@ class A2AServer:
         await self._task
 
 
+def listening_socket() -> socket.socket:
+    """A TCP socket bound to a free port of 127.0.0.1, for uvicorn to serve on.
+
+    Made with ``IPPROTO_TCP``: asyncio turns Nagle's algorithm off (``TCP_NODELAY``) only on the
+    connections of such a socket; on those of a plain ``socket.socket()`` every answer after a
+    connection's first waits about 40 ms for the client's delayed ACK.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
 def closed_port_url() -> str:
     """The address of a port of 127.0.0.1 that nothing listens on."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -239,8 +256,7 @@ async def serving(make_app: Callable[[str], Any]) -> AsyncGenerator[str]:
 
     Yields its address once its agent card answers; stops it at the end.
     """
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
+    sock = listening_socket()
     url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
     server = uvicorn.Server(uvicorn.Config(make_app(url), log_level="warning"))
     task = asyncio.create_task(server.serve(sockets=[sock]))

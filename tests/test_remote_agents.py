@@ -9,6 +9,7 @@ of its agent card reaches a prompt.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -473,6 +474,26 @@ async def test_a_remote_target_continues_its_task_after_a_restore_from_a_checkpo
     assert server.sent[2]["taskId"] == rerun.task_id
     assert second.result.active_agent == "triage"
     assert received(triage).rendered.endswith("Summary: Refund of A-17 started.")
+
+
+async def test_a_remote_question_reaches_the_user_without_its_data_parts() -> None:
+    """A data part is for programs (a desk served with ``a2a_app`` describes its requests in one):
+    the user reads the question's text; a question of data alone is read as its JSON."""
+    requests = {"requests": [{"request_id": "r-1", "kind": "approval", "name": "refund"}]}
+    script = answers(
+        Answer("Shall I refund A-17? Answer approve or decline.", "input_required", data=requests),
+        Answer("", "input_required", data={"missing": ["order"]}),
+    )
+    async with A2AServer(script, name="returns") as server:
+        builder, _ = returns_desk(server, handoff_to("returns", "Refund a broken parcel."))
+        workflow = builder.build()
+        first = await run_turn(workflow, USER)
+        second = await run_turn(workflow, "Hm?")
+
+    assert first.result.text == "Shall I refund A-17? Answer approve or decline."
+    assert "request_id" not in str([m.to_dict() for m in first.result.conversation])
+    assert json.loads(second.result.text) == {"missing": ["order"]}
+    assert second.result.active_agent == "returns"
 
 
 async def test_a_streamed_turn_streams_the_remote_answer() -> None:

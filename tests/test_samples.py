@@ -64,8 +64,11 @@ sys.meta_path.insert(0, Blocked())
 def sample_extras(name: str) -> tuple[list[str], bool]:
     """The extras a sample's docstring names, and whether it says --provider needs its own."""
     doc = ast.get_docstring(ast.parse((SAMPLES_DIR / f"{name}.py").read_text("utf-8"))) or ""
+    extra = r"[a-z][a-z0-9]*"  # a2a, otel...
     found = re.search(
-        r"^Extras: (none|[a-z]+(?:, [a-z]+)*)(; openai or azure for that --provider)?$", doc, re.M
+        rf"^Extras: (none|{extra}(?:, {extra})*)(; openai or azure for that --provider)?$",
+        doc,
+        re.M,
     )
     assert found, f"{name}: no 'Extras: ...' line in its docstring"
     extras = [] if found[1] == "none" else found[1].split(", ")
@@ -516,6 +519,54 @@ async def test_delegate_or_handoff() -> None:
     assert all(m.author_name == "support" for m in delegated.conversation if m.role != "user")
     assert handed_off.active_agent == "policy"
     assert handed_off.delegations == ()
+
+
+async def test_remote_desk(capsys: pytest.CaptureFixture[str]) -> None:
+    """Two remote agents on the A2A servers the sample starts: triage asks one and answers with
+    its answer; it hands the conversation to the other, whose task waits for the customer's
+    confirmation (a tool with approval on its server), then completes and hands back."""
+    from samples.remote_desk import POLICY, REFUNDED, REFUNDS, main
+
+    asked, handed, confirmed = await main()
+    [delegation] = asked.delegations
+    assert (delegation.expert, delegation.outcome, delegation.result) == (
+        "policy", "answered", POLICY,
+    )  # fmt: skip
+    assert (asked.text, asked.active_agent) == (f"{POLICY} Shall I start the refund?", "triage")
+    assert [(h.kind, h.target) for h in handed.handoffs] == [("handoff", "returns")]
+    question = (
+        'returns asks for approval to call start_refund with {"order": "A-17", "amount": 24.9}. '
+        'Answer "approve" or "decline".'
+    )  # the remote desk's question, without the data part that describes it for programs
+    assert (handed.text, handed.active_agent) == (question, "returns")
+    assert [(h.kind, h.source, h.target, h.goal) for h in confirmed.handoffs] == [
+        ("hand_back", "returns", "triage", REFUNDED)
+    ]
+    assert confirmed.active_agent == "triage"
+    assert REFUNDS == [("A-17", 24.9)]  # refunded once, on the returns server, once confirmed
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("(policy serves A2A at http://127.0.0.1:")
+    assert out[1:] == [
+        "",
+        "user: Hi! A parcel of mine arrived broken. How long do I have to get my money back?",
+        "  [triage asks policy, over A2A] How long can a damaged parcel be refunded?",
+        f"  [policy answers triage] {POLICY}",
+        f"triage: {POLICY} Shall I start the refund?",
+        "  (the conversation is now with triage)",
+        "",
+        "user: Then please refund it: order A-17, 24.90 EUR.",
+        "  [handoff] triage -> returns: Refund order A-17 (24.90 EUR): the parcel arrived broken.",
+        f"returns: {question}",
+        "  (the conversation is now with returns)",
+        "",
+        "user: approve",
+        f"returns: {REFUNDED}",
+        f"  [hand_back] returns -> triage: {REFUNDED}",
+        "triage: Your refund is on its way. Anything else I can do for you?",
+        "  (the conversation is now with triage)",
+        "",
+        "(refunds made on the returns server: [('A-17', 24.9)])",
+    ]
 
 
 def test_a_sample_runs_as_a_script_from_anywhere(tmp_path: Path) -> None:

@@ -12,6 +12,9 @@ conversation, and reads back an ``AgentRun``. What differs is inside the run:
   and task state (``additional_properties[REMOTE_TASK_KEY]``), so they are stored and
   checkpointed with the conversation; its next run continues that context, and that task while
   it waits for input. A delegation starts a new context each time.
+* **Its answer** is the text of its finished task's artifacts or of its message; while its
+  task waits for input, the text parts of its question (the status message), without its data
+  parts, unless it has no text.
 * **Handing back.** It is given no tools. When its task completes (or it answers with a plain
   message) and it has a hand-back edge, the run makes the hand-back call itself, with its answer
   as the summary; the manager vets it and the edge's gate admits it, as any call. While its task
@@ -231,6 +234,8 @@ class RemoteParticipant(Participant):
             said = answer or _status_text(response)
             detail = f"{now.state}: {one_line(said, 300)}" if said else now.state
             raise RemoteAgentError(self.name, "failed", "", detail)
+        if now is not None and not now.done:  # it asks: its question's words, not its data parts
+            answer = _status_text(response) or answer
         if on_update is not None and answer:
             await on_update(
                 AgentResponseUpdate(
@@ -255,10 +260,13 @@ def _text_of(messages: Sequence[Message]) -> str:
 
 
 def _status_text(response: AgentResponse) -> str:
-    """The text of the last A2A task's status message in ``response`` (a failed task's words).
+    """The text parts of the last A2A task's status message in ``response``.
 
-    agent_framework's ``A2AAgent`` reads a finished task's answer from its artifacts; a task that
-    failed says why in its status message, kept only in the response's raw A2A tasks.
+    A failed task's words: agent_framework's ``A2AAgent`` reads a finished task's answer from
+    its artifacts, and a task that failed says why in its status message, kept only in the
+    response's raw A2A tasks. A waiting task's question: ``A2AAgent`` gives it as one text, its
+    text parts and the JSON of its data parts (which are for programs: a desk served with
+    ``a2a_app`` describes its requests in one) line by line.
     """
     raw: Any = response.raw_representation
     tasks: list[Any] = list(cast(list[Any], raw)) if isinstance(raw, list) else [raw]
