@@ -11,6 +11,8 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import AsyncGenerator, Iterator
@@ -44,14 +46,17 @@ from handoff_builder.testing import ModelCall, handoff_to, reply, scripted_agent
 
 from .test_temporal import (
     RECORDED,
+    ROOT,
     Workers,
     breakable_desk,
     broken_billing_desk,
     echo_desk,
     refund_desk,
     retrying,
+    stopped,
     until_continued,
     wait_for,
+    worker_command,
 )
 
 
@@ -455,3 +460,44 @@ async def test_a_worker_killed_mid_call_by_reference(
     head = inputs[-1]["reference"]
     logged = await store.read_chain(conversation, head["head"], head["length"])
     assert [Message.from_dict(m).text for m in logged if Message.from_dict(m).text] == texts[:3]
+
+
+async def test_the_worker_command_keeps_messages_in_postgres(
+    client: Client, queue: str, tmp_path: Path, postgres_log: tuple[str, Any]
+) -> None:
+    """``handoff-builder worker --messages postgresql://...``: the agent calls carry references,
+    the messages are in the database, and Ctrl-C still stops it with status 0."""
+    spec, _ = postgres_log
+    dsn = spec.split(" ")[0]
+    from handoff_builder.stores import PostgresConversationStore
+
+    process = worker_command(queue, tmp_path / "calls.jsonl", "--messages", dsn)
+    store = PostgresConversationStore(dsn)  # the default tables, as the command uses them
+    conversation = f"c-{uuid.uuid4().hex[:10]}"
+    try:
+        host = TemporalConversationHost(client, task_queue=queue, messages=store)
+        turn = await host.send(conversation, "hello from the terminal")
+        assert turn.text == "billing: hello from the terminal"
+        texts = [m.text for m in await host.history(conversation) if m.text]
+        assert texts == ["hello from the terminal", "billing: hello from the terminal"]
+        events = await client.get_workflow_handle(conversation).fetch_history()
+        assert all(i["reference"] and not i["history"] for i in activity_inputs(events))
+        process.send_signal(signal.SIGINT)
+    finally:
+        code, _lines, err = stopped(process, timeout=60)
+        await store.delete(conversation)
+        await store.close()
+    assert (code, err) == (0, "")
+
+
+def test_the_worker_command_takes_only_a_postgres_message_log() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "handoff_builder.cli", "worker", "--temporal", "127.0.0.1:1",
+         "--task-queue", "q", "--messages", "memory", "tests.temporal_worker:builder"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "handoff-builder: error: --messages must be a PostgreSQL address (postgresql://...), "
+        "which every worker of the task queue shares; got 'memory'."
+    ]

@@ -23,6 +23,8 @@ from .providers import PROVIDERS
 if TYPE_CHECKING:
     import uvicorn
 
+    from .stores import PostgresConversationStore
+
 __all__ = ["main"]
 
 _DEFAULT_GRACEFUL_SHUTDOWN = 20.0
@@ -159,6 +161,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="REDIS_URL",
         help="stream the agents' token updates to clients through this Redis (redis://HOST:PORT/DB;"
         " needs handoff-builder[redis]); without it a client's stream() gets whole replies",
+    )
+    worker.add_argument(
+        "--messages",
+        metavar="POSTGRES_URL",
+        help="keep the conversations' messages in this PostgreSQL database (postgresql://...; "
+        "needs handoff-builder[postgres]), shared by every worker of the task queue: agent calls "
+        "then carry a reference to the conversation, not the conversation, and it may grow past "
+        "Temporal's payload limit. Give every worker of the queue the same, or none",
     )
     return parser
 
@@ -476,6 +486,7 @@ async def _worker(args: argparse.Namespace) -> None:
             f"the worker needs Temporal's SDK: pip install 'handoff-builder[temporal]' ({error})"
         ) from error
     builder = load_builder(args.builder)
+    messages = _message_log(args.messages)
     try:
         client = await connect(args.temporal, namespace=args.namespace)
     except Exception as error:  # the SDK's connection errors: said in one line
@@ -484,14 +495,37 @@ async def _worker(args: argparse.Namespace) -> None:
         f"serving {args.builder} on task queue {args.task_queue!r} at {args.temporal} "
         "(SIGTERM or Ctrl-C stops it)"
     )
-    await serve(
-        client,
-        builder,
-        task_queue=args.task_queue,
-        grace=args.graceful_shutdown_timeout,
-        say=_say,
-        relay=args.relay,
-    )
+    try:
+        await serve(
+            client,
+            builder,
+            task_queue=args.task_queue,
+            grace=args.graceful_shutdown_timeout,
+            say=_say,
+            relay=args.relay,
+            messages=messages,
+        )
+    finally:
+        if messages is not None:
+            await messages.close()
+
+
+def _message_log(url: str | None) -> PostgresConversationStore | None:
+    """The workers' message log at ``url`` (``None``: none)."""
+    if url is None:
+        return None
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise ValueError(
+            f"--messages must be a PostgreSQL address (postgresql://...), which every worker of "
+            f"the task queue shares; got {url!r}."
+        )
+    try:
+        from .stores import PostgresConversationStore
+    except ImportError as error:
+        raise ValueError(
+            f"--messages needs psycopg: pip install 'handoff-builder[postgres]' ({error})"
+        ) from error
+    return PostgresConversationStore(url)
 
 
 def _leave_after_temporal(code: int) -> NoReturn:

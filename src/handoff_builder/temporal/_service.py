@@ -30,6 +30,7 @@ from temporalio.worker import (
 from typing_extensions import override
 
 from handoff_builder._builder import HandoffWorkflowBuilder
+from handoff_builder.stores import MessageLog
 
 from ._client import conversation_worker
 
@@ -74,12 +75,14 @@ async def serve(
     grace: float,
     say: Callable[[str], None],
     relay: str | None = None,
+    messages: MessageLog | None = None,
 ) -> None:
     """Serve ``builder``'s conversations on ``task_queue`` until SIGTERM or SIGINT, then drain.
 
     The signals are handled even where they were ignored (SIGINT in a background job of a
     non-interactive shell). Returns once the worker has stopped. ``relay``: the Redis URL where
-    the agent calls of streaming turns publish their updates (``None``: nowhere).
+    the agent calls of streaming turns publish their updates (``None``: nowhere). ``messages``:
+    the message log the workers of the queue share (see ``conversation_worker``).
     """
     calls = AgentCallsInFlight()
     worker = conversation_worker(
@@ -87,6 +90,7 @@ async def serve(
         builder,
         task_queue=task_queue,
         relay=relay,
+        messages=messages,
         graceful_shutdown_timeout=timedelta(seconds=grace),
         interceptors=[calls],
     )
