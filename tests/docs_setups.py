@@ -252,6 +252,10 @@ async def temporal_worker(
             conversation_worker(client, builder, task_queue=queue, relay=relay)
         )
         literals = {"127.0.0.1:7233": servers.temporal, "desk": queue, "customer-42": conversation}
+        literals["long-desk"] = f"{queue}-long"  # a queue of its own: its workers have a log
+        literals["customer-77"] = f"{conversation}-long"
+        if servers.postgres is not None:
+            literals["postgresql://app@db.internal/support"] = servers.postgres
         if relay is not None:
             literals["redis://127.0.0.1:6379/0"] = relay
         try:

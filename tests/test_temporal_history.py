@@ -360,6 +360,11 @@ async def test_a_conversation_past_the_payload_limit_runs_by_reference(
     with pytest.raises(HandoffBuilderError) as unread:
         await asked.history(conversation)
     assert f"Conversation {conversation!r} cannot be read" in str(unread.value)
+    head = activity_inputs(history)[-1]["reference"]
+    assert host.messages is not None
+    await host.delete(conversation)  # the log's copies too
+    with pytest.raises(CorruptConversationError):
+        await host.messages.read_chain(conversation, head["head"], head["length"])
 
 
 async def test_continue_as_new_carries_a_reference_and_the_next_run_reads_the_history_back(

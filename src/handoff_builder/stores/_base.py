@@ -348,6 +348,10 @@ class MessageLog(Protocol):
         """
         ...
 
+    async def delete(self, conversation_id: str) -> None:
+        """Forget the conversation, its log entries included."""
+        ...
+
 
 def follow_chain(
     conversation_id: str, entries: Mapping[str, ChainedMessage], head: str, length: int

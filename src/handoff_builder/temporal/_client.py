@@ -455,13 +455,19 @@ class TemporalConversationHost:
 
         The conversation's workflow forgets it and ends (once no turn runs): from then on it
         reads as no conversation, and the next message starts a new workflow. Its executions,
-        every run of it, are deleted from Temporal, which does it in the background.
+        every run of it, are deleted from Temporal, which does it in the background. With the
+        workers' message log (``messages``), its messages there are deleted too.
 
         Raises:
             ConversationBusyError: a turn is running; with ``wait=True`` the deletion waits for
                 it.
         """
         check_conversation_id(conversation_id)
+        await self._delete_runs(conversation_id, wait=wait)
+        if self.messages is not None:
+            await self.messages.delete(conversation_id)
+
+    async def _delete_runs(self, conversation_id: str, *, wait: bool) -> None:
         while True:
             try:
                 described = await self.client.get_workflow_handle(conversation_id).describe()
