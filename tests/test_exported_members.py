@@ -36,7 +36,7 @@ SUBPACKAGES_PUBLIC = {
         "ConversationStore", "ConversationRecord", "InMemoryConversationStore",
         "SqliteConversationStore", "PostgresConversationStore", "PostgresStoreSettings", "Lease",
         "LeaseHold", "hold", "new_owner", "check_conversation_id", "DEFAULT_LEASE_TTL",
-        "MAX_CONVERSATION_ID_LENGTH", "RECORD_SCHEMA_VERSION",
+        "MAX_CONVERSATION_ID_LENGTH", "RECORD_SCHEMA_VERSION", "MessageLog", "ChainedMessage",
     },
     "temporal": {
         "TemporalConversationHost", "TemporalHostSettings", "ConversationAlreadyStartedError",

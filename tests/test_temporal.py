@@ -1815,7 +1815,13 @@ async def test_delete_forgets_a_conversation_and_every_run_of_it(
         await until_continued(client, conversation)
         await host.send(conversation, "my invoice?")
         latest = (await client.get_workflow_handle(conversation).describe()).run_id
-        runs = await host._runs(conversation, latest)  # pyright: ignore[reportPrivateUsage]
+        runs: list[str] = []  # this run, and those that continued as new into it
+        run_id = latest
+        while run_id:
+            runs.append(run_id)
+            handle = client.get_workflow_handle(conversation, run_id=run_id)
+            started = (await handle.fetch_history()).events[0]
+            run_id = started.workflow_execution_started_event_attributes.continued_execution_run_id
         await host.delete(conversation)
         assert await host.active_agent(conversation) is None
         assert await host.history(conversation) == []

@@ -23,16 +23,20 @@ import pytest
 from agent_framework import Agent, AgentResponseUpdate, Content, WorkflowEvent, tool
 
 from handoff_builder import (
+    HANDOFF_BLOCKED_EVENT,
     HANDOFF_DELEGATION_EVENT,
     HANDOFF_ESCALATED_EVENT,
     HANDOFF_EVENT,
     HANDOFF_INTERMEDIATE_EVENT,
+    HANDOFF_LIMIT_EVENT,
     HANDOFF_TIMEOUT_EVENT,
     HANDOFF_TURN_ABANDONED_EVENT,
     HANDOFF_TURN_EVENT,
+    CapOutcome,
     ConversationHost,
     DelegationEvent,
     EscalationEvent,
+    HandoffBlockedEvent,
     HandoffEvent,
     HandoffTurnResult,
     HandoffWorkflowBuilder,
@@ -100,6 +104,9 @@ STREAMED = {
     HANDOFF_TIMEOUT_EVENT,
     HANDOFF_TURN_ABANDONED_EVENT,
     HANDOFF_TURN_EVENT,
+    HANDOFF_BLOCKED_EVENT,
+    HANDOFF_LIMIT_EVENT,
+    "warning",
 }
 """What both hosts yield of a turn."""
 
@@ -153,6 +160,8 @@ def seen(event: WorkflowEvent[Any]) -> tuple[Any, ...]:
         return (event.type, data.caller, data.expert, data.result)
     if isinstance(data, EscalationEvent):
         return (event.type, data.reason, data.agent)
+    if isinstance(data, HandoffBlockedEvent):  # its call id is the scripted client's
+        return (event.type, data.source, data.tool_name, data.reason, data.target)
     if isinstance(data, AgentCallRetriedEvent):
         return (event.type, data.agent, data.attempt)
     if isinstance(data, StreamIncompleteEvent):
@@ -222,17 +231,48 @@ def escalating_desk() -> HandoffWorkflowBuilder:
     )
 
 
+def refusing_desk() -> HandoffWorkflowBuilder:
+    """triage first calls billing's handoff to refunds (refused: it has no such edge), then hands
+    over to billing; billing's second handoff of the message trips the cap of two, which returns
+    the turn to the user (a limit, not an escalation)."""
+    triage = scripted_agent(
+        "triage",
+        respond("Let me ", "see. ", handoff_to("refunds")),
+        respond("Billing ", "it is. ", handoff_to("billing")),
+    )
+    billing = scripted_agent(
+        "billing",
+        respond("Refunds ", "next. ", handoff_to("refunds")),
+        respond("I will ", "do it myself."),
+        description="bills",
+    )
+    refunds = scripted_agent("refunds", reply("unused"), description="refunds")
+    return (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, billing)
+        .with_handoff(billing, refunds)
+        .with_max_handoffs_per_turn(1, outcome=CapOutcome.RETURN_TO_USER)
+    )
+
+
 MESSAGES = {
     "delegation": (delegating_desk, ["I was charged twice", "thanks"]),
     "designations": (designated_desk, ["I was charged twice"]),
     "escalation": (escalating_desk, ["I was charged twice"]),
+    "refusal": (refusing_desk, ["I was charged twice"]),
 }
 
 
 @pytest.mark.parametrize(
     ("desk", "local"),
-    [("delegation", False), ("designations", False), ("escalation", False), ("delegation", True)],
-    ids=["delegation", "designations", "escalation", "delegation-local_activities"],
+    [
+        ("delegation", False),
+        ("designations", False),
+        ("escalation", False),
+        ("refusal", False),
+        ("delegation", True),
+    ],
+    ids=["delegation", "designations", "escalation", "refusal", "delegation-local_activities"],
 )
 async def test_stream_yields_what_conversation_host_streams(
     client: Client, queue: str, relay: RedisRelay, desk: str, local: bool
@@ -399,6 +439,25 @@ async def test_without_a_relay_stream_yields_whole_replies_at_the_end(
     assert apology[:2] == ("output", "handoff_host")
     assert got[-1][0] == HANDOFF_TURN_EVENT
     assert got[-1][3] == "handoff_cap"
+
+
+async def test_without_a_relay_refusals_and_limits_come_with_the_result(
+    client: Client, queue: str
+) -> None:
+    """No relay: the refused handoff and the limit are yielded at the end of the turn too, in
+    the order ``ConversationHost.stream()`` yields them among the handoffs."""
+    local_host = ConversationHost(refusing_desk(), InMemoryConversationStore())
+    local = [seen(e) async for e in local_host.stream("c", "I was charged twice")]
+    decided = {HANDOFF_EVENT, HANDOFF_BLOCKED_EVENT, HANDOFF_LIMIT_EVENT}
+    async with serving(client, refusing_desk(), queue, None) as host:
+        got = await streamed(host.stream(cid(), "I was charged twice"))
+    assert [e for e in got if e[0] in decided] == [e for e in local if e[0] in decided]
+    assert [e[0] for e in got if e[0] in decided] == [
+        HANDOFF_BLOCKED_EVENT,
+        HANDOFF_EVENT,
+        HANDOFF_LIMIT_EVENT,
+    ]
+    assert got[-1][0] == HANDOFF_TURN_EVENT
 
 
 # -- faults ---------------------------------------------------------------------------------------

@@ -183,13 +183,8 @@ class GroupChatHost(Executor):
         self.settings = settings
         """How the host runs its turns (:class:`HostSettings`)."""
         rules = settings.turn_rules(participants, apology, id)
-        self._engine = TurnEngine(
-            manager,
-            rules,
-            agent_timeout=settings.agent_timeout,
-            turn_timeout=settings.turn_timeout,
-            model_calls=settings.model_calls,
-        )
+        timeouts = {"agent_timeout": settings.agent_timeout, "turn_timeout": settings.turn_timeout}
+        self._engine = TurnEngine(manager, rules, model_calls=settings.model_calls, **timeouts)
         self._participants = participants
         self._local = LocalAgentRunner(self._engine, settings.runner_setup(participants, id))
         self.runner: AgentRunner = self._local
@@ -206,6 +201,7 @@ class GroupChatHost(Executor):
         """
         self._saved: list[dict[str, Any]] = []  # to_dict() of history[: len(_saved)], reused
         self._outlet = TurnOutlet(settings, id)
+        self.kept_events = self._outlet.kept  # kept when asked: the Temporal workflow's host
 
     @property
     def journal(self) -> TurnJournal | None:

@@ -32,9 +32,36 @@ from ._telemetry import TurnTrace
 if TYPE_CHECKING:
     from opentelemetry.trace import SpanContext
 
-__all__ = ["TurnOutlet"]
+__all__ = ["KeptEvents", "TurnOutlet"]
 
 Context = WorkflowContext[Any, Any]
+
+
+class KeptEvents:
+    """The events a host emits (and its warnings), in order, once :meth:`keep` was called.
+
+    For a host whose events travel further than its workflow's own stream: the Temporal
+    workflow hands them on with its agent calls and its turn's outcome.
+    """
+
+    def __init__(self) -> None:
+        self._items: list[object] | None = None
+
+    def keep(self) -> None:
+        """Keep the events emitted from now on."""
+        self._items = []
+
+    def add(self, item: object) -> None:
+        if self._items is not None:
+            self._items.append(item)
+
+    def take(self) -> list[object]:
+        """The events kept since the last take, in order."""
+        items = self._items
+        if not items:
+            return []
+        self._items = []
+        return items
 
 
 class TurnOutlet:
@@ -50,6 +77,7 @@ class TurnOutlet:
         self.conversation_id: str | None = None
         self._trace: TurnTrace | None = None
         self._paused: SpanContext | None = None  # the span of the run that waits for answers
+        self.kept = KeptEvents()
 
     # -- the turn's span ---------------------------------------------------------------------
 
@@ -87,6 +115,7 @@ class TurnOutlet:
                 continue
             log_event(item, self.settings.argument_logging)
             cast(TurnTrace, trace).record(item)
+            self.kept.add(item)
             if isinstance(item, str):
                 await ctx.add_event(WorkflowEvent.warning(item))
             else:

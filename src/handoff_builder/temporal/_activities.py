@@ -150,7 +150,7 @@ class AgentActivities:
     async def _run(self, payload: AgentCallPayload, call: AgentCall, what: str) -> AgentCallResult:
         async with (
             self._replica(payload) as host,
-            relaying(self._relay, payload.relay, host, call.agent) as streams,
+            relaying(self._relay, payload.relay, host, call.agent, payload.events) as streams,
         ):
             run = await host.run_here(call, streams)
         result = encode_run(run)

@@ -69,6 +69,7 @@ from ._payloads import (
     TurnOutcome,
     UserInputPayload,
     contents,
+    decode_events,
     decode_turn,
     payload_size,
 )
@@ -366,13 +367,17 @@ class TemporalConversationHost:
         """
         check_conversation_id(conversation_id)
         relay = self.relay
-        if relay is None:
-            result = await self.send(conversation_id, message, idempotency_key=idempotency_key)
-            for event in closing_events(result, LiveTurn(conversation_id), whole=True):
-                yield event
-            return
         payload = UserInputPayload(messages=[m.to_dict() for m in user_messages(message)])
         await self._refuse_if_too_large(conversation_id, "the message", payload)
+        if relay is None:
+            raw = await self._send(conversation_id, payload, _update_id(idempotency_key))
+            result = _result(conversation_id, raw)
+            where = f"The turn of conversation {conversation_id!r}"
+            travelled = decode_events(raw.events, where)
+            live = LiveTurn(conversation_id)
+            for event in closing_events(result, live, whole=True, travelled=travelled):
+                yield event
+            return
         update_id = _update_id(idempotency_key) or uuid.uuid4().hex
         payload.relay = relay.key(conversation_id, update_id)
         outcome = asyncio.ensure_future(self._send(conversation_id, payload, update_id))
@@ -480,7 +485,7 @@ class TemporalConversationHost:
                 conversation_id, run_id, wait=wait
             ):
                 break  # closed, and it did not continue as new in the meantime
-        for run in await self._runs(conversation_id, run_id):
+        for run in await _runs(self.client, conversation_id, run_id):
             request = DeleteWorkflowExecutionRequest(
                 namespace=self.client.namespace,
                 workflow_execution=WorkflowExecution(workflow_id=conversation_id, run_id=run),
@@ -509,28 +514,11 @@ class TemporalConversationHost:
         await handle.result(follow_runs=False)
         return True
 
-    async def _runs(self, conversation_id: str, run_id: str) -> list[str]:
-        """``run_id`` and the runs before it, that continued as new into it."""
-        runs: list[str] = []
-        while run_id:
-            runs.append(run_id)
-            handle = self.client.get_workflow_handle(conversation_id, run_id=run_id)
-            run_id = ""
-            try:
-                async for event in handle.fetch_history_events(page_size=1):
-                    started = event.workflow_execution_started_event_attributes
-                    run_id = started.continued_execution_run_id
-                    break
-            except RPCError as error:
-                if error.status != RPCStatusCode.NOT_FOUND:
-                    raise
-        return runs
-
     async def _run_update(self, conversation_id: str, start: Callable[[], Awaitable[Any]]) -> Any:
         """Start an Update, which a worker must accept within ``worker_wait`` s; its result."""
         try:
             try:
-                handle = await asyncio.wait_for(self._with_a_worker(start), self.worker_wait)
+                handle = await asyncio.wait_for(_with_a_worker(start), self.worker_wait)
             except (asyncio.TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError) as error:
                 raise TemporalTurnError(
                     f"No worker took the message for conversation {conversation_id!r} within "
@@ -545,21 +533,6 @@ class TemporalConversationHost:
             RPCError,
         ) as error:
             raise _error(conversation_id, error) from error
-
-    async def _with_a_worker(self, call: Callable[[], Awaitable[Any]]) -> Any:
-        """``call()``, again while no worker polls the task queue (one restarting, say)."""
-        delay = 0.05
-        while True:
-            try:
-                return await call()
-            except RPCError as error:
-                no_worker = error.status == RPCStatusCode.FAILED_PRECONDITION and (
-                    "no poller" in error.message
-                )
-                if not no_worker:
-                    raise
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
 
     async def active_agent(self, conversation_id: str) -> str | None:
         """The agent the conversation is with (``None``: no such conversation).
@@ -599,24 +572,8 @@ class TemporalConversationHost:
     async def _query(self, conversation_id: str, query: Any) -> Any:
         check_conversation_id(conversation_id)
         handle = self.client.get_workflow_handle(conversation_id)
-        limit = timedelta(seconds=self.worker_wait)
-
-        async def ask() -> Any:  # again while a new run reads its history back (briefly)
-            delay, waited = 0.02, 0.0
-            while True:
-                try:
-                    return await handle.query(query, rpc_timeout=limit)
-                except WorkflowQueryFailedError as error:
-                    if error.message != READING_BACK or waited >= self.worker_wait:
-                        raise HandoffBuilderError(
-                            f"Conversation {conversation_id!r} cannot be read: {error.message}"
-                        ) from error
-                await asyncio.sleep(delay)
-                waited += delay
-                delay = min(delay * 2, 0.5)
-
         try:
-            return await self._with_a_worker(ask)
+            return await _with_a_worker(lambda: _asked(handle, query, self.worker_wait))
         except RPCError as error:
             if error.status == RPCStatusCode.NOT_FOUND:
                 return None
@@ -624,6 +581,60 @@ class TemporalConversationHost:
                 f"Conversation {conversation_id!r} cannot be read: {error.message} (is a worker "
                 f"serving task queue {self.task_queue!r}?)"
             ) from error
+
+
+async def _with_a_worker(call: Callable[[], Awaitable[Any]]) -> Any:
+    """``call()``, again while no worker polls the task queue (one restarting, say)."""
+    delay = 0.05
+    while True:
+        try:
+            return await call()
+        except RPCError as error:
+            no_worker = error.status == RPCStatusCode.FAILED_PRECONDITION and (
+                "no poller" in error.message
+            )
+            if not no_worker:
+                raise
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 1.0)
+
+
+async def _asked(handle: Any, query: Any, seconds: float) -> Any:
+    """The answer to ``query``, asked again while a new run reads its history back (briefly).
+
+    Raises:
+        HandoffBuilderError: the query failed, or the history was not read back in ``seconds``.
+    """
+    delay, waited = 0.02, 0.0
+    while True:
+        try:
+            return await handle.query(query, rpc_timeout=timedelta(seconds=seconds))
+        except WorkflowQueryFailedError as error:
+            if error.message != READING_BACK or waited >= seconds:
+                raise HandoffBuilderError(
+                    f"Conversation {handle.id!r} cannot be read: {error.message}"
+                ) from error
+        await asyncio.sleep(delay)
+        waited += delay
+        delay = min(delay * 2, 0.5)
+
+
+async def _runs(client: Client, conversation_id: str, run_id: str) -> list[str]:
+    """``run_id`` and the runs before it, that continued as new into it."""
+    runs: list[str] = []
+    while run_id:
+        runs.append(run_id)
+        handle = client.get_workflow_handle(conversation_id, run_id=run_id)
+        run_id = ""
+        try:
+            async for event in handle.fetch_history_events(page_size=1):
+                started = event.workflow_execution_started_event_attributes
+                run_id = started.continued_execution_run_id
+                break
+        except RPCError as error:
+            if error.status != RPCStatusCode.NOT_FOUND:
+                raise
+    return runs
 
 
 def _read_when_done(operation: WithStartWorkflowOperation[Any, Any]) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, cast
 
@@ -31,7 +31,7 @@ from handoff_builder._events import (
 )
 from handoff_builder._state import validated
 
-from ._payloads import RelayedCall, TurnOutcome
+from ._payloads import RelayedCall, TurnOutcome, decode_events
 from ._relay import (
     AttemptEntry,
     FailedEntry,
@@ -107,6 +107,7 @@ class LiveTurn:
     conversation_id: str
     handoffs: int = 0  # the turn's handoffs yielded so far
     delegations: int = 0  # and its delegations
+    travelled: int = 0  # and its events that travel beside its result (refusals, limits...)
     attempts: dict[tuple[str, int], _Attempt] = field(default_factory=dict[tuple[str, int], Any])
     failures: dict[str, str] = field(default_factory=dict[str, str])  # by call: the last one
     latest: dict[str, int] = field(default_factory=dict[str, int])  # by call: its last attempt
@@ -153,7 +154,8 @@ class LiveTurn:
         if entry.attempt < self.latest.get(entry.call, 0):  # void, as its updates: two attempts
             return []  # a stalled worker started at once may reach Redis in either order
         where = f"The relayed turn of conversation {self.conversation_id!r}"
-        events: list[WorkflowEvent[Any]] = []
+        events = [event for _, event in decode_events(entry.events[self.travelled :], where)]
+        self.travelled = max(self.travelled, len(entry.events))
         for raw in entry.delegations[self.delegations :]:
             events.append(_event(validated(DelegationEvent, raw, where)))
         for raw in entry.handoffs[self.handoffs :]:
@@ -219,7 +221,9 @@ async def follow(
         lost = _unread(live, raw)
         if lost is not None:
             yield _event(StreamIncompleteEvent(lost))
-    for event in closing_events(result, live, whole=lost is not None):
+    where = f"The turn of conversation {live.conversation_id!r}"
+    travelled = decode_events(raw.events, where)
+    for event in closing_events(result, live, whole=lost is not None, travelled=travelled):
         yield event
 
 
@@ -310,14 +314,20 @@ def _warn(live: LiveTurn, why: str) -> None:
 
 
 def closing_events(
-    result: HandoffTurnResult, live: LiveTurn, *, whole: bool
+    result: HandoffTurnResult,
+    live: LiveTurn,
+    *,
+    whole: bool,
+    travelled: Sequence[tuple[int, WorkflowEvent[Any]]] = (),
 ) -> Iterator[WorkflowEvent[Any]]:
     """The end of a turn, from its result, after what ``live`` yielded of it.
 
     ``whole``: the turn's replies too, each as one update, with its handoffs (those not yielded
-    yet) where they were made; without a relay, this is the whole stream. Then the
-    delegations and handoffs not yielded yet, the escalation or the deadline, the apology, and
-    ``handoff_turn_completed``. A turn given up before this one ran comes first.
+    yet) where they were made, each after the ``travelled`` events before it (the events its
+    outcome carried beside its result, each with the number of handoffs before it); without a
+    relay, this is the whole stream. Then the travelled events, delegations and handoffs not
+    yielded yet, the escalation or the deadline, the apology, and ``handoff_turn_completed``. A
+    turn given up before this one ran comes first.
     """
     recovered = result.recovered
     if recovered is not None and recovered.abandoned is not None:
@@ -327,7 +337,9 @@ def closing_events(
     if result.escalation is not None and messages and messages[-1].author_name == HOST_ID:
         apology = messages.pop()
     if whole:
-        yield from _replies(result, messages, live)
+        yield from _replies(result, messages, live, travelled)
+    yield from (event for _, event in travelled[live.travelled :])
+    live.travelled = max(live.travelled, len(travelled))
     for delegation in result.delegations[live.delegations :]:
         yield _event(delegation)
     live.delegations = len(result.delegations)
@@ -346,11 +358,15 @@ def closing_events(
 
 
 def _replies(
-    result: HandoffTurnResult, messages: list[Message], live: LiveTurn
+    result: HandoffTurnResult,
+    messages: list[Message],
+    live: LiveTurn,
+    travelled: Sequence[tuple[int, WorkflowEvent[Any]]],
 ) -> Iterator[WorkflowEvent[Any]]:
     """Each reply whole, and each handoff not yielded yet after the reply that made it.
 
-    The delegations of the agent that made a handoff come before it.
+    The delegations of the agent that made a handoff come before it, and so do the travelled
+    events that came before it.
     """
     by_call = {h.call_id: n for n, h in enumerate(result.handoffs) if n >= live.handoffs}
     for message in messages:
@@ -364,6 +380,9 @@ def _replies(
             if number is None or number < live.handoffs:
                 continue
             handoff = result.handoffs[number]
+            while live.travelled < len(travelled) and travelled[live.travelled][0] <= number:
+                yield travelled[live.travelled][1]
+                live.travelled += 1
             while (
                 live.delegations < len(result.delegations)
                 and result.delegations[live.delegations].caller == handoff.source

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from agent_framework import AgentResponse, Content, Message
+from agent_framework import AgentResponse, Content, Message, WorkflowEvent
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from temporalio.api.common.v1 import Payloads
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -17,12 +17,16 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from handoff_builder._decision import CallOutcome, HandoffCall, ReviewVerdict
 from handoff_builder._delegation import Suspension
 from handoff_builder._events import (
+    HANDOFF_BLOCKED_EVENT,
+    HANDOFF_LIMIT_EVENT,
     BlockReason,
     DelegationEvent,
     EscalationEvent,
     EscalationReason,
+    HandoffBlockedEvent,
     HandoffEvent,
     HandoffTurnResult,
+    LimitReachedEvent,
     RoutingStep,
     TurnAbandonedEvent,
     TurnStatus,
@@ -175,6 +179,9 @@ class TurnOutcome(BaseModel):
     requests: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
     recovered: dict[str, Any] | None = None
     relayed: list[RelayedCall] | None = None
+    events: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
+    """The events of the turn the client cannot read from its result (refused handoffs,
+    limits, warnings), in order (:func:`encode_events`)."""
 
 
 class AgentCallPayload(BaseModel):
@@ -199,6 +206,9 @@ class AgentCallPayload(BaseModel):
     payload_limit: int = DEFAULT_PAYLOAD_LIMIT  # that of the result, too
     relay: str = ""
     reference: HistoryReference | None = None
+    events: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
+    """The turn's events so far that its result does not hold (:func:`encode_events`): the
+    worker relays them before the call's updates."""
 
     @property
     def length(self) -> int:
@@ -247,6 +257,51 @@ class AgentCallResult(BaseModel):
     attempt: int = 0
     """The activity's attempt that ran it (1 for the first; 0 from a worker of an earlier
     release): a relayed turn names it, so that the client knows which attempt's updates held."""
+
+
+TRAVELLING_EVENTS: dict[str, type[Any]] = {
+    HANDOFF_BLOCKED_EVENT: HandoffBlockedEvent,
+    HANDOFF_LIMIT_EVENT: LimitReachedEvent,
+}
+"""The events of a turn on Temporal that its result does not hold, by type: they travel to the
+client beside it (with warnings, ``"warning"``)."""
+
+
+def encode_events(items: list[object], handoffs: int) -> tuple[list[dict[str, Any]], int]:
+    """The events among a host's kept ones (``GroupChatHost.kept_events``) that travel.
+
+    Each is marked with how many of the turn's handoffs came before it (``after``), counted
+    from ``handoffs``, the handoffs before ``items``; returned with the count after them.
+    """
+    encoded: list[dict[str, Any]] = []
+    for item in items:
+        if isinstance(item, HandoffEvent):
+            handoffs += 1
+        elif isinstance(item, str):
+            encoded.append({"type": "warning", "data": item, "after": handoffs})
+        elif (kind := TRAVELLING_EVENTS.get(getattr(item, "event_type", ""))) is not None:
+            data = _encode(kind, item)
+            encoded.append({"type": kind.event_type, "data": data, "after": handoffs})
+    return encoded, handoffs
+
+
+def decode_events(raw: list[dict[str, Any]], where: str) -> list[tuple[int, WorkflowEvent[Any]]]:
+    """The workflow events :func:`encode_events` encoded, each with the handoffs before it.
+
+    One of a kind unknown here is left out.
+
+    Raises:
+        CorruptStateError: an event does not read.
+    """
+    events: list[tuple[int, WorkflowEvent[Any]]] = []
+    for item in raw:
+        kind, data, after = item.get("type"), item.get("data"), int(item.get("after", 0))
+        if kind == "warning":
+            events.append((after, WorkflowEvent.warning(str(data))))
+        elif kind in TRAVELLING_EVENTS:
+            event = validated(TRAVELLING_EVENTS[kind], data, where)
+            events.append((after, WorkflowEvent(kind, data=event)))
+    return events
 
 
 def encode_run(run: AgentRun) -> AgentCallResult:

@@ -72,6 +72,8 @@ class AttemptEntry(BaseModel):
     attempt: int
     handoffs: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
     delegations: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
+    events: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
+    """The turn's events so far its result does not hold (refused handoffs, limits, warnings)."""
 
 
 class UpdateEntry(BaseModel):
@@ -371,13 +373,18 @@ class _PublishingStreams:
 
 @contextlib.asynccontextmanager
 async def relaying(
-    relay: RedisRelay | None, key: str, host: GroupChatHost, agent: str
+    relay: RedisRelay | None,
+    key: str,
+    host: GroupChatHost,
+    agent: str,
+    events: list[dict[str, Any]] | None = None,
 ) -> AsyncGenerator[_PublishingStreams | None, None]:
     """Relay the attempt that runs in the block (``None``: no relay, or the turn is not relayed).
 
     Its ``attempt`` entry first (with the turn's handoffs and delegations so far, from the
-    state the call was given), its updates as they come, then ``done``, or ``failed`` with what
-    it raised; the block waits at its end for them to reach Redis, ``FLUSH_SECONDS`` at most.
+    state the call was given, and its ``events`` so far), its updates as they come, then
+    ``done``, or ``failed`` with what it raised; the block waits at its end for them to reach
+    Redis, ``FLUSH_SECONDS`` at most.
     """
     if relay is None or not key:
         yield None
@@ -393,6 +400,7 @@ async def relaying(
             attempt=attempt,
             handoffs=[_encode(HandoffEvent, h) for h in turn.handoffs] if turn else [],
             delegations=[_encode(DelegationEvent, d) for d in turn.delegations] if turn else [],
+            events=list(events or []),
         )
     )
     streams = _PublishingStreams(publisher, host.settings, call, attempt)

@@ -79,6 +79,7 @@ from ._payloads import (
     UserInputPayload,
     carried,
     decode_run,
+    encode_events,
     encode_turn,
     load,
     payload_size,
@@ -215,6 +216,7 @@ class ConversationWorkflow:
         host = host_of(built)
         host.conversation_id = self._conversation_id
         host.runner = self._runner
+        host.kept_events.keep()  # they travel with the agent calls and the turn's outcome
         if was is not None:
             load(host, was.history, was.host, self._conversation_id)
         self._runner.host = host
@@ -487,6 +489,7 @@ class ConversationWorkflow:
         It goes on from ``checkpoint``, or from the state the failed agent call was given.
         """
         self._runner.checkpoint = checkpoint
+        self._runner.forget_events()
         try:
             return list(await self._workflow.run(*args, **kwargs))
         except Exception as error:
@@ -508,7 +511,9 @@ class ConversationWorkflow:
 
     def _outcome(self, events: list[Any]) -> TurnOutcome:
         self._failures, self._last_error = 0, None
-        return _outcome_of(self._conversation_id, self._host, events)
+        outcome = _outcome_of(self._conversation_id, self._host, events)
+        outcome.events = self._runner.turn_events()
+        return outcome
 
     # -- the lifecycle's backend (a TurnBackend) ------------------------------------------------
 
@@ -571,6 +576,8 @@ class _ActivityRunner:
         self._relay = ""  # the relay stream of the turn running, when it is relayed
         self._relayed: list[RelayedCall] = []  # its agent calls, with the attempts that counted
         self.chain: HistoryChain | None = None  # calls carry a reference to the history
+        self.events: list[dict[str, Any]] = []  # the turn's events that travel, so far
+        self.events_handoffs = 0  # the turn's handoffs before the events kept next
 
     async def run(self, call: AgentCall, streams: Streams | None) -> AgentRun:
         del streams
@@ -608,6 +615,20 @@ class _ActivityRunner:
             )
             messages.extend(page.messages)
         return messages
+
+    def turn_events(self) -> list[dict[str, Any]]:
+        """The turn's events that travel (``encode_events``), all of them."""
+        new, self.events_handoffs = encode_events(
+            self.host.kept_events.take(), self.events_handoffs
+        )
+        self.events += new
+        return list(self.events)
+
+    def forget_events(self) -> None:
+        """A new run of the compiled workflow: its turn's events so far are not known yet."""
+        self.host.kept_events.take()
+        turn = self.host.state().turn
+        self.events, self.events_handoffs = [], len(turn.handoffs) if turn is not None else 0
 
     @property
     def logged(self) -> str:
@@ -650,6 +671,7 @@ class _ActivityRunner:
         agent, seconds = agent_call.agent, agent_call.seconds
         name, method = ACTIVITY_OF_CALL[agent_call.kind]
         call = self.payload(agent, no_handoffs=agent_call.no_handoffs)
+        call.events = self.turn_events()  # the worker relays them before the call's updates
         if agent_call.kind == "run":  # a failed turn goes on from here (answers since are not)
             history = call.history or [m.to_dict() for m in self.host.history]
             self.checkpoint = Carried(history=history, host=call.host, logged=self.logged)
