@@ -15,11 +15,12 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from typing_extensions import override
 
 pytest.importorskip("temporalio")
 
@@ -32,11 +33,16 @@ from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Replayer
 
 from handoff_builder import HandoffWorkflowBuilder
-from handoff_builder.exceptions import CorruptConversationError, HandoffBuilderError
+from handoff_builder.exceptions import (
+    CorruptConversationError,
+    HandoffBuilderError,
+    StoreUnavailableError,
+)
 from handoff_builder.stores import ChainedMessage, InMemoryConversationStore, MessageLog
 from handoff_builder.temporal import (
     ConversationWorkflow,
     TemporalConversationHost,
+    TemporalTurnError,
     conversation_worker,
 )
 from handoff_builder.temporal._activities import AgentActivities
@@ -119,13 +125,14 @@ def entries_of(bodies: list[dict[str, Any]], previous: str = "", start: int = 0)
 async def check_a_log(log: MessageLog, conversation: str) -> None:
     """Each entry once, a history read back by its last digest, a branch nobody names ignored,
     and a missing message named by its position."""
-    bodies = [{"text": f"m{n}", "n": n, "é": "ü"} for n in range(5)]
+    bodies = [{"text": f"m{n}", "n": n, "é": "ü", "odd": "a\x00b\udc80"} for n in range(5)]
     entries = entries_of(bodies)
     await log.put_chain(conversation, entries[:3])
     await log.put_chain(conversation, entries)  # a retried call: the first three again
     stale = entries_of([{"text": "abandoned"}], entries[2].digest, 3)
     await log.put_chain(conversation, stale)
     assert await log.read_chain(conversation, entries[-1].digest, 5) == bodies
+    assert await log.read_chain(conversation, entries[2].digest, 3) == bodies[:3]
     assert await log.read_chain(conversation, stale[0].digest, 4) == [
         *bodies[:3],
         {"text": "abandoned"},
@@ -506,3 +513,62 @@ def test_the_worker_command_takes_only_a_postgres_message_log() -> None:
         "handoff-builder: error: --messages must be a PostgreSQL address (postgresql://...), "
         "which every worker of the task queue shares; got 'memory'."
     ]
+
+
+class FlakyLog(InMemoryConversationStore):
+    """An in-memory log whose next ``failing`` reads back fail, as a log that is down would.
+
+    A read back is a read with no write before it (an agent call writes its tail first).
+    """
+
+    failing = 0
+    _wrote = False
+
+    @override
+    async def put_chain(self, conversation_id: str, entries: Sequence[ChainedMessage]) -> None:
+        self._wrote = True
+        await super().put_chain(conversation_id, entries)
+
+    @override
+    async def read_chain(self, conversation_id: str, head: str, length: int) -> list[Any]:
+        wrote, self._wrote = self._wrote, False
+        if self.failing and not wrote:
+            self.failing -= 1
+            raise StoreUnavailableError("PostgreSQL", "the server is restarting")
+        return await super().read_chain(conversation_id, head, length)
+
+
+async def test_a_run_whose_history_cannot_be_read_back_tries_again_and_loses_nothing(
+    client: Client, queue: str
+) -> None:
+    """The log is down while the next run reads the conversation back: a message sent then
+    fails, saying why; the run tries again, and the conversation goes on whole."""
+    log = FlakyLog()
+    async with conversation_worker(
+        client, echo_desk(), task_queue=queue, messages=log, agent_calls=retrying(1)
+    ):
+        host = TemporalConversationHost(client, task_queue=queue, messages=log, turns_per_run=1)
+        conversation = f"c-{uuid.uuid4().hex[:10]}"
+        log.failing = 2  # the first read-back and its retry fail
+        assert (await host.send(conversation, "first")).text == "5 characters"
+        await until_continued(client, conversation)
+        reading = (await client.get_workflow_handle(conversation).describe()).run_id
+        failed: list[str] = []
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                turn = await host.send(conversation, "second")
+                break
+            except TemporalTurnError as error:
+                failed.append(str(error))
+            assert time.monotonic() < deadline, failed
+            await asyncio.sleep(0.2)
+        history = await host.history(conversation)
+        handle = client.get_workflow_handle(conversation, run_id=reading)
+        events = (await handle.fetch_history()).events
+    kinds = [event.event_type for event in events]
+    assert EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED in kinds  # the read back, twice
+    assert EventType.EVENT_TYPE_TIMER_STARTED in kinds  # the wait before trying again
+    assert turn.text == "6 characters"
+    assert [m.text for m in history] == ["first", "5 characters", "second", "6 characters"]
+    assert all("could not be read back" in text for text in failed), failed

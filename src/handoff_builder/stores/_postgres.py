@@ -383,8 +383,13 @@ class PostgresConversationStore(ClosingStore):
         """Store ``entries`` in one statement (one stored already is left as it is)."""
         if not entries:
             return
-        rows = [{"d": e.digest, "p": e.previous, "n": e.position, "b": e.body} for e in entries]
-        await self._execute("put_chain", {"id": conversation_id, "entries": encode(rows)})
+        columns = (
+            [e.digest for e in entries],
+            [e.previous for e in entries],
+            [e.position for e in entries],
+            [encode(e.body) for e in entries],  # stored as text: PostgreSQL parses no JSON
+        )
+        await self._execute("put_chain", (conversation_id, *columns))
 
     async def read_chain(
         self, conversation_id: str, head: str, length: int
@@ -462,8 +467,8 @@ def _queries(
         "digest TEXT NOT NULL, previous TEXT NOT NULL, position INTEGER NOT NULL, "
         "body TEXT NOT NULL, PRIMARY KEY (conversation_id, digest))",
         "put_chain": "INSERT INTO {h} (conversation_id, digest, previous, position, body) "
-        "SELECT %(id)s, e->>'d', e->>'p', (e->>'n')::integer, (e->'b')::text "
-        "FROM json_array_elements(%(entries)s::json) AS e ON CONFLICT DO NOTHING",
+        "SELECT %s, d, p, n, b FROM unnest(%s::text[], %s::text[], %s::integer[], %s::text[]) "
+        "AS e(d, p, n, b) ON CONFLICT DO NOTHING",
         "read_chain": "SELECT digest, previous, position, body FROM {h} "
         "WHERE conversation_id = %s AND position < %s",
         # Tables made by the first release get the lease columns.

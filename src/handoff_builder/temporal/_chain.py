@@ -88,10 +88,14 @@ class HistoryPage(BaseModel):
 
 
 def page_of(history: Sequence[dict[str, Any]], start: int, budget: int) -> HistoryPage:
-    """The messages of ``history`` from ``start`` that fit in ``budget`` bytes (one at least)."""
+    """The messages of ``history`` from ``start`` that fit in ``budget`` bytes (one at least).
+
+    Bytes of UTF-8, as a payload holds them (text in Chinese takes three a character).
+    """
     end, used = start, 0
     while end < len(history):
-        size = len(json.dumps(history[end], separators=(",", ":"), ensure_ascii=False))
+        text = json.dumps(history[end], separators=(",", ":"), ensure_ascii=False)
+        size = len(text.encode("utf-8", "surrogatepass"))  # bytes, as the payload holds them
         if end > start and used + size > budget:
             break
         used += size

@@ -42,6 +42,7 @@ from handoff_builder._runner import Streams
 from handoff_builder._telemetry import QUIET_WHILE
 from handoff_builder._timeouts import DeadlinePassedError
 from handoff_builder.exceptions import (
+    HandoffBuilderError,
     PayloadTooLargeError,
     PendingRequestsError,
     UnexpectedAnswersError,
@@ -90,6 +91,13 @@ WORKFLOW_NAME = "handoff_builder.Conversation"
 CARRY_AFTER_BYTES = 4 * 1024 * 1024
 """How much a run of a conversation read back from the message log adds to its event history
 before it continues as new when Temporal suggests it: the history read back counts once."""
+
+CARRY_AFTER_EVENTS = 10_000
+"""Or once it added this many events."""
+
+READ_BACK_RETRY_SECONDS = 1.0
+"""The first wait before a run reads its history back again after a failure (doubled each time,
+up to a minute)."""
 
 ABANDON_AFTER_LAST_RETRY = "abandon-after-last-retry"
 """The patch under which a turn whose last retry failed is abandoned in the same Update."""
@@ -194,7 +202,8 @@ class ConversationWorkflow:
         if self._registered.by_reference and workflow.patched(HISTORY_BY_REFERENCE):
             self._runner.chain = HistoryChain(was.logged if was is not None else "")
         self._reading = was if was is not None and was.by_reference else None
-        self._read_at = 0  # the event history's size once the history was read back
+        self._read_at: tuple[int, int] | None = None  # the event history's size and length then
+        self._read_error: str | None = None  # why the last read-back failed
         self._workflow, self._host = self._open(None if self._reading is not None else was)
         self._idle = was.idle if was is not None else False
         self._receipts: dict[str, dict[str, Any]] = dict(was.receipts) if was else {}
@@ -260,8 +269,12 @@ class ConversationWorkflow:
         info = workflow.info()
         if not info.is_continue_as_new_suggested():
             return False
-        return not self._read_at or info.get_current_history_size() - self._read_at >= (
-            CARRY_AFTER_BYTES
+        if not self._read_at:
+            return True
+        size, length = self._read_at
+        return (
+            info.get_current_history_size() - size >= CARRY_AFTER_BYTES
+            or info.get_current_history_length() - length >= CARRY_AFTER_EVENTS
         )
 
     async def _read_back(self, was: Carried) -> None:
@@ -270,15 +283,42 @@ class ConversationWorkflow:
         The part the log held is read back from it; the messages after it came with the
         reference.
         """
-        messages = await self._runner.read(was.logged, was.length)
+        delay = READ_BACK_RETRY_SECONDS
+        while True:  # the conversation is only in this run's input and the log: never give up
+            try:
+                messages = await self._runner.read(was.logged, was.length)
+                break
+            except ActivityError as error:
+                self._read_error = described(innermost(error))
+                workflow.logger.warning(
+                    "conversation %s: its history could not be read back from the message log "
+                    "(%s); trying again in %s s", self._conversation_id, self._read_error, delay,
+                )  # fmt: skip
+            await workflow.sleep(delay)
+            delay = min(delay * 2, READ_BACK_RETRY_SECONDS * 60)
         whole = was.model_copy(update={"history": [*messages, *was.history], "length": 0})
         self._workflow, self._host = self._open(whole)
-        self._reading = None
-        self._read_at = workflow.info().get_current_history_size()
+        self._reading, self._read_error = None, None
+        info = workflow.info()
+        self._read_at = (info.get_current_history_size(), info.get_current_history_length())
 
     async def _read(self) -> None:
-        """Wait until the history of a conversation carried by reference was read back."""
-        await workflow.wait_condition(lambda: self._reading is None)
+        """Wait until the history of a conversation carried by reference was read back.
+
+        Raises:
+            ApplicationError: reading it back failed (it is tried again): the caller's turn
+                fails, and the next message is taken once it is read.
+        """
+        await workflow.wait_condition(lambda: self._reading is None or self._read_error is not None)
+        if self._reading is not None:
+            raise turn_failed(
+                self._conversation_id,
+                HandoffBuilderError(
+                    "its history could not be read back from the workers' message log "
+                    f"({self._read_error}); it is tried again"
+                ),
+                self._start.payload_limit,
+            )
 
     def _arm_idle_timer(self) -> None:
         """The durable idle timer, started when a turn ends (and stopped when one begins).
