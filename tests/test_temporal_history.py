@@ -357,6 +357,30 @@ async def test_a_conversation_past_the_payload_limit_runs_by_reference(
     assert f"Conversation {conversation!r} cannot be read" in str(unread.value)
 
 
+async def test_many_short_messages_whose_tail_would_not_fit_are_refused_before_they_join(
+    client: Client, log_worker: Any
+) -> None:
+    """By reference each new message goes to the next call with its digests (some 150 bytes):
+    a list of 5,000 messages of 200 characters is a 1.6 MB Update but a 2.5 MB call. It is
+    refused, naming the limit, before it joins; it used to join, fail its turn and leave every
+    later message refused, the unlogged tail staying too large. 3,000 of them are taken."""
+    from handoff_builder import PayloadTooLargeError
+
+    host = await log_worker(echo_desk())
+    conversation = f"c-{uuid.uuid4().hex[:10]}"
+    assert (await host.send(conversation, "hello")).text == "5 characters"
+    before = await host.history(conversation)
+    many = [said(f"{n:05d} " + "x" * 194) for n in range(5_000)]
+    with pytest.raises(PayloadTooLargeError) as refused:
+        await host.send(conversation, many)
+    assert refused.value.what == "the conversation with this message"
+    assert refused.value.limit == 2 * 1024 * 1024 < refused.value.size
+    assert len(await host.history(conversation)) == len(before)
+    assert (await host.send(conversation, "still there?")).text == "12 characters"
+    assert (await host.send(conversation, many[:3_000])).text == "200 characters"
+    assert len(await host.history(conversation)) == len(before) + 2 + 3_001
+
+
 async def test_continue_as_new_carries_a_reference_and_the_next_run_reads_the_history_back(
     client: Client, log_worker: Any
 ) -> None:

@@ -66,6 +66,23 @@ class HistoryReference(BaseModel):
         return await log.read_chain(conversation_id, self.head, self.length)
 
 
+DIGEST_CHARACTERS = 64
+"""The length of a digest (SHA-256, in hex)."""
+
+
+def joining_tail(position: int, bodies: Sequence[dict[str, Any]]) -> list[ChainEntry]:
+    """The entries messages ``bodies`` become in an agent call's tail, joining at ``position``.
+
+    Their digests are placeholders of a digest's length: what an Update that adds ``bodies``
+    adds to the next call's payload is measured with them before the messages join.
+    """
+    placeholder = "0" * DIGEST_CHARACTERS
+    return [
+        ChainEntry(digest=placeholder, previous=placeholder, position=position + number, body=body)
+        for number, body in enumerate(bodies)
+    ]
+
+
 class LoggedHistory(BaseModel):
     """A history in the workers' message log, for the activities that write and read it whole.
 
@@ -176,5 +193,6 @@ __all__ = [
     "LoggedHistory",
     "LoggedPart",
     "chain_digest",
+    "joining_tail",
     "page_of",
 ]

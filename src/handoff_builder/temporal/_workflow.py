@@ -54,6 +54,7 @@ from ._chain import (
     HistoryReference,
     LoggedHistory,
     LoggedPart,
+    joining_tail,
 )
 from ._failures import (
     busy,
@@ -407,10 +408,21 @@ class ConversationWorkflow:
         (``TURN_ALLOWANCE``): an input that passes here fits the call it starts.
         """
         call = self._runner.payload(self._host.speaker or "")
-        size = payload_size(call) + payload_size(joining) + TURN_ALLOWANCE
+        size = payload_size(call) + self._joining_size(joining) + TURN_ALLOWANCE
         limit = self._start.payload_limit
         if size > limit:
             raise too_large(self._conversation_id, what, size, limit)
+
+    def _joining_size(self, joining: UserInputPayload | Answers) -> int:
+        """The bytes ``joining`` adds to the next agent call.
+
+        By reference, its messages join the call's tail, each with the digests that chain it
+        (some 150 bytes a message: a list of many short messages grows by half and more).
+        """
+        if self._runner.chain is None or not isinstance(joining, UserInputPayload):
+            return payload_size(joining)
+        bodies = [Message.from_dict(item).to_dict() for item in joining.messages]
+        return payload_size(joining_tail(len(self._host.history), bodies))
 
     @workflow.query
     def active_agent(self) -> str | None:
