@@ -138,6 +138,7 @@ class HistoryChain:
 
     def __init__(self, logged: str = "") -> None:
         self._digests: list[str] = []
+        self._bodies: list[dict[str, Any]] = []  # each message as it was digested
         self._last: Message | None = None  # the history's message the last digest is of
         self._logged: set[str] = {logged} if logged else set()
         self.last_logged = logged
@@ -149,9 +150,12 @@ class HistoryChain:
         known = len(digests)
         if known > len(history) or (known and history[known - 1] is not self._last):
             digests.clear()
+            self._bodies.clear()
             known = 0
         for message in history[known:]:
-            digests.append(chain_digest(digests[-1] if digests else "", message.to_dict()))
+            body = message.to_dict()
+            digests.append(chain_digest(digests[-1] if digests else "", body))
+            self._bodies.append(body)
         self._last = history[-1] if history else None
         start = len(history)
         while start and digests[start - 1] not in self._logged:
@@ -166,6 +170,14 @@ class HistoryChain:
             for position in range(start, len(history))
         ]
         return HistoryReference(length=len(history), head=self.head, tail=tail)
+
+    def bodies(self) -> list[dict[str, Any]]:
+        """The history as last referenced, each message as it was digested (a new list).
+
+        What an agent call's activities read from the log, without serializing the history
+        again (the workflow keeps it to go back to when a turn fails).
+        """
+        return list(self._bodies)
 
     @property
     def head(self) -> str:

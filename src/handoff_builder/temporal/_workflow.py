@@ -663,7 +663,9 @@ class _ActivityRunner:
         name, method = ACTIVITY_OF_CALL[agent_call.kind]
         call = self.payload(agent, no_handoffs=agent_call.no_handoffs)
         if agent_call.kind == "run":  # a failed turn goes on from here (answers since are not)
-            history = call.history or [m.to_dict() for m in self.host.history]
+            history = call.history
+            if call.reference is not None and self.chain is not None:
+                history = self.chain.bodies()  # as digested: not serialized again every call
             self.checkpoint = Carried(history=history, host=call.host, logged=self.logged)
         size, limit = payload_size(call), self._start.payload_limit
         if size > limit:  # Temporal would refuse the command, and the workflow task with it
