@@ -421,8 +421,7 @@ class ConversationWorkflow:
         """
         if self._runner.chain is None or not isinstance(joining, UserInputPayload):
             return payload_size(joining)
-        bodies = [Message.from_dict(item).to_dict() for item in joining.messages]
-        return payload_size(joining_tail(len(self._host.history), bodies))
+        return payload_size(joining_tail(len(self._host.history), joining.messages))
 
     @workflow.query
     def active_agent(self) -> str | None:
