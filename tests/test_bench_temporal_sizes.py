@@ -179,6 +179,7 @@ async def test_continue_as_new_is_read_by_the_run_that_follows(
     assert prior < start.read_result_bytes < given.input_bytes
     assert start.history_bytes > start.read_result_bytes
     assert start.read_ms > 0
+    assert 0 < start.workflow_task_ms < start.read_ms
 
 
 async def test_a_conversation_larger_than_a_payload_by_reference(
@@ -208,6 +209,7 @@ async def test_the_benchmark_runs_both_ways_and_drops_its_tables(sizes: ModuleTy
     args = argparse.Namespace(
         temporal=temporal_address(), messages="both", dsn=dsn, lengths="10,60",
         carry_lengths="60", large="3x300000", message_bytes=200, repeat=1, json=None,
+        timeout=300,
     )  # fmt: skip
     result = await sizes.main(args)
 
@@ -216,6 +218,7 @@ async def test_the_benchmark_runs_both_ways_and_drops_its_tables(sizes: ModuleTy
     assert all(row["error"] is None for row in rows.values())
     assert rows[sizes.INLINE, 60]["activity_input_bytes"] > 15_000
     assert rows[sizes.BY_REFERENCE, 60]["activity_input_bytes"] < 3_000
+    assert all(0 < row["workflow_task_ms"] < row["turn_ms"] for row in rows.values())
     carries = {row["side"]: row for row in result["carries"]}
     assert carries[sizes.BY_REFERENCE]["reads"] == 1
     assert carries[sizes.INLINE]["reads"] == 0
