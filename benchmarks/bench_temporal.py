@@ -98,16 +98,27 @@ async def _slots(host: Any, name: str, slots: int, seconds: float, per_conversat
 # -- the Temporal side ------------------------------------------------------------------------------
 
 
-async def serve(address: str, task_queue: str, mode: str) -> None:
-    """A worker process: the bench desk on ``task_queue`` until it is killed."""
+async def serve(
+    address: str, task_queue: str, mode: str, messages: tuple[str, str] | None = None
+) -> None:
+    """A worker process: the bench desk on ``task_queue`` until it is killed.
+
+    ``messages`` (a DSN and a table prefix): the PostgreSQL message log the worker shares with
+    the benchmark's client (``conversation_worker(..., messages=...)``).
+    """
+    from handoff_builder.stores import PostgresConversationStore
     from handoff_builder.temporal import AgentCallOptions, connect, conversation_worker
 
     quiet_logs()
     builder, _, _ = hosted._builder()  # pyright: ignore[reportPrivateUsage]
     del mode  # local activities are the conversation's setting (the client's)
     options = AgentCallOptions()
+    log = None
+    if messages is not None:
+        dsn, prefix = messages
+        log = PostgresConversationStore(dsn, table_prefix=prefix)
     worker = conversation_worker(
-        await connect(address), builder, task_queue=task_queue, agent_calls=options
+        await connect(address), builder, task_queue=task_queue, agent_calls=options, messages=log
     )
     async with worker:
         sys.stdout.write("READY\n")
@@ -116,8 +127,18 @@ async def serve(address: str, task_queue: str, mode: str) -> None:
 
 
 def _start_workers(
-    address: str, task_queue: str, count: int, *, local: bool
+    address: str,
+    task_queue: str,
+    count: int,
+    *,
+    local: bool,
+    messages: tuple[str, str] | None = None,
 ) -> list[subprocess.Popen[str]]:
+    """``count`` worker processes (:func:`serve`), once each is ready.
+
+    ``messages``: the DSN and table prefix of the PostgreSQL message log they share.
+    """
+    log = ["--serve-messages", *messages] if messages is not None else []
     processes = [
         subprocess.Popen(  # noqa: S603 - this interpreter, this script
             [
@@ -127,6 +148,7 @@ def _start_workers(
                 address,
                 task_queue,
                 "local" if local else "remote",
+                *log,
             ],
             stdout=subprocess.PIPE,
             text=True,
@@ -278,7 +300,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         },
         "floor_ms": floor,
         "errors": errors,
-        "settings": {k: v for k, v in vars(args).items() if k not in ("serve",)},
+        "settings": {k: v for k, v in vars(args).items() if k not in ("serve", "serve_messages")},
         "env": env_line(),
     }
 
@@ -344,13 +366,20 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument(
         "--serve", nargs=3, metavar=("ADDRESS", "QUEUE", "MODE"), help=argparse.SUPPRESS
     )
+    parser.add_argument(
+        "--serve-messages", nargs=2, metavar=("DSN", "PREFIX"), help=argparse.SUPPRESS
+    )
     return parser.parse_args()
 
 
 if __name__ == "__main__":
     arguments = _arguments()
     if arguments.serve:
-        asyncio.run(serve(*arguments.serve))
+        log: tuple[str, str] | None = None
+        if arguments.serve_messages:
+            dsn, prefix = arguments.serve_messages
+            log = (dsn, prefix)
+        asyncio.run(serve(*arguments.serve, messages=log))
         raise SystemExit(0)
     quiet_logs()
     figures = asyncio.run(_run(arguments))

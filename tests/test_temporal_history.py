@@ -374,6 +374,59 @@ async def test_a_conversation_past_the_payload_limit_runs_by_reference(
         await host.messages.read_chain(conversation, head["head"], head["length"])
 
 
+async def test_many_short_messages_whose_tail_would_not_fit_are_refused_before_they_join(
+    client: Client, log_worker: Any
+) -> None:
+    """By reference each new message goes to the next call with its digests (some 150 bytes):
+    a list of 5,000 messages of 200 characters is a 1.6 MB Update but a 2.5 MB call. It is
+    refused, naming the limit, before it joins; it used to join, fail its turn and leave every
+    later message refused, the unlogged tail staying too large. 3,000 of them are taken."""
+    from handoff_builder import PayloadTooLargeError
+
+    host = await log_worker(echo_desk())
+    conversation = f"c-{uuid.uuid4().hex[:10]}"
+    assert (await host.send(conversation, "hello")).text == "5 characters"
+    before = await host.history(conversation)
+    many = [said(f"{n:05d} " + "x" * 194) for n in range(5_000)]
+    with pytest.raises(PayloadTooLargeError) as refused:
+        await host.send(conversation, many)
+    assert refused.value.what == "the conversation with this message"
+    assert refused.value.limit == 2 * 1024 * 1024 < refused.value.size
+    assert len(await host.history(conversation)) == len(before)
+    assert (await host.send(conversation, "still there?")).text == "12 characters"
+    assert (await host.send(conversation, many[:3_000])).text == "200 characters"
+    assert len(await host.history(conversation)) == len(before) + 2 + 3_001
+
+
+async def test_a_turn_by_reference_serializes_what_it_adds_not_the_history(
+    client: Client, log_worker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workflow serializes each message once, as it digests it; the state a failed turn goes
+    back to is made of those bodies. A continuing turn serializes as many messages (workflow and
+    worker, in this process) at 400 messages as at 40; it used to serialize the whole history
+    for every agent call: 0.4 s of workflow task at 10,000 messages, enough on a busy machine for
+    Temporal's deadlock detector (2 s) to fail the task."""
+    host = await log_worker(echo_desk())
+    counted: list[int] = []
+    to_dict = Message.to_dict
+
+    def counting(self: Message, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        counted.append(1)
+        return to_dict(self, *args, **kwargs)
+
+    turns: list[int] = []
+    for length in (40, 400):
+        conversation = f"c-{uuid.uuid4().hex[:10]}"
+        await host.send(conversation, [said(f"message {n}") for n in range(length)])
+        await host.send(conversation, "warm")  # the worker's host, the digests: as they will be
+        monkeypatch.setattr(Message, "to_dict", counting)
+        counted.clear()
+        assert (await host.send(conversation, "how long?")).text == "9 characters"
+        turns.append(len(counted))
+        monkeypatch.setattr(Message, "to_dict", to_dict)
+    assert turns[1] - turns[0] < 20, turns
+
+
 async def test_continue_as_new_carries_a_reference_and_the_next_run_reads_the_history_back(
     client: Client, log_worker: Any
 ) -> None:

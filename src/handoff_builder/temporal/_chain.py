@@ -66,6 +66,23 @@ class HistoryReference(BaseModel):
         return await log.read_chain(conversation_id, self.head, self.length)
 
 
+DIGEST_CHARACTERS = 64
+"""The length of a digest (SHA-256, in hex)."""
+
+
+def joining_tail(position: int, bodies: Sequence[dict[str, Any]]) -> list[ChainEntry]:
+    """The entries messages ``bodies`` become in an agent call's tail, joining at ``position``.
+
+    Their digests are placeholders of a digest's length: what an Update that adds ``bodies``
+    adds to the next call's payload is measured with them before the messages join.
+    """
+    placeholder = "0" * DIGEST_CHARACTERS
+    return [
+        ChainEntry(digest=placeholder, previous=placeholder, position=position + number, body=body)
+        for number, body in enumerate(bodies)
+    ]
+
+
 class LoggedHistory(BaseModel):
     """A history in the workers' message log, for the activities that write and read it whole.
 
@@ -125,6 +142,7 @@ class HistoryChain:
 
     def __init__(self, logged: str = "") -> None:
         self._digests: list[str] = []
+        self._bodies: list[dict[str, Any]] = []  # each message as it was digested
         self._last: Message | None = None  # the history's message the last digest is of
         self._logged: set[str] = {logged} if logged else set()
         self.last_logged = logged
@@ -136,9 +154,12 @@ class HistoryChain:
         known = len(digests)
         if known > len(history) or (known and history[known - 1] is not self._last):
             digests.clear()
+            self._bodies.clear()
             known = 0
         for message in history[known:]:
-            digests.append(chain_digest(digests[-1] if digests else "", message.to_dict()))
+            body = message.to_dict()
+            digests.append(chain_digest(digests[-1] if digests else "", body))
+            self._bodies.append(body)
         self._last = history[-1] if history else None
         start = len(history)
         while start and digests[start - 1] not in self._logged:
@@ -153,6 +174,14 @@ class HistoryChain:
             for position in range(start, len(history))
         ]
         return HistoryReference(length=len(history), head=self.head, tail=tail)
+
+    def bodies(self) -> list[dict[str, Any]]:
+        """The history as last referenced, each message as it was digested (a new list).
+
+        What an agent call's activities read from the log, without serializing the history
+        again (the workflow keeps it to go back to when a turn fails).
+        """
+        return list(self._bodies)
 
     @property
     def head(self) -> str:
@@ -180,5 +209,6 @@ __all__ = [
     "LoggedHistory",
     "LoggedPart",
     "chain_digest",
+    "joining_tail",
     "page_of",
 ]

@@ -55,6 +55,7 @@ from ._chain import (
     HistoryReference,
     LoggedHistory,
     LoggedPart,
+    joining_tail,
 )
 from ._failures import (
     busy,
@@ -449,10 +450,20 @@ class ConversationWorkflow:
         (``TURN_ALLOWANCE``): an input that passes here fits the call it starts.
         """
         call = self._runner.payload(self._host.speaker or "")
-        size = payload_size(call) + payload_size(joining) + TURN_ALLOWANCE
+        size = payload_size(call) + self._joining_size(joining) + TURN_ALLOWANCE
         limit = self._start.payload_limit
         if size > limit:
             raise too_large(self._conversation_id, what, size, limit)
+
+    def _joining_size(self, joining: UserInputPayload | Answers) -> int:
+        """The bytes ``joining`` adds to the next agent call.
+
+        By reference, its messages join the call's tail, each with the digests that chain it
+        (some 150 bytes a message: a list of many short messages grows by half and more).
+        """
+        if self._runner.chain is None or not isinstance(joining, UserInputPayload):
+            return payload_size(joining)
+        return payload_size(joining_tail(len(self._host.history), joining.messages))
 
     @workflow.query
     def active_agent(self) -> str | None:
@@ -713,7 +724,9 @@ class _ActivityRunner:
         call = self.payload(agent, no_handoffs=agent_call.no_handoffs)
         call.events = self.turn_events()  # the worker relays them before the call's updates
         if agent_call.kind == "run":  # a failed turn goes on from here (answers since are not)
-            history = call.history or [m.to_dict() for m in self.host.history]
+            history = call.history
+            if call.reference is not None and self.chain is not None:
+                history = self.chain.bodies()  # as digested: not serialized again every call
             self.checkpoint = Carried(history=history, host=call.host, logged=self.logged)
         size, limit = payload_size(call), self._start.payload_limit
         if size > limit:  # Temporal would refuse the command, and the workflow task with it
