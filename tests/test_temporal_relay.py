@@ -663,6 +663,49 @@ def test_an_attempt_whose_retry_began_first_is_void() -> None:
     assert is_text(update, "start-3 ")
 
 
+def test_refusals_limits_and_warnings_come_between_the_handoffs_they_came_between() -> None:
+    """An attempt's entry carries the turn's handoffs and its events that travelled, each with
+    the number of handoffs before it: the reader yields each event before the first handoff
+    that came after it, and nothing twice."""
+    live = LiveTurn("c-1")
+    handoffs = [
+        {"source": "triage", "target": "billing", "tool_name": "handoff_to_billing",
+         "goal": "Bills.", "call_id": "c1"},
+        {"source": "billing", "target": "refunds", "tool_name": "handoff_to_refunds",
+         "goal": "Refund.", "call_id": "c2"},
+    ]  # fmt: skip
+    blocked = {"source": "triage", "tool_name": "handoff_to_refunds", "reason": "not_granted",
+               "call_id": "c0", "target": "refunds"}  # fmt: skip
+    events = [
+        {"type": HANDOFF_BLOCKED_EVENT, "data": blocked, "after": 0},
+        {"type": "warning", "data": "between the two", "after": 1},
+        {"type": "warning", "data": "after both", "after": 2},
+    ]
+
+    def entry(attempt: int, handed: int, travelled: int) -> bytes:
+        return AttemptEntry(
+            call=f"{attempt}:invoke:refunds", agent="refunds", attempt=1,
+            handoffs=handoffs[:handed], events=events[:travelled],
+        ).model_dump_json().encode()  # fmt: skip
+
+    def shown(got: list[WorkflowEvent[Any]]) -> list[str]:
+        return [
+            e.data if isinstance(e.data, str) else f"{e.type} {getattr(e.data, 'target', '')}"
+            for e in got
+        ]
+
+    assert shown(live.events(entry(1, 1, 1))) == [
+        f"{HANDOFF_BLOCKED_EVENT} refunds",
+        f"{HANDOFF_EVENT} billing",
+    ]
+    assert shown(live.events(entry(2, 2, 3))) == [
+        "between the two",
+        f"{HANDOFF_EVENT} refunds",
+        "after both",
+    ]
+    assert live.events(entry(3, 2, 3)) == []
+
+
 @pytest.fixture
 def workers(queue: str, tmp_path: Path) -> Iterator[Workers]:
     started = Workers(queue, tmp_path / "calls.jsonl")

@@ -154,12 +154,14 @@ class LiveTurn:
         if entry.attempt < self.latest.get(entry.call, 0):  # void, as its updates: two attempts
             return []  # a stalled worker started at once may reach Redis in either order
         where = f"The relayed turn of conversation {self.conversation_id!r}"
-        events = [event for _, event in decode_events(entry.events[self.travelled :], where)]
+        travelled = decode_events(entry.events[self.travelled :], where)
         self.travelled = max(self.travelled, len(entry.events))
-        for raw in entry.delegations[self.delegations :]:
-            events.append(_event(validated(DelegationEvent, raw, where)))
-        for raw in entry.handoffs[self.handoffs :]:
-            events.append(_event(validated(HandoffEvent, raw, where)))
+        events = [
+            _event(validated(DelegationEvent, raw, where))
+            for raw in entry.delegations[self.delegations :]
+        ]
+        handoffs = [validated(HandoffEvent, raw, where) for raw in entry.handoffs[self.handoffs :]]
+        events += _in_order(travelled, handoffs, self.handoffs)
         self.delegations = max(self.delegations, len(entry.delegations))
         self.handoffs = max(self.handoffs, len(entry.handoffs))
         self.attempts[entry.call, entry.attempt] = _Attempt(entry.agent)
@@ -338,13 +340,12 @@ def closing_events(
         apology = messages.pop()
     if whole:
         yield from _replies(result, messages, live, travelled)
-    yield from (event for _, event in travelled[live.travelled :])
-    live.travelled = max(live.travelled, len(travelled))
     for delegation in result.delegations[live.delegations :]:
         yield _event(delegation)
     live.delegations = len(result.delegations)
-    for handoff in result.handoffs[live.handoffs :]:
-        yield _event(handoff)
+    handoffs = result.handoffs[live.handoffs :]
+    yield from _in_order(travelled[live.travelled :], handoffs, live.handoffs)
+    live.travelled = max(live.travelled, len(travelled))
     live.handoffs = len(result.handoffs)
     for ending in (result.escalation, result.timeout):
         if ending is not None:
@@ -355,6 +356,25 @@ def closing_events(
         )
         yield WorkflowEvent(cast(Any, "output"), data=update)
     yield WorkflowEvent(cast(Any, HANDOFF_TURN_EVENT), data=result)
+
+
+def _in_order(
+    travelled: Sequence[tuple[int, WorkflowEvent[Any]]],
+    handoffs: Sequence[HandoffEvent],
+    first: int,
+) -> list[WorkflowEvent[Any]]:
+    """``handoffs`` (the turn's from number ``first`` on), with the ``travelled`` events.
+
+    Each event goes before the first of them that came after it.
+    """
+    events: list[WorkflowEvent[Any]] = []
+    waiting = list(travelled)
+    for number, handoff in enumerate(handoffs, first):
+        while waiting and waiting[0][0] <= number:
+            events.append(waiting.pop(0)[1])
+        events.append(_event(handoff))
+    events += [event for _, event in waiting]
+    return events
 
 
 def _replies(
