@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from agent_framework import Agent, FunctionTool, WorkflowBuilder
 from typing_extensions import override
@@ -198,7 +198,8 @@ def compile_workflow(
         max_iterations=manager.max_iterations + 2,
         checkpoint_storage=config.checkpoint_storage,
     )
-    workflow = specialise(builder.add_edge(host, host).build(), host)
+    cast(Any, builder).add_edge(host, host)  # agent_framework 1.26 leaves its condition untyped
+    workflow = specialise(builder.build(), host)
     workflow.checkpoints = config.checkpoint_storage is not None
     return workflow
 
