@@ -46,7 +46,13 @@ from handoff_builder.temporal import (
     conversation_worker,
 )
 from handoff_builder.temporal._activities import AgentActivities
-from handoff_builder.temporal._chain import HistoryChain, chain_digest
+from handoff_builder.temporal._chain import (
+    HistoryChain,
+    HistoryPage,
+    HistoryReference,
+    chain_digest,
+    last_page,
+)
 from handoff_builder.temporal._payloads import AgentCallPayload
 from handoff_builder.testing import ModelCall, handoff_to, reply, scripted_agent
 
@@ -131,17 +137,72 @@ async def check_a_log(log: MessageLog, conversation: str) -> None:
     await log.put_chain(conversation, entries)  # a retried call: the first three again
     stale = entries_of([{"text": "abandoned"}], entries[2].digest, 3)
     await log.put_chain(conversation, stale)
-    assert await log.read_chain(conversation, entries[-1].digest, 5) == bodies
-    assert await log.read_chain(conversation, entries[2].digest, 3) == bodies[:3]
-    assert await log.read_chain(conversation, stale[0].digest, 4) == [
+    assert await log.read_chain(conversation, entries[-1].digest, 5) == entries
+    assert [e.body for e in await log.read_chain(conversation, entries[2].digest, 3)] == bodies[:3]
+    assert [e.body for e in await log.read_chain(conversation, stale[0].digest, 4)] == [
         *bodies[:3],
         {"text": "abandoned"},
     ]
     assert await log.read_chain(conversation, "", 0) == []
+    # A range: the entries at those positions only, the first naming the history before it.
+    assert await log.read_chain(conversation, entries[-1].digest, 5, start=3) == entries[3:]
+    assert await log.read_chain(conversation, stale[0].digest, 4, start=3) == stale
+    assert await log.read_chain(conversation, entries[1].digest, 2, start=2) == []
     with pytest.raises(CorruptConversationError) as missing:
         await log.read_chain(conversation, chain_digest(entries[-1].digest, {"x": 1}), 6)
     assert missing.value.position == 5
     assert "message 5" in str(missing.value)
+    with pytest.raises(CorruptConversationError) as missing:
+        await log.read_chain(conversation, entries[-1].digest, 6, start=4)  # 5 is not its head
+    assert missing.value.position == 5
+    await check_pages(log, conversation)
+
+
+async def check_pages(log: MessageLog, conversation: str) -> None:
+    """A history read back from its last page to its first: each page what fits in its bytes,
+    read by its own positions, naming the history before it."""
+    bodies = [{"text": "x" * (100 + n)} for n in range(1_000)]  # 111 to 1,110 bytes each
+    entries = entries_of(bodies)
+    await log.put_chain(conversation + "-paged", entries)
+    reads: list[int] = []
+    counting = CountingLog(log, reads)
+    reference = HistoryReference(length=1_000, head=entries[-1].digest, tail=[])
+    pages: list[HistoryPage] = []
+    while reference.length:
+        page = await last_page(counting, conversation + "-paged", reference, 100_000)
+        pages.append(page)
+        reference = HistoryReference(length=page.start, head=page.previous, tail=[])
+    assert [m for page in reversed(pages) for m in page.messages] == bodies
+    sizes = [
+        sum(len(json.dumps(m, separators=(",", ":"))) for m in page.messages) for page in pages
+    ]
+    assert all(size <= 100_000 for size in sizes), sizes
+    assert len(pages) == 7, [(p.start, p.end) for p in pages]
+    # Each page asked for its own messages (256, then 512 when it had room), never the start.
+    assert sum(reads) < 2 * 1_000 + 2 * 512, reads
+    assert (pages[-1].start, pages[-1].previous) == (0, "")
+    one = await last_page(log, conversation + "-paged", HistoryReference(
+        length=1, head=entries[0].digest, tail=[]), 10)  # fmt: skip
+    assert one.messages == bodies[:1]  # one message at least, larger than the budget or not
+
+
+class CountingLog:
+    """A message log that counts the messages each read asks for."""
+
+    def __init__(self, log: MessageLog, reads: list[int]) -> None:
+        self.log, self.reads = log, reads
+
+    async def put_chain(self, conversation_id: str, entries: Sequence[ChainedMessage]) -> None:
+        await self.log.put_chain(conversation_id, entries)
+
+    async def read_chain(
+        self, conversation_id: str, head: str, length: int, *, start: int = 0
+    ) -> list[ChainedMessage]:
+        self.reads.append(length - start)
+        return await self.log.read_chain(conversation_id, head, length, start=start)
+
+    async def delete(self, conversation_id: str) -> None:
+        await self.log.delete(conversation_id)
 
 
 async def test_the_in_memory_store_is_a_message_log() -> None:
@@ -216,8 +277,8 @@ async def read_back(client: Client, conversation: str) -> tuple[WorkflowHistory,
             for event in history.events
             if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
         ]
-        ends = [cast("dict[str, Any]", r).get("end") for r in results if isinstance(r, dict)]
-        if carried["length"] in ends:
+        pages = [cast("dict[str, Any]", r) for r in results if isinstance(r, dict) and "end" in r]
+        if any(page["start"] == 0 for page in pages):  # read from the last page to the first
             return history, carried
         assert time.monotonic() < deadline, "the new run did not read its history back"
         await asyncio.sleep(0.05)
@@ -315,6 +376,33 @@ async def test_a_history_recorded_before_the_log_replays_on_workers_with_a_log(
     conversation_worker(
         client,
         desk(),
+        task_queue=started["taskQueue"]["name"],
+        messages=InMemoryConversationStore(),
+    )
+    history = WorkflowHistory.from_json("recorded", text)
+    replayer = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter)
+    replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert replayed.replay_failure is None
+
+
+async def test_a_run_that_read_its_history_back_from_the_first_page_replays(
+    client: Client,
+) -> None:
+    """Runs that began reading back before pages were read from the last one back (a Temporal
+    patch) replay: recorded at c593189, two pages of a 20 KB payload limit, read from the
+    first on, then a turn."""
+    text = (RECORDED / "temporal-history-read-back-c593189.json").read_text("utf-8")
+    recorded = json.loads(text)["events"]
+    started = recorded[0]["workflowExecutionStartedEventAttributes"]
+    scheduled = [
+        e["activityTaskScheduledEventAttributes"]["activityId"]
+        for e in recorded
+        if e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED"
+    ]
+    assert scheduled == ["1:read", "2:read", "3:invoke:triage"]  # what the replay covers
+    conversation_worker(
+        client,
+        echo_desk(),
         task_queue=started["taskQueue"]["name"],
         messages=InMemoryConversationStore(),
     )
@@ -454,6 +542,10 @@ async def test_continue_as_new_carries_a_reference_and_the_next_run_reads_the_hi
     pages = [i for i in activity_inputs(history) if "budget" in i]
     assert len(pages) >= 2  # at least 1.8 MB, in pages of at most 1 MiB
     assert all(page["budget"] == 1024 * 1024 for page in pages)
+    assert all(page["from_end"] for page in pages)
+    lengths = [page["reference"]["length"] for page in pages]  # each page's end: from the last
+    assert lengths[0] == carried["length"]
+    assert lengths == sorted(lengths, reverse=True)
     replayer = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter)
     replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert replayed.replay_failure is None
@@ -523,7 +615,9 @@ async def test_a_worker_killed_mid_call_by_reference(
     inputs = activity_inputs(events)
     assert all(i["reference"] for i in inputs)
     head = inputs[-1]["reference"]
-    logged = await store.read_chain(conversation, head["head"], head["length"])
+    logged = [
+        dict(e.body) for e in await store.read_chain(conversation, head["head"], head["length"])
+    ]
     assert [Message.from_dict(m).text for m in logged if Message.from_dict(m).text] == texts[:3]
 
 
@@ -583,12 +677,14 @@ class FlakyLog(InMemoryConversationStore):
         await super().put_chain(conversation_id, entries)
 
     @override
-    async def read_chain(self, conversation_id: str, head: str, length: int) -> list[Any]:
+    async def read_chain(
+        self, conversation_id: str, head: str, length: int, *, start: int = 0
+    ) -> list[ChainedMessage]:
         wrote, self._wrote = self._wrote, False
         if self.failing and not wrote:
             self.failing -= 1
             raise StoreUnavailableError("PostgreSQL", "the server is restarting")
-        return await super().read_chain(conversation_id, head, length)
+        return await super().read_chain(conversation_id, head, length, start=start)
 
 
 async def test_a_run_whose_history_cannot_be_read_back_tries_again_and_loses_nothing(

@@ -339,9 +339,12 @@ class MessageLog(Protocol):
         ...
 
     async def read_chain(
-        self, conversation_id: str, head: str, length: int
-    ) -> list[dict[str, Any]]:
-        """The ``length`` messages of the history whose last digest is ``head``, in order.
+        self, conversation_id: str, head: str, length: int, *, start: int = 0
+    ) -> list[ChainedMessage]:
+        """Messages ``start`` to ``length - 1`` of the history whose last digest is ``head``.
+
+        In order, as they were stored: the first one's ``previous`` names the history before
+        them (the ``head`` to read the messages before ``start`` by).
 
         Raises:
             CorruptConversationError: the log lacks one of them (named by its position).
@@ -354,16 +357,23 @@ class MessageLog(Protocol):
 
 
 def follow_chain(
-    conversation_id: str, entries: Mapping[str, ChainedMessage], head: str, length: int
-) -> list[dict[str, Any]]:
-    """The history ending at ``head`` among ``entries`` (by digest), checked, in order.
+    conversation_id: str,
+    entries: Mapping[str, ChainedMessage],
+    head: str,
+    length: int,
+    start: int = 0,
+) -> list[ChainedMessage]:
+    """Messages ``start`` to ``length - 1`` of the history ending at ``head``, checked, in order.
+
+    ``entries`` are the log's entries by digest.
 
     Raises:
         CorruptConversationError: an entry is missing or not where the chain says it is.
     """
-    bodies: list[dict[str, Any]] = [{}] * length
+    start = min(max(start, 0), length)
+    found: list[ChainedMessage] = []
     digest = head
-    for position in range(length - 1, -1, -1):
+    for position in range(length - 1, start - 1, -1):
         entry = entries.get(digest)
         if entry is None or entry.position != position:
             raise CorruptConversationError(
@@ -373,10 +383,11 @@ def follow_chain(
                 "another log?",
                 position,
             )
-        bodies[position] = dict(entry.body)
+        found.append(entry)
         digest = entry.previous
-    if digest:
+    if start == 0 and digest:
         raise CorruptConversationError(
             conversation_id, f"its history {head[:12]} has more than {length} messages"
         )
-    return bodies
+    found.reverse()
+    return found

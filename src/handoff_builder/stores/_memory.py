@@ -153,11 +153,15 @@ class InMemoryConversationStore(ClosingStore):
                 )
 
     async def read_chain(
-        self, conversation_id: str, head: str, length: int
-    ) -> list[dict[str, Any]]:
-        """The history ending at ``head`` (copies), in order."""
-        found = follow_chain(conversation_id, self._chains.get(conversation_id, {}), head, length)
-        return copy.deepcopy(found)
+        self, conversation_id: str, head: str, length: int, *, start: int = 0
+    ) -> list[ChainedMessage]:
+        """Messages ``start`` on of the history ending at ``head`` (copies), in order."""
+        chain = self._chains.get(conversation_id, {})
+        found = follow_chain(conversation_id, chain, head, length, start)
+        return [
+            ChainedMessage(e.digest, e.previous, e.position, copy.deepcopy(dict(e.body)))
+            for e in found
+        ]
 
     async def conversation_ids(self, *, after: str = "", limit: int = 100) -> list[str]:
         """Ids of the stored conversations after ``after``, in order, at most ``limit``."""

@@ -104,7 +104,8 @@ class PostgresConversationStore(ClosingStore):
         self.dsn = dsn
         self.tables = self.settings.tables
         """The store's two tables: conversations (the state rows) and messages (the log)."""
-        names = (*self.tables, self.settings.chain_table)
+        chain = self.settings.chain_table
+        names = (*self.tables, chain, f"{chain}_by_position")
         self._q = _queries(*(sql.Identifier(name) for name in names))
         self._statement_timeout = self.settings.statement_timeout
         self.synchronous_commit = self.settings.synchronous_commit
@@ -153,7 +154,8 @@ class PostgresConversationStore(ClosingStore):
             async with db, db.transaction():
                 await db.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_LOCK_NAMESPACE,))
                 for name in (
-                    "create_conversations", "create_messages", "add_lease_columns", "create_chain"
+                    "create_conversations", "create_messages", "add_lease_columns",
+                    "create_chain", "index_chain",
                 ):  # fmt: skip
                     await db.execute(self._q[name])
             try:  # the pool's min_size connections, which will most likely work now too
@@ -392,12 +394,15 @@ class PostgresConversationStore(ClosingStore):
         await self._execute("put_chain", (conversation_id, *columns))
 
     async def read_chain(
-        self, conversation_id: str, head: str, length: int
-    ) -> list[dict[str, Any]]:
-        """The history ending at ``head``, in order, read with one statement."""
+        self, conversation_id: str, head: str, length: int, *, start: int = 0
+    ) -> list[ChainedMessage]:
+        """Messages ``start`` on of the history ending at ``head``, in order.
+
+        Read with one statement, of the entries at those positions only.
+        """
 
         async def read(db: psycopg.AsyncConnection[Any]) -> list[Any]:
-            found = await db.execute(self._q["read_chain"], (conversation_id, length))
+            found = await db.execute(self._q["read_chain"], (conversation_id, start, length))
             return await found.fetchall()
 
         entries: dict[str, ChainedMessage] = {}
@@ -409,7 +414,7 @@ class PostgresConversationStore(ClosingStore):
                     conversation_id, f"message {position} of its log is not JSON: {error}", position
                 ) from error
             entries[digest] = ChainedMessage(digest, previous, position, decoded)
-        return follow_chain(conversation_id, entries, head, length)
+        return follow_chain(conversation_id, entries, head, length, start)
 
     async def conversation_ids(self, *, after: str = "", limit: int = 100) -> list[str]:
         """Ids of the stored conversations after ``after``, in order, at most ``limit``."""
@@ -450,7 +455,10 @@ _WITH_MESSAGES = (
 
 
 def _queries(
-    conversations: sql.Identifier, messages: sql.Identifier, chain: sql.Identifier
+    conversations: sql.Identifier,
+    messages: sql.Identifier,
+    chain: sql.Identifier,
+    chain_index: sql.Identifier,
 ) -> dict[str, bytes]:
     """Every statement of the store, with its table names quoted as identifiers.
 
@@ -466,11 +474,13 @@ def _queries(
         "create_chain": "CREATE TABLE IF NOT EXISTS {h} (conversation_id TEXT NOT NULL, "
         "digest TEXT NOT NULL, previous TEXT NOT NULL, position INTEGER NOT NULL, "
         "body TEXT NOT NULL, PRIMARY KEY (conversation_id, digest))",
+        # A history is read by position ranges: a page read back, the tail a worker lacks.
+        "index_chain": "CREATE INDEX IF NOT EXISTS {i} ON {h} (conversation_id, position)",
         "put_chain": "INSERT INTO {h} (conversation_id, digest, previous, position, body) "
         "SELECT %s, d, p, n, b FROM unnest(%s::text[], %s::text[], %s::integer[], %s::text[]) "
         "AS e(d, p, n, b) ON CONFLICT DO NOTHING",
         "read_chain": "SELECT digest, previous, position, body FROM {h} "
-        "WHERE conversation_id = %s AND position < %s",
+        "WHERE conversation_id = %s AND position >= %s AND position < %s",
         # Tables made by the first release get the lease columns.
         "add_lease_columns": "ALTER TABLE {c} ADD COLUMN IF NOT EXISTS lease_owner TEXT, "
         "ADD COLUMN IF NOT EXISTS lease_token BIGINT NOT NULL DEFAULT 0, "
@@ -528,7 +538,8 @@ def _queries(
         "ids": "SELECT conversation_id FROM {c} WHERE version > 0 AND conversation_id > %(after)s "
         "ORDER BY conversation_id LIMIT %(limit)s",
     }
+    tables = {"c": conversations, "m": messages, "h": chain, "i": chain_index}
     return {
-        name: sql.SQL(text).format(c=conversations, m=messages, h=chain).as_bytes(None)  # pyright: ignore[reportArgumentType]
+        name: sql.SQL(text).format(**tables).as_bytes(None)  # pyright: ignore[reportArgumentType]
         for name, text in texts.items()
     }

@@ -28,7 +28,7 @@ from handoff_builder._host import GroupChatHost
 from handoff_builder.exceptions import CorruptStateError, HandoffBuilderError
 from handoff_builder.stores import MessageLog
 
-from ._chain import HistoryPage, LoggedHistory, page_of
+from ._chain import HistoryPage, LoggedHistory, last_page, page_of
 from ._failures import CONFIGURATION, misconfigured, too_large
 from ._payloads import AgentCallPayload, AgentCallResult, encode_run, load, payload_size
 from ._relay import RedisRelay, relaying
@@ -133,10 +133,12 @@ class AgentActivities:
         log = self._log(conversation_id, "is read back from the workers' message log")
         reference = history.reference
         try:
-            messages = await log.read_chain(conversation_id, reference.head, reference.length)
+            if history.from_end:
+                return await last_page(log, conversation_id, reference, history.budget)
+            found = await log.read_chain(conversation_id, reference.head, reference.length)
         except CorruptStateError as error:
             raise misconfigured(str(error)) from error
-        return page_of(messages, history.start, history.budget)
+        return page_of([dict(entry.body) for entry in found], history.start, history.budget)
 
     def _log(self, conversation_id: str, what: str) -> MessageLog:
         if self._messages is None:

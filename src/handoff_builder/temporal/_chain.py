@@ -31,6 +31,14 @@ HISTORY_BY_REFERENCE = "history-by-reference"
 """The patch under which agent calls carry a reference to the history (workflows that started
 before it keep sending the history itself until their next run)."""
 
+READ_BACK_FROM_THE_END = "read-back-from-the-end"
+"""The patch under which a new run reads its history back from the last page to the first, each
+page read by its own positions; before it, every page read the history from its start."""
+
+READ_WINDOW = 256
+"""How many messages a page read back asks the log for at first (doubled until the page is
+full): a page takes what fits in its bytes, from its end back."""
+
 
 def chain_digest(previous: str, body: Mapping[str, Any]) -> str:
     """The digest of a history: that of the history before its last message, and that message."""
@@ -63,7 +71,8 @@ class HistoryReference(BaseModel):
         """
         entries = [ChainedMessage(e.digest, e.previous, e.position, e.body) for e in self.tail]
         await log.put_chain(conversation_id, entries)
-        return await log.read_chain(conversation_id, self.head, self.length)
+        found = await log.read_chain(conversation_id, self.head, self.length)
+        return [dict(entry.body) for entry in found]
 
 
 DIGEST_CHARACTERS = 64
@@ -84,24 +93,32 @@ def joining_tail(position: int, bodies: Sequence[dict[str, Any]]) -> list[ChainE
 
 
 class LoggedHistory(BaseModel):
-    """A history in the workers' message log, for the activities that write and read it whole.
+    """A history in the workers' message log, for the activity that reads it back.
 
     Continue-as-new carries a reference to the part of the conversation the log holds (and
     the messages after it); the run that follows reads it back in pages of about ``budget``
-    bytes, from ``start`` on.
+    bytes. With ``from_end``, a page is the last messages of ``reference`` that fit (the
+    reference of the next page is the history before them); without, the messages from
+    ``start`` on (runs that began before :data:`READ_BACK_FROM_THE_END`).
     """
 
     conversation_id: str
     reference: HistoryReference
     start: int = 0
     budget: int = 0
+    from_end: bool = False
 
 
 class HistoryPage(BaseModel):
-    """Messages of a history read back, from the page's start up to ``end`` (exclusive)."""
+    """Messages ``start`` up to ``end`` (exclusive) of a history read back.
+
+    ``previous`` is the digest of the history before them (``""`` at the first message).
+    """
 
     messages: list[dict[str, Any]]
     end: int
+    start: int = 0
+    previous: str = ""
 
 
 def page_of(history: Sequence[dict[str, Any]], start: int, budget: int) -> HistoryPage:
@@ -111,13 +128,56 @@ def page_of(history: Sequence[dict[str, Any]], start: int, budget: int) -> Histo
     """
     end, used = start, 0
     while end < len(history):
-        text = json.dumps(history[end], separators=(",", ":"), ensure_ascii=False)
-        size = len(text.encode("utf-8", "surrogatepass"))  # bytes, as the payload holds them
+        size = _size(history[end])
         if end > start and used + size > budget:
             break
         used += size
         end += 1
     return HistoryPage(messages=list(history[start:end]), end=end)
+
+
+def _size(body: Mapping[str, Any]) -> int:
+    """A message's bytes in a payload: UTF-8 (text in Chinese takes three a character)."""
+    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+async def last_page(
+    log: MessageLog, conversation_id: str, reference: HistoryReference, budget: int
+) -> HistoryPage:
+    """The last messages of ``reference``'s history that fit in ``budget`` bytes (one at least).
+
+    Read from the log by position, from the end back, :data:`READ_WINDOW` messages at first
+    and twice as many each time the page has room for more: a page costs the messages it holds,
+    not the history before them.
+
+    Raises:
+        CorruptConversationError: the log lacks one of them.
+    """
+    head, end = reference.head, reference.length
+    taken: list[ChainedMessage] = []  # the page, its last message first
+    used, window = 0, READ_WINDOW
+    while end > 0:
+        start = max(0, end - window)
+        entries = await log.read_chain(conversation_id, head, end, start=start)
+        for entry in reversed(entries):
+            size = _size(entry.body)
+            if taken and used + size > budget:
+                return _page(taken, reference.length)
+            taken.append(entry)
+            used += size
+        head, end, window = entries[0].previous, start, window * 2
+    return _page(taken, reference.length)
+
+
+def _page(taken: list[ChainedMessage], end: int) -> HistoryPage:
+    first = taken[-1] if taken else None
+    return HistoryPage(
+        messages=[dict(entry.body) for entry in reversed(taken)],
+        end=end,
+        start=first.position if first is not None else end,
+        previous=first.previous if first is not None else "",
+    )
 
 
 class LoggedPart(BaseModel):
@@ -203,6 +263,7 @@ class HistoryChain:
 
 __all__ = [
     "HISTORY_BY_REFERENCE",
+    "READ_BACK_FROM_THE_END",
     "HistoryChain",
     "HistoryPage",
     "HistoryReference",
@@ -210,5 +271,6 @@ __all__ = [
     "LoggedPart",
     "chain_digest",
     "joining_tail",
+    "last_page",
     "page_of",
 ]

@@ -567,7 +567,7 @@ class TemporalConversationHost:
             return []
         part = LoggedPart.model_validate(found)
         logged = await self.messages.read_chain(conversation_id, part.head, part.length)
-        return [Message.from_dict(item) for item in [*logged, *part.after]]
+        return [Message.from_dict(item) for item in [*(dict(e.body) for e in logged), *part.after]]
 
     async def _query(self, conversation_id: str, query: Any) -> Any:
         check_conversation_id(conversation_id)

@@ -51,7 +51,9 @@ from handoff_builder.exceptions import (
 from ._activities import ACTIVITY_OF_CALL, AgentActivities, AgentCallOptions, host_of
 from ._chain import (
     HISTORY_BY_REFERENCE,
+    READ_BACK_FROM_THE_END,
     HistoryChain,
+    HistoryPage,
     HistoryReference,
     LoggedHistory,
     LoggedPart,
@@ -646,26 +648,48 @@ class _ActivityRunner:
     async def read(self, head: str, length: int) -> list[dict[str, Any]]:
         """The ``length`` messages of the history ending at ``head``.
 
-        Read in pages of half a payload, each an activity.
+        Read in pages of half a payload, each an activity, from the last page back (each
+        page names the history before it); runs that began earlier read from the first on.
         """
+        budget = self._start.payload_limit // 2
+        if not workflow.patched(READ_BACK_FROM_THE_END):
+            return await self._read_from_the_start(head, length, budget)
+        pages: list[list[dict[str, Any]]] = []
+        while length > 0:
+            page = await self._read_page(
+                HistoryReference(length=length, head=head, tail=[]), budget, from_end=True
+            )
+            pages.append(page.messages)
+            head, length = page.previous, page.start
+        return [message for page in reversed(pages) for message in page]
+
+    async def _read_from_the_start(
+        self, head: str, length: int, budget: int
+    ) -> list[dict[str, Any]]:
         reference = HistoryReference(length=length, head=head, tail=[])
         messages: list[dict[str, Any]] = []
         while len(messages) < length:
-            self._calls += 1
-            page = await workflow.execute_activity_method(
-                AgentActivities.read_history,
-                LoggedHistory(
-                    conversation_id=self._conversation_id,
-                    reference=reference,
-                    start=len(messages),
-                    budget=self._start.payload_limit // 2,
-                ),
-                activity_id=f"{self._calls}:read",
-                start_to_close_timeout=self._options.start_to_close,
-                retry_policy=self._options.retry,
-            )
+            page = await self._read_page(reference, budget, start=len(messages))
             messages.extend(page.messages)
         return messages
+
+    async def _read_page(
+        self, reference: HistoryReference, budget: int, *, start: int = 0, from_end: bool = False
+    ) -> HistoryPage:
+        self._calls += 1
+        return await workflow.execute_activity_method(
+            AgentActivities.read_history,
+            LoggedHistory(
+                conversation_id=self._conversation_id,
+                reference=reference,
+                start=start,
+                budget=budget,
+                from_end=from_end,
+            ),
+            activity_id=f"{self._calls}:read",
+            start_to_close_timeout=self._options.start_to_close,
+            retry_policy=self._options.retry,
+        )
 
     def turn_events(self) -> list[dict[str, Any]]:
         """The turn's events that travel (``encode_events``), all of them."""
