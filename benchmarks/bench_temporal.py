@@ -40,7 +40,6 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +49,29 @@ import bench_hosted as hosted
 from common import env_line, md_table, quiet_logs
 
 SCRIPT = os.path.abspath(__file__)
+# What a continuing turn's agent call carries in and out on the desk here, by reference (the
+# activity input and result bytes bench_temporal_sizes.py measured at 10 messages): the raw
+# activity of the floor carries the same.
+FLOOR_INPUT_BYTES = 1_456
+FLOOR_RESULT_BYTES = 316
+# name: (worker processes, local activities, by reference, CPU-bound processes beside)
+CONFIGS: dict[str, tuple[int, bool, bool, int]] = {
+    "t_1w": (1, False, False, 0),
+    "t_2w": (2, False, False, 0),
+    "t_1w_ref": (1, False, True, 0),
+    "t_2w_ref": (2, False, True, 0),
+    "t_1w_local": (1, True, False, 0),
+    "t_2w_ref_busy": (2, False, True, 2),
+}
+NAMES = {
+    "pg_1w": "ConversationHost + PostgreSQL, 1 worker",
+    "t_1w": "Temporal, 1 worker",
+    "t_2w": "Temporal, 2 workers",
+    "t_1w_ref": "Temporal, 1 worker, PostgreSQL message log",
+    "t_2w_ref": "Temporal, 2 workers, PostgreSQL message log",
+    "t_1w_local": "Temporal, 1 worker, local activities",
+    "t_2w_ref_busy": "Temporal, 2 workers, message log, 2 CPU-bound processes beside",
+}
 
 
 @dataclass
@@ -58,6 +80,8 @@ class Window:
 
     turns: int = 0
     errors: int = 0
+    calls: int = 0  # the agent calls of every turn that came back as expected, timed or not
+    model_calls: int = 0  # what the workers' models were asked, counted by the workers
     first_ms: list[float] = field(default_factory=lambda: list[float]())
     next_ms: list[float] = field(default_factory=lambda: list[float]())
 
@@ -85,6 +109,7 @@ async def _slots(host: Any, name: str, slots: int, seconds: float, per_conversat
                 if not hosted._expected(result, first=turn == 0):  # pyright: ignore[reportPrivateUsage]
                     window.errors += 1
                     continue
+                window.calls += 2 if turn == 0 else 1
                 if ended <= deadline:
                     window.turns += 1
                     (window.first_ms if turn == 0 else window.next_ms).append(
@@ -95,7 +120,12 @@ async def _slots(host: Any, name: str, slots: int, seconds: float, per_conversat
     return window
 
 
-# -- the Temporal side ------------------------------------------------------------------------------
+def duplicates(window: Window) -> int:
+    """Agent calls the workers' models made beyond the turns' own: each a hop run again."""
+    return window.model_calls - window.calls
+
+
+# -- the Temporal side ---------------------------------------------------------------------------
 
 
 async def serve(
@@ -106,11 +136,14 @@ async def serve(
     ``messages`` (a DSN and a table prefix): the PostgreSQL message log the worker shares with
     the benchmark's client (``conversation_worker(..., messages=...)``).
     """
+    import signal
+
     from handoff_builder.stores import PostgresConversationStore
     from handoff_builder.temporal import AgentCallOptions, connect, conversation_worker
+    from handoff_builder.testing import client_of
 
     quiet_logs()
-    builder, _, _ = hosted._builder()  # pyright: ignore[reportPrivateUsage]
+    builder, triage, billing = hosted._builder()  # pyright: ignore[reportPrivateUsage]
     del mode  # local activities are the conversation's setting (the client's)
     options = AgentCallOptions()
     log = None
@@ -120,10 +153,15 @@ async def serve(
     worker = conversation_worker(
         await connect(address), builder, task_queue=task_queue, agent_calls=options, messages=log
     )
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     async with worker:
         sys.stdout.write("READY\n")
         sys.stdout.flush()
-        await asyncio.Event().wait()
+        await stop.wait()
+    calls = len(client_of(triage).calls) + len(client_of(billing).calls)
+    sys.stdout.write(f"MODEL CALLS {calls}\n")
+    sys.stdout.flush()
 
 
 def _start_workers(
@@ -162,33 +200,85 @@ def _start_workers(
     return processes
 
 
+def _stop_workers(processes: list[subprocess.Popen[str]]) -> int:
+    """Stop the worker processes (SIGTERM: each leaves its worker cleanly) and add up the model
+    calls they report; a worker that does not stop within 30 s is killed and counts as an error."""
+    calls = 0
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        try:
+            out, _ = process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise RuntimeError("a Temporal worker did not stop within 30 s") from None
+        counted = [line for line in out.splitlines() if line.startswith("MODEL CALLS ")]
+        if not counted:
+            raise RuntimeError("a Temporal worker stopped without counting its model calls")
+        calls += int(counted[-1].removeprefix("MODEL CALLS "))
+    return calls
+
+
+def _burners(count: int) -> list[subprocess.Popen[bytes]]:
+    """``count`` CPU-bound processes: a busy machine."""
+    return [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])  # noqa: S603
+        for _ in range(count)
+    ]
+
+
 async def temporal_window(
-    args: argparse.Namespace, workers: int, slots: int, *, local: bool = False
+    args: argparse.Namespace,
+    workers: int,
+    slots: int,
+    *,
+    local: bool = False,
+    by_reference: bool = False,
+    busy: int = 0,
 ) -> Window:
+    """``slots`` conversations through ``workers`` worker processes for ``--seconds``.
+
+    ``by_reference``: the workers share a PostgreSQL message log (a table prefix of its own,
+    dropped afterwards). ``busy``: that many CPU-bound processes run beside them meanwhile.
+    The window counts the model calls the workers made beside the turns' own agent calls.
+    """
+    from handoff_builder.stores import PostgresConversationStore
     from handoff_builder.temporal import TemporalConversationHost, connect
 
     task_queue = f"bench-{uuid.uuid4().hex[:8]}"
-    processes = _start_workers(args.temporal, task_queue, workers, local=local)
+    messages = (args.dsn, f"bench_tlog_{uuid.uuid4().hex[:8]}_") if by_reference else None
+    processes = _start_workers(args.temporal, task_queue, workers, local=local, messages=messages)
+    burners = _burners(busy)
+    window = Window()
     try:
         host = TemporalConversationHost(
             await connect(args.temporal), task_queue=task_queue, local_activities=local
         )
-        await _slots(host, "warm", min(slots, 8), 1.0, args.turns_per_conversation)
-        return await _slots(host, "t", slots, args.seconds, args.turns_per_conversation)
+        warm = await _slots(host, "warm", min(slots, 8), 1.0, args.turns_per_conversation)
+        window = await _slots(host, "t", slots, args.seconds, args.turns_per_conversation)
+        window.calls += warm.calls
+        window.errors += warm.errors
     finally:
-        for process in processes:
-            process.kill()
-            process.wait()
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+        window.model_calls = _stop_workers(processes)
+        if messages is not None:
+            log = PostgresConversationStore(args.dsn, table_prefix=messages[1])
+            await log.drop_tables()
+            await log.close()
+    return window
 
 
 async def temporal_floor(args: argparse.Namespace) -> dict[str, float]:
-    """What Temporal itself costs here: a workflow of one no-op activity vs one of two."""
+    """What Temporal itself costs here: a workflow of one no-op activity vs one of two, each
+    carrying ``--floor-bytes`` in and an agent call's result out."""
+    from temporal_floor import Floor as floor
+    from temporal_floor import noop
     from temporalio.worker import Worker
 
     from handoff_builder.temporal import connect
-
-    from temporal_floor import Floor as floor
-    from temporal_floor import noop
 
     client = await connect(args.temporal)
     task_queue = f"floor-{uuid.uuid4().hex[:8]}"
@@ -200,14 +290,17 @@ async def temporal_floor(args: argparse.Namespace) -> dict[str, float]:
             while time.monotonic() < deadline:
                 started = time.monotonic()
                 await client.execute_workflow(
-                    floor.run, activities, id=uuid.uuid4().hex, task_queue=task_queue
+                    floor.run,
+                    args=[activities, args.floor_bytes, FLOOR_RESULT_BYTES],
+                    id=uuid.uuid4().hex,
+                    task_queue=task_queue,
                 )
                 times.append((time.monotonic() - started) * 1000)
             medians[f"{activities}"] = _median(times)
     return {"one": medians["1"], "two": medians["2"]}
 
 
-# -- the PostgreSQL side ----------------------------------------------------------------------------
+# -- the PostgreSQL side ------------------------------------------------------------------------
 
 
 async def postgres_window(run: hosted.Run, round_no: int) -> Window:
@@ -256,7 +349,9 @@ def _median(values: list[float]) -> float:
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     run = hosted.Run(args)
-    rates: dict[str, list[float]] = {"pg_1w": [], "t_1w": [], "t_2w": [], "t_1w_local": []}
+    rates: dict[str, list[float]] = {"pg_1w": [], **{key: [] for key in CONFIGS}}
+    duplicated: dict[str, int] = {key: 0 for key in CONFIGS}
+    calls: dict[str, int] = {key: 0 for key in CONFIGS}
     errors = 0
     for round_no in range(args.rounds):
         order = list(rates)
@@ -266,10 +361,17 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             if key == "pg_1w":
                 window = await postgres_window(run, round_no)
             else:
-                workers = 2 if key == "t_2w" else 1
+                workers, local, by_reference, busy = CONFIGS[key]
                 window = await temporal_window(
-                    args, workers, args.conversations, local=key == "t_1w_local"
+                    args,
+                    workers,
+                    args.conversations,
+                    local=local,
+                    by_reference=by_reference,
+                    busy=busy,
                 )
+                duplicated[key] += duplicates(window)
+                calls[key] += window.calls
             rates[key].append(window.turns / args.seconds)
             errors += window.errors
             print(
@@ -284,6 +386,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     errors += sequential_pg.errors + sequential_t.errors
     return {
         "rates": {key: _median(values) for key, values in rates.items()},
+        "duplicated_calls": duplicated,
+        "agent_calls": calls,
         "sequential_ms": {
             "pg": {
                 "first": _median(sequential_pg.first_ms),
@@ -307,13 +411,23 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 def report(result: dict[str, Any]) -> str:
     rates, seq = result["rates"], result["sequential_ms"]
-    pg, t1, t2, t1l = rates["pg_1w"], rates["t_1w"], rates["t_2w"], rates["t_1w_local"]
-    rows = [
-        ["ConversationHost + PostgreSQL, 1 worker", f"{pg:.1f}", "1.00x"],
-        ["Temporal, 1 worker", f"{t1:.1f}", f"{t1 / pg:.2f}x"],
-        ["Temporal, 2 workers", f"{t2:.1f}", f"{t2 / pg:.2f}x ({t2 / t1:.2f}x 1 worker)"],
-        ["Temporal, 1 worker, local activities", f"{t1l:.1f}", f"{t1l / pg:.2f}x"],
-    ]
+    pg = rates["pg_1w"]
+    rows = [[NAMES["pg_1w"], f"{pg:.1f}", "1.00x", "-", "-"]]
+    for key in CONFIGS:
+        versus = f"{rates[key] / pg:.2f}x"
+        if key.startswith("t_2w"):
+            one = rates[key.replace("t_2w", "t_1w")] if key != "t_2w_ref_busy" else None
+            if one:
+                versus += f" ({rates[key] / one:.2f}x 1 worker)"
+        rows.append(
+            [
+                NAMES[key],
+                f"{rates[key]:.1f}",
+                versus,
+                f"{result['agent_calls'][key]:,}",
+                str(result["duplicated_calls"][key]),
+            ]
+        )
     latency = [
         [name, f"{seq[key]['first']:.1f}", f"{seq[key]['next']:.1f}",
          f"{seq[key]['first'] - seq[key]['next']:.1f}"]
@@ -323,11 +437,21 @@ def report(result: dict[str, Any]) -> str:
             ("Temporal, local activities", "temporal_local"),
         )
     ]  # fmt: skip
+    floor = result["floor_ms"]
     return "\n".join(
         [
             result["env"],
             "",
-            md_table(["configuration", "turns/s", "vs PostgreSQL"], rows),
+            md_table(
+                [
+                    f"configuration, {result['settings']['conversations']} conversations",
+                    "turns/s",
+                    "vs PostgreSQL",
+                    "agent calls",
+                    "duplicated agent calls",
+                ],
+                rows,
+            ),
             "",
             md_table(
                 [
@@ -339,9 +463,10 @@ def report(result: dict[str, Any]) -> str:
                 latency,
             ),
             "",
-            f"Temporal itself (a workflow of no-op activities, raw SDK): one activity "
-            f"{result['floor_ms']['one']:.1f} ms, two {result['floor_ms']['two']:.1f} ms, "
-            f"one more {result['floor_ms']['two'] - result['floor_ms']['one']:.1f} ms",
+            f"Temporal itself (a workflow of no-op activities, raw SDK, "
+            f"{result['settings']['floor_bytes']:,} bytes in and {FLOOR_RESULT_BYTES} out each): "
+            f"one activity {floor['one']:.1f} ms, two {floor['two']:.1f} ms, "
+            f"one more {floor['two'] - floor['one']:.1f} ms",
             "",
             f"errors: {result['errors']}",
         ]
@@ -349,7 +474,7 @@ def report(result: dict[str, Any]) -> str:
 
 
 def _arguments() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument(
         "--temporal", metavar="HOST:PORT", help="a Temporal server (default: start a dev server)"
     )
@@ -361,6 +486,12 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--conversations", type=int, default=50)
     parser.add_argument("--turns-per-conversation", type=int, default=10)
     parser.add_argument("--pool-size", type=int, default=10)
+    parser.add_argument(
+        "--floor-bytes",
+        type=int,
+        default=FLOOR_INPUT_BYTES,
+        help="bytes each raw no-op activity of the floor takes in (default: an agent call's)",
+    )
     parser.add_argument("--profile", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     parser.add_argument(

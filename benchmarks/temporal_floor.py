@@ -1,4 +1,8 @@
-"""A workflow of no-op activities: what Temporal itself costs, for ``bench_temporal.py``."""
+"""A workflow of no-op activities: what Temporal itself costs, for ``bench_temporal.py``.
+
+Each activity takes ``size`` bytes and returns ``result`` bytes, the sizes of an agent call's
+input and result, so the raw hop carries what a hop of the desk carries.
+"""
 
 from __future__ import annotations
 
@@ -8,18 +12,22 @@ from temporalio import activity, workflow
 
 
 @activity.defn(name="bench_noop")
-async def noop(value: int) -> int:
-    return value
+async def noop(payload: str, result: int) -> str:
+    del payload
+    return "r" * result
 
 
 @workflow.defn(name="BenchFloor", sandboxed=False)
 class Floor:
-    """Runs ``activities`` no-op activities one after the other."""
+    """Runs ``activities`` no-op activities one after the other, each given ``size`` bytes and
+    returning ``result`` bytes."""
 
     @workflow.run
-    async def run(self, activities: int) -> int:
-        for number in range(activities):
+    async def run(self, activities: int, size: int, result: int) -> int:
+        for _ in range(activities):
             await workflow.execute_activity(
-                noop, number, start_to_close_timeout=timedelta(seconds=10)
+                noop,
+                args=["p" * size, result],
+                start_to_close_timeout=timedelta(seconds=10),
             )
         return activities
