@@ -90,7 +90,13 @@ def print_trace(spans: tuple[ReadableSpan, ...]) -> None:
             if span.context:
                 show(span.context.span_id, depth + 1)
 
-    roots = [s for s in spans if s.name.startswith("invoke_workflow")]
+    roots = [  # our turn spans (agent_framework 1.26 names its span of a workflow.run alike)
+        s
+        for s in spans
+        if s.name.startswith("invoke_workflow")
+        and s.instrumentation_scope is not None
+        and s.instrumentation_scope.name == "handoff_builder"
+    ]
     for root in roots:
         status = (root.attributes or {}).get("handoff_builder.turn.status")
         linked = "  (linked to the run it resumes)" if root.links else ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,13 @@ from handoff_builder import (
     HandoffTurnResult,
 )
 from handoff_builder.testing import client_of
+
+AGENT_FRAMEWORK = tuple(
+    int(part) for part in importlib.metadata.version("agent-framework-core").split(".")[:2]
+)
+"""The installed agent-framework-core's major and minor version. The package is tested with 1.23
+and 1.26; the few tests of what agent_framework itself does differently in them say what each
+does."""
 
 
 @dataclass

@@ -473,6 +473,7 @@ async def test_refund_approval(approve: bool, capsys: pytest.CaptureFixture[str]
     # The trace: the run that waits, and the run that answers, with the handoff spans.
     assert "invoke_workflow refund-desk  [awaiting_input]" in out
     assert "invoke_workflow refund-desk  [completed]  (linked to the run it resumes)" in out
+    assert out.count("invoke_workflow refund-desk") == 2  # ours, not agent_framework's too
     assert "execute_tool send_to_refunds  [pass_control -> refunds: rejected]" in out
     second = "transferred" if approve else "rejected"
     assert f"execute_tool send_to_refunds  [pass_control -> refunds: {second}]" in out

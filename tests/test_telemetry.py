@@ -26,6 +26,7 @@ from handoff_builder import (
 )
 from handoff_builder.stores import InMemoryConversationStore
 from handoff_builder.testing import call_tool, handoff_to, reply, scripted_agent
+from tests.helpers import AGENT_FRAMEWORK
 
 EXPORTER = InMemorySpanExporter()
 READER = InMemoryMetricReader(
@@ -56,6 +57,20 @@ def spans() -> InMemorySpanExporter:
 
 def named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
     return [span for span in exporter.get_finished_spans() if span.name == name]
+
+
+def turns(exporter: InMemorySpanExporter, workflow: str) -> list[ReadableSpan]:
+    """Our ``invoke_workflow`` spans of ``workflow``, one per user turn (per run of it).
+
+    agent_framework 1.26 names its span of each ``workflow.run`` call alike (1.23:
+    ``workflow.run``): ours are those of the ``handoff_builder`` scope.
+    """
+    return [
+        span
+        for span in named(exporter, f"invoke_workflow {workflow}")
+        if span.instrumentation_scope is not None
+        and span.instrumentation_scope.name == "handoff_builder"
+    ]
 
 
 def parent_of(exporter: InMemorySpanExporter, span: ReadableSpan) -> ReadableSpan | None:
@@ -96,7 +111,7 @@ async def test_a_turn_is_one_invoke_workflow_span_around_the_agents(
 ) -> None:
     await desk().build().run("I was charged twice")
 
-    [turn] = named(spans, "invoke_workflow desk")
+    [turn] = turns(spans, "desk")
     assert turn.attributes is not None
     assert dict(turn.attributes) == {
         "gen_ai.operation.name": "invoke_workflow",
@@ -109,6 +124,23 @@ async def test_a_turn_is_one_invoke_workflow_span_around_the_agents(
     chats = [s for s in spans.get_finished_spans() if s.name.startswith("chat")]
     assert len(chats) == 3
     assert all(parent_of(spans, s) in agents for s in chats)
+    # Around it, agent_framework's spans of the workflow.run call (docs/observability.md).
+    executor = parent_of(spans, turn)
+    assert executor is not None
+    assert executor.name == "executor.process handoff_host"
+    run = parent_of(spans, executor)
+    assert run is not None
+    assert run.instrumentation_scope is not None
+    assert run.instrumentation_scope.name == "agent_framework"
+    assert parent_of(spans, run) is None
+    if AGENT_FRAMEWORK < (1, 26):
+        assert run.name == "workflow.run"
+    else:
+        assert run.name == "invoke_workflow desk"
+        attributes = dict(run.attributes or {})
+        assert attributes["gen_ai.operation.name"] == "invoke_workflow"
+        assert attributes["gen_ai.workflow.name"] == "desk"
+        assert "handoff_builder.turn.status" not in attributes
 
 
 async def test_each_handoff_call_is_an_execute_tool_transfer_span(
@@ -197,7 +229,7 @@ async def test_agent_frameworks_switch_turns_our_telemetry_off_with_its_own(
 async def test_a_hosted_turn_carries_the_conversation_id(spans: InMemorySpanExporter) -> None:
     host = ConversationHost(desk(), InMemoryConversationStore())
     await host.send("conv-7", "I was charged twice")
-    [turn] = named(spans, "invoke_workflow desk")
+    [turn] = turns(spans, "desk")
     assert dict(turn.attributes or {})["gen_ai.conversation.id"] == "conv-7"
 
 
@@ -215,7 +247,7 @@ async def test_a_cap_is_an_event_on_the_turns_span(spans: InMemorySpanExporter) 
 
     await workflow.run("go")
 
-    [turn] = named(spans, "invoke_workflow caps")
+    [turn] = turns(spans, "caps")
     assert dict(turn.attributes or {})["handoff_builder.turn.status"] == "handoff_cap"
     events = [(e.name, dict(e.attributes or {})) for e in turn.events]
     assert [e for e in events if e[0] != "handoff_builder.step"] == [
@@ -297,7 +329,7 @@ async def test_a_call_to_a_handoff_the_agent_does_not_have_has_its_span(
         ]
     assert dict(granted_elsewhere.attributes or {})["gen_ai.transfer.target.name"] == "refunds"
     assert "gen_ai.transfer.target.name" not in dict(invented.attributes or {})
-    [turn] = named(spans, "invoke_workflow desk")
+    [turn] = turns(spans, "desk")
     assert not [e for e in turn.events if e.name == "handoff_builder.handoff.blocked"]
 
 
@@ -326,7 +358,7 @@ async def test_a_turn_that_waits_for_approval_is_one_span_per_run_linked(
     b = scripted_agent("b", reply("Refunded."))
     workflow = HandoffWorkflowBuilder(a).with_handoff(a, b, approval=True).with_name("w").build()
     [request] = (await workflow.run("go")).get_request_info_events()
-    waiting = named(spans, "invoke_workflow w")
+    waiting = turns(spans, "w")
     assert [dict(s.attributes or {})["handoff_builder.turn.status"] for s in waiting] == [
         "awaiting_input"  # ended: no span is held open while a person decides
     ]
@@ -336,7 +368,7 @@ async def test_a_turn_that_waits_for_approval_is_one_span_per_run_linked(
     approve = request.data.to_function_approval_response(approved=True)
     await workflow.run(responses={request.request_id: approve})
 
-    paused, resumed = named(spans, "invoke_workflow w")
+    paused, resumed = turns(spans, "w")
     assert dict(resumed.attributes or {})["handoff_builder.turn.status"] == "completed"
     assert paused.context is not None
     assert [link.context.span_id for link in resumed.links] == [paused.context.span_id]
@@ -363,7 +395,7 @@ async def test_a_failing_turn_ends_its_span_with_an_error(spans: InMemorySpanExp
     with pytest.raises(HandoffHookError):
         await workflow.run("go")
 
-    [turn] = named(spans, "invoke_workflow w")
+    [turn] = turns(spans, "w")
     assert turn.status.status_code is StatusCode.ERROR
     assert dict(turn.attributes or {})["error.type"] == "HandoffHookError"
 
@@ -387,7 +419,7 @@ async def test_a_hook_failing_after_an_approval_ends_the_answering_runs_span(
     with pytest.raises(HandoffHookError):
         await workflow.run(responses={request.request_id: approve})
 
-    paused, failed = named(spans, "invoke_workflow w")
+    paused, failed = turns(spans, "w")
     assert paused.status.status_code is StatusCode.UNSET
     assert failed.status.status_code is StatusCode.ERROR
     assert [e.name for e in failed.events] == ["exception"]  # recorded once
@@ -406,7 +438,7 @@ async def test_a_manager_failing_at_the_start_of_a_turn_ends_its_span(
     with pytest.raises(RuntimeError, match="no speaker"):
         await workflow.run("go")
 
-    [turn] = named(spans, "invoke_workflow w")
+    [turn] = turns(spans, "w")
     assert turn.status.status_code is StatusCode.ERROR
     assert dict(turn.attributes or {})["error.type"] == "RuntimeError"
 
@@ -441,7 +473,7 @@ async def test_each_routing_step_is_an_event_of_the_turns_span(
     spans: InMemorySpanExporter,
 ) -> None:
     await desk().build().run("I was charged twice")
-    [turn] = named(spans, "invoke_workflow desk")
+    [turn] = turns(spans, "desk")
     steps = [dict(e.attributes or {}) for e in turn.events if e.name == "handoff_builder.step"]
     assert [(s["handoff_builder.step.kind"], s["handoff_builder.decided_by"]) for s in steps] == [
         ("start", "code"),

@@ -17,6 +17,7 @@ from handoff_builder.testing import (
     respond,
     scripted_agent,
 )
+from tests.helpers import AGENT_FRAMEWORK
 
 
 async def test_plays_steps_in_order_and_records_calls() -> None:
@@ -70,9 +71,23 @@ async def test_function_steps_see_the_call() -> None:
 
 
 async def test_streaming_yields_each_content() -> None:
+    client = ScriptedChatClient(respond("hello", "world"))
+    stream = client.get_response([Message(role="user", contents=["hi"])], stream=True)
+    assert [(u.role, u.text) async for u in stream] == [
+        ("assistant", "hello"),
+        ("assistant", "world"),
+    ]
+
+
+async def test_an_agent_streams_each_content_under_its_name() -> None:
+    """agent_framework 1.26's Agent ends a streamed run with an update of its own (the run's
+    metadata, no contents, no author); 1.23's did not. The client streams the same."""
     agent = scripted_agent("a", respond("hello", "world"))
     updates = [update async for update in agent.run("hi", stream=True)]
-    assert [u.text for u in updates] == ["hello", "world"]
+    said = [(u.author_name, u.text) for u in updates if u.contents]
+    assert said == [("a", "hello"), ("a", "world")]
+    closing = [(u.author_name, u.role) for u in updates if not u.contents]
+    assert closing == ([] if AGENT_FRAMEWORK < (1, 26) else [(None, None)])
 
 
 def test_client_of_rejects_other_clients() -> None:

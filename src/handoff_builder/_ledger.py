@@ -262,10 +262,27 @@ def _same(a: Message, b: Message) -> bool:
 
 
 def _known_prefix(history: Sequence[Message], messages: Sequence[Message]) -> int:
-    """How many leading ``messages`` repeat the whole history (``workflow.as_agent()`` resends it).
+    """How many leading ``messages`` repeat the history (``workflow.as_agent()`` resends it).
 
-    0 unless ``messages`` starts with every message of ``history``, in order.
+    They repeat it when they are the history's messages in order, some of those a caller is not
+    shown possibly left out: agent_framework's ``WorkflowAgent`` (1.26; 1.23 kept them) gives its
+    caller, and keeps in its session, only the assistant messages that carry no tool call, so the
+    tool calls, their results and the messages of no assistant it did not show are not resent.
+    Every other message of the history must be there. 0 unless something follows the history.
     """
-    if not history or len(messages) <= len(history):
+    if not history or len(messages) <= 1:
         return 0
-    return len(history) if all(map(_same, history, messages)) else 0
+    repeated = 0
+    for message in history:
+        if repeated < len(messages) and _same(message, messages[repeated]):
+            repeated += 1
+        elif not _maybe_unshown(message):
+            return 0
+    return repeated if repeated < len(messages) else 0
+
+
+def _maybe_unshown(message: Message) -> bool:
+    """True when ``workflow.as_agent()``'s caller may not have been shown ``message``."""
+    return message.role != "assistant" or any(
+        c.type in ("function_call", "function_approval_response") for c in message.contents
+    )

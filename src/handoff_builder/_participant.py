@@ -155,7 +155,7 @@ class Participant:
             stream = self.agent.run(messages, stream=True, **kwargs)
             restated = RestatedText()
             async for update in stream:
-                if not _is_tool_limit_text(update.contents):
+                if not _is_tool_limit_text(update.contents) and not _closes_the_run(update):
                     news = restated.news(update)
                     if news is not None:
                         await on_update(news)
@@ -327,6 +327,17 @@ def _unreachable_model(agent: str, error: BaseException) -> ModelConnectionError
             reason = f"{type(root).__name__}: {detail}" if detail else type(root).__name__
             return ModelConnectionError(agent, url, reason)
     return None
+
+
+def _closes_the_run(update: AgentResponseUpdate) -> bool:
+    """True for the update agent_framework's ``Agent`` ends a streamed run with (1.26; not 1.23).
+
+    It has no contents, no role and no author (every update of the model names the agent): it
+    carries the run's metadata (the tools' schemas kept for evaluations, a continuation token),
+    which the run's final response carries too. Passed on, it would show the caller an empty
+    update of no agent at the end of each agent's run.
+    """
+    return not update.contents and update.author_name is None and update.role is None
 
 
 def _is_tool_limit_text(contents: Sequence[Content]) -> bool:

@@ -7,7 +7,9 @@ emitted:
   ``gen_ai.workflow.name``, ``gen_ai.conversation.id`` when hosted). Every agent run of the turn
   runs inside it, so agent_framework's ``invoke_agent`` and ``chat`` spans are its children. A
   turn that waits for answers (approvals, external calls) ends its span there, with the status
-  ``awaiting_input``; the run that gets the answers opens the next one, linked to it;
+  ``awaiting_input``; the run that gets the answers opens the next one, linked to it.
+  agent_framework 1.26 names its span of the ``workflow.run`` call around it alike (1.23:
+  ``workflow.run``); the instrumentation scope tells them apart;
 * one ``execute_tool {tool name}`` span per handoff call (``gen_ai.tool.*``, ``gen_ai.agent.name``
   for the source, ``gen_ai.transfer.mode`` = ``pass_control``, ``gen_ai.transfer.target.*``);
   the call's arguments (goal or payload) only where agent_framework puts a tool call's arguments
