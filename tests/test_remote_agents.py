@@ -26,6 +26,7 @@ from agent_framework import (
     Message,
 )
 from agent_framework_a2a import A2AAgent
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import BaseModel
 
 from handoff_builder import (
@@ -52,6 +53,7 @@ from handoff_builder.testing import (
 )
 from tests.a2a_servers import A2AServer, Answer, answers, closed_port_url
 from tests.helpers import run_turn
+from tests.test_telemetry import EXPORTER, named
 
 TASK = "What is the refund window for a damaged parcel?"
 ANSWER = "Damaged parcels can be refunded within 30 days."
@@ -672,6 +674,76 @@ async def test_a_cut_call_to_a_server_that_does_not_stream_cancels_nothing() -> 
     assert late.result.status == "agent_timeout"
     assert methods(server) == ["SendMessage"]
     assert server.cancelled == []
+
+
+# -- 2d. spans naming the remote target -----------------------------------------------------------
+
+
+@pytest.fixture
+def spans() -> InMemorySpanExporter:
+    """The spans of the test (tests.test_telemetry sets the SDK's in-memory exporter up)."""
+    EXPORTER.clear()
+    return EXPORTER
+
+
+def attributes_of(exporter: InMemorySpanExporter, name: str) -> list[dict[str, Any]]:
+    """The attributes of each finished span called ``name``."""
+    return [dict(span.attributes or {}) for span in named(exporter, name)]
+
+
+async def test_the_transfer_spans_name_the_remote_target_and_expert_by_address(
+    spans: InMemorySpanExporter,
+) -> None:
+    async with (
+        A2AServer(answers(ANSWER)) as policy_server,
+        A2AServer(answers("Refund of A-17 started."), name="returns") as returns_server,
+    ):
+        triage = scripted_agent(
+            "triage",
+            call_tool("ask_policy", task=TASK),
+            handoff_to("returns", "Refund a broken parcel."),
+            reply("Anything else?"),
+        )
+        returns = remote(returns_server, name="returns")
+        workflow = (
+            HandoffWorkflowBuilder(triage)
+            .with_delegate(triage, remote(policy_server), "refund policy")
+            .with_handoff(triage, returns, "returns and refunds")
+            .with_hand_back(triage, [returns])
+            .build()
+        )
+        await run_turn(workflow, USER)
+
+    def port(server: A2AServer) -> int:
+        return int(server.url.rstrip("/").rsplit(":", 1)[1])
+
+    [asked] = attributes_of(spans, "execute_tool ask_policy")
+    assert asked["gen_ai.transfer.mode"] == "return_to_caller"
+    assert asked["gen_ai.transfer.target.name"] == "policy"
+    assert (asked["server.address"], asked["server.port"]) == ("127.0.0.1", port(policy_server))
+    assert asked["handoff_builder.transfer.target.url"] == policy_server.url
+    [handed] = attributes_of(spans, "execute_tool handoff_to_returns")
+    assert handed["gen_ai.transfer.mode"] == "pass_control"
+    assert handed["gen_ai.transfer.target.name"] == "returns"
+    assert (handed["server.address"], handed["server.port"]) == ("127.0.0.1", port(returns_server))
+    assert handed["handoff_builder.transfer.target.url"] == returns_server.url
+    # Its hand-back goes to a local agent: nothing names an address.
+    [back] = attributes_of(spans, "execute_tool transfer_back_to_triage")
+    assert back["gen_ai.transfer.target.name"] == "triage"
+    assert not {"server.address", "server.port", "handoff_builder.transfer.target.url"} & set(back)
+
+
+async def test_a_remote_address_is_traced_without_its_credentials_or_query(
+    spans: InMemorySpanExporter,
+) -> None:
+    expert = A2AAgent(url="http://clerk:s3cret@127.0.0.1:9/a2a/policy?key=k-123#top", name="policy")
+    await failed_delegation(expert)  # nothing listens there: the span is made all the same
+
+    [asked] = attributes_of(spans, "execute_tool ask_policy")
+    assert asked["handoff_builder.transfer.target.url"] == "http://127.0.0.1:9/a2a/policy"
+    assert (asked["server.address"], asked["server.port"]) == ("127.0.0.1", 9)
+    assert "s3cret" not in str(asked)
+    assert "k-123" not in str(asked)
 
 
 # -- 2b. what the builder and the lint refuse ------------------------------------------------------

@@ -27,6 +27,7 @@ conversation, and reads back an ``AgentRun``. What differs is inside the run:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import uuid
@@ -48,7 +49,7 @@ from ._decision import HandoffCall
 from ._delegation import Delegations
 from ._hooks import HandoffGate
 from ._participant import AgentRun, Participant
-from ._remote import one_line
+from ._remote import one_line, remote_url
 from ._timeouts import within
 from ._tools import HandoffToolMiddleware, HandoffVetter, handoff_request, handoff_result
 from .exceptions import HandoffHookError, RemoteAgentError
@@ -145,6 +146,12 @@ class RemoteTask(NamedTuple):
 @dataclass(slots=True)
 class RemoteParticipant(Participant):
     """A participant whose agent is a remote ``A2AAgent``: no tools, its own context (see above)."""
+
+    @property
+    @override
+    def url(self) -> str:
+        """The address its requests go to (:func:`~._remote.remote_url`)."""
+        return remote_url(self.agent)
 
     @override
     async def run(
@@ -258,6 +265,7 @@ class RemoteParticipant(Participant):
         continued = task.task_id if task is not None and not task.done else None
         remote: Any = self.agent
         reading = _Reading(self.name, on_update)
+        stream: Any = None
         try:
             stream = remote.run(
                 Message(role="user", contents=[text]),
@@ -270,6 +278,9 @@ class RemoteParticipant(Participant):
             response = cast(AgentResponse, await stream.get_final_response())
         except asyncio.CancelledError:
             await cancel_remote_task(self.name, remote, reading.task_id or continued)
+            if stream is not None:  # its connection let go now, not when it is collected
+                with contextlib.suppress(Exception):
+                    await stream.close()
             raise
         except Exception as error:
             if task is not None and continued and not reading.read_any and _task_over(error):
