@@ -51,9 +51,10 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 class Answer:
     """One scripted answer: its text, how its task ends, after ``delay`` seconds.
 
-    A task is opened before the delay (a client may cancel it meanwhile). ``"message"``: a plain A2A message and no task; ``"completed"``: a task whose artifact is
-    the text; ``"input_required"``: a task that asks the text and waits; ``"failed"``. With
-    ``data``, the message (or artifact) has a data part after its text (none if it is empty).
+    ``"message"``: a plain A2A message and no task; ``"completed"``: a task whose artifact is
+    the text; ``"input_required"``: a task that asks the text and waits; ``"failed"``. A task
+    is opened before the delay (a client may cancel it meanwhile). With ``data``, the message
+    (or artifact) has a data part after its text (none if it is empty).
     With ``chunks`` (a completed task), the artifact is written chunk by chunk, ``chunk_delay``
     seconds apart (the first opens it, the next are appended, the last is marked last), and the
     text is theirs.

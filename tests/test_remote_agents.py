@@ -551,7 +551,7 @@ async def test_a_streaming_remote_target_streams_its_answer_as_it_writes_it(
         async for event in host.stream("c-1", USER):
             if event.type == "output" and isinstance(event.data, AgentResponseUpdate):
                 arrived.append((event.data, time.monotonic()))
-            if event.type == HANDOFF_TURN_EVENT:
+            if isinstance(event.data, HandoffTurnResult):
                 result = event.data
 
     assert methods(server) == ["SendStreamingMessage"]
