@@ -11,10 +11,13 @@ conversation, and reads back an ``AgentRun``. What differs is inside the run:
 * **Its task and context.** Its reply in the shared history carries the A2A context id, task id
   and task state (``additional_properties[REMOTE_TASK_KEY]``), so they are stored and
   checkpointed with the conversation; its next run continues that context, and that task while
-  it waits for input. A delegation starts a new context each time.
+  it waits for input (a task its server no longer takes is followed by a new one in the same
+  context). A delegation starts a new context each time.
 * **Its answer** is the text of its finished task's artifacts or of its message; while its
   task waits for input, the text parts of its question (the status message), without its data
-  parts, unless it has no text.
+  parts, unless it has no text. It streams (``SendStreamingMessage``) when the agent's card says
+  its server does: its artifacts' text goes to the run's sink as it arrives, as deltas of one
+  message (:class:`_Reading`); the rest of the answer when it is complete.
 * **Handing back.** It is given no tools. When its task completes (or it answers with a plain
   message) and it has a hand-back edge, the run makes the hand-back call itself, with its answer
   as the summary; the manager vets it and the edge's gate admits it, as any call. While its task
@@ -22,6 +25,9 @@ conversation, and reads back an ``AgentRun``. What differs is inside the run:
 * **Failures.** Whatever its client raises (no connection, a timeout of the ``A2AAgent``'s own
   client, an HTTP error) and a task that ends failed, rejected or cancelled are a
   :class:`~handoff_builder.RemoteAgentError`. In a delegation it is the caller's tool error.
+* **A run cut** (its deadline, or any cancellation) asks the server to cancel the task it knows
+  of, A2A's ``CancelTask``, within :data:`CANCEL_WITHIN` seconds and never raising
+  (:func:`cancel_remote_task`).
 """
 
 from __future__ import annotations
