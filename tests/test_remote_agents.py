@@ -628,19 +628,29 @@ async def test_a_remote_expert_cut_by_the_turns_deadline_has_its_task_cancelled(
     assert server.cancelled == [server.received[0].task_id]
 
 
-async def test_a_cut_call_that_continued_a_waiting_task_cancels_it_and_the_next_starts_anew() -> (
-    None
-):
-    """The task id is known (the message continued it) even from a server that does not stream;
-    the next message, refused for that task, goes as a new task in the same context."""
+@pytest.mark.parametrize("streams", [False, True], ids=["SendMessage", "SendStreamingMessage"])
+async def test_a_cut_call_that_continued_a_waiting_task_cancels_it_and_the_next_starts_anew(
+    streams: bool,
+) -> None:
+    """The task id is known (the message continued it), from a server that streams or not; the
+    next message, refused for that task, goes as a new task in the same context."""
     script = answers(
         Answer("Which order is it?", "input_required"),
         Answer("Refund of A-17 started.", delay=5),
         Answer("Refund of A-17 started.", "input_required"),
     )
     async with A2AServer(script, name="returns") as server:
-        builder, _ = returns_desk(server, handoff_to("returns", "Refund a broken parcel."))
-        workflow = builder.with_timeouts(agent_call=0.5).build()
+        triage = scripted_agent("triage", handoff_to("returns", "Refund a broken parcel."))
+        returns = (
+            await card_of(server, name="returns") if streams else remote(server, name="returns")
+        )
+        workflow = (
+            HandoffWorkflowBuilder(triage)
+            .with_handoff(triage, returns)
+            .enable_return_to_previous()
+            .with_timeouts(agent_call=0.5)
+            .build()
+        )
         await run_turn(workflow, USER)
         late = await run_turn(workflow, "It is order A-17.")
         again = await run_turn(workflow, "Hello?")
@@ -649,13 +659,9 @@ async def test_a_cut_call_that_continued_a_waiting_task_cancels_it_and_the_next_
     opened, continued, anew = server.received
     assert continued.task_id == opened.task_id
     assert server.cancelled == [opened.task_id]
-    assert methods(server) == [
-        "SendMessage",
-        "SendMessage",
-        "CancelTask",
-        "SendMessage",  # refused: its task was cancelled
-        "SendMessage",
-    ]
+    send = "SendStreamingMessage" if streams else "SendMessage"
+    assert methods(server) == [send, send, "CancelTask", send, send]  # the 4th refused
+    assert server.sent[1]["taskId"] == opened.task_id
     assert server.sent[2]["taskId"] == opened.task_id
     assert "taskId" not in server.sent[3]
     assert server.sent[3]["contextId"] == opened.context_id
