@@ -5,7 +5,9 @@
 127.0.0.1, in the test's own event loop, and is ready once its agent card answers. Its agent
 answers from a script, one :class:`Answer` per message, and the server keeps what came over the
 wire: every request's JSON body (``requests``) and each message as the agent read it
-(``received``). ``fail_with`` makes it answer every request with that HTTP status instead.
+(``received``), the chunks of each answer it streamed with the time it wrote them (``written``),
+and the tasks it was asked to cancel (``cancelled``). ``fail_with`` makes it answer every request
+with that HTTP status instead.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import asyncio
 import json
 import socket
 import time
+import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -49,14 +52,20 @@ class Answer:
     """One scripted answer: its text, how its task ends, after ``delay`` seconds.
 
     ``"message"``: a plain A2A message and no task; ``"completed"``: a task whose artifact is
-    the text; ``"input_required"``: a task that asks the text and waits; ``"failed"``. With
-    ``data``, the message (or artifact) has a data part after its text (none if it is empty).
+    the text; ``"input_required"``: a task that asks the text and waits; ``"failed"``. A task
+    is opened before the delay (a client may cancel it meanwhile). With ``data``, the message
+    (or artifact) has a data part after its text (none if it is empty).
+    With ``chunks`` (a completed task), the artifact is written chunk by chunk, ``chunk_delay``
+    seconds apart (the first opens it, the next are appended, the last is marked last), and the
+    text is theirs.
     """
 
-    text: str
+    text: str = ""
     state: State = "completed"
     delay: float = 0.0
     data: dict[str, Any] | None = None
+    chunks: tuple[str, ...] = ()
+    chunk_delay: float = 0.0
 
     def parts(self) -> list[Part]:
         """Its A2A parts: the text, then the data."""
@@ -97,17 +106,20 @@ class ScriptedExecutor(AgentExecutor):
         )
         self._server.received.append(received)
         answer = self._server.script(received)
-        if answer.delay:
-            await asyncio.sleep(answer.delay)
         if answer.state == "message":
+            await asyncio.sleep(answer.delay)
             reply = new_message(answer.parts(), context_id=context.context_id, role=Role.ROLE_AGENT)
             await event_queue.enqueue_event(reply)
             return
-        if context.current_task is None:
+        if context.current_task is None:  # the task exists (a client may cancel it) from now
             await event_queue.enqueue_event(new_task_from_user_message(context.message))
+        await asyncio.sleep(answer.delay)
         updater = TaskUpdater(event_queue, context.task_id, context.context_id)
         said = updater.new_agent_message(answer.parts())
-        if answer.state == "completed":
+        if answer.state == "completed" and answer.chunks:
+            await self._write_chunks(updater, answer)
+            await updater.complete()
+        elif answer.state == "completed":
             await updater.add_artifact(answer.parts(), name="answer")
             await updater.complete()
         elif answer.state == "input_required":
@@ -115,9 +127,28 @@ class ScriptedExecutor(AgentExecutor):
         else:
             await updater.failed(said)
 
+    async def _write_chunks(self, updater: TaskUpdater, answer: Answer) -> None:
+        """The answer's artifact, chunk by chunk, each written at its time."""
+        artifact_id = uuid.uuid4().hex
+        for index, chunk in enumerate(answer.chunks):
+            if index:
+                await asyncio.sleep(answer.chunk_delay)
+            await updater.add_artifact(
+                [new_text_part(chunk)],
+                artifact_id=artifact_id,
+                name="answer",
+                append=index > 0,
+                last_chunk=index == len(answer.chunks) - 1,
+            )
+            self._server.written.append((chunk, time.monotonic()))
+
     @override
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
-        raise NotImplementedError("the scripted agent's tasks cannot be cancelled")
+        """Cancel the task: recorded, and its state made canceled."""
+        assert context.task_id is not None
+        assert context.context_id is not None
+        self._server.cancelled.append(context.task_id)
+        await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
 
 
 @dataclass
@@ -130,14 +161,20 @@ class A2AServer:
     fail_with: int | None = None
     requests: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
     received: list[Received] = field(default_factory=list[Received])
+    written: list[tuple[str, float]] = field(default_factory=list[tuple[str, float]])
+    """Each chunk streamed, with when it was written (``time.monotonic()``)."""
+    cancelled: list[str] = field(default_factory=list[str])
+    """The ids of the tasks it was asked to cancel, in order."""
     url: str = ""
     _server: uvicorn.Server | None = None
     _task: asyncio.Task[None] | None = None
 
     @property
     def sent(self) -> list[dict[str, Any]]:
-        """The A2A messages sent to it (``params.message`` of each ``SendMessage``), as JSON."""
-        return [r["params"]["message"] for r in self.requests if r.get("method") == "SendMessage"]
+        """The A2A messages sent to it (``params.message`` of each ``SendMessage`` or
+        ``SendStreamingMessage``), as JSON."""
+        sending = {"SendMessage", "SendStreamingMessage"}
+        return [r["params"]["message"] for r in self.requests if r.get("method") in sending]
 
     def card(self) -> AgentCard:
         """The agent card it serves."""

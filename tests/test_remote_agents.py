@@ -18,11 +18,19 @@ from typing import Any
 import httpx
 import pytest
 from a2a.client import A2ACardResolver
-from agent_framework import Agent, FileCheckpointStorage, FunctionTool, Message
+from agent_framework import (
+    Agent,
+    AgentResponseUpdate,
+    FileCheckpointStorage,
+    FunctionTool,
+    Message,
+)
 from agent_framework_a2a import A2AAgent
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import BaseModel
 
 from handoff_builder import (
+    HANDOFF_INTERMEDIATE_EVENT,
     HANDOFF_TURN_EVENT,
     ConversationHost,
     HandoffArgumentError,
@@ -45,6 +53,7 @@ from handoff_builder.testing import (
 )
 from tests.a2a_servers import A2AServer, Answer, answers, closed_port_url
 from tests.helpers import run_turn
+from tests.test_telemetry import EXPORTER, named
 
 TASK = "What is the refund window for a damaged parcel?"
 ANSWER = "Damaged parcels can be refunded within 30 days."
@@ -506,6 +515,241 @@ async def test_a_streamed_turn_streams_the_remote_answer() -> None:
     streamed = [(u.author_name, u.text) for u in turn.updates if u.text]
     assert streamed == [("returns", "Which order is it?")]
     assert turn.result.text == "Which order is it?"
+
+
+# -- 2c. streaming, and cancelling a cut call ----------------------------------------------------
+
+CHUNKS = ("Our refund policy: ", "damaged parcels ", "within 30 days.")
+
+
+async def card_of(server: A2AServer, *, name: str) -> A2AAgent:
+    """An ``A2AAgent`` made from ``server``'s agent card (which says it streams), named ``name``."""
+    async with httpx.AsyncClient() as http:
+        card = await A2ACardResolver(http, server.url).get_agent_card()
+    assert card.capabilities.streaming
+    return A2AAgent(agent_card=card, name=name)
+
+
+def methods(server: A2AServer) -> list[str]:
+    """The JSON-RPC methods of the requests ``server`` received, in order."""
+    return [str(request.get("method")) for request in server.requests]
+
+
+async def test_a_streaming_remote_target_streams_its_answer_as_it_writes_it(
+    store: ConversationStore,
+) -> None:
+    """Through ``ConversationHost.stream()``: the first chunk arrives before the last is written,
+    each update names the agent as a local agent's does, and the reply is the whole text."""
+    written = Answer(chunks=CHUNKS, chunk_delay=0.4)
+    async with A2AServer(answers(written), name="returns") as server:
+        returns = await card_of(server, name="returns")
+        triage = scripted_agent("triage", handoff_to("returns", "Refund a broken parcel."))
+        builder = HandoffWorkflowBuilder(triage).with_handoff(triage, returns)
+        host = ConversationHost(builder, store)
+        arrived: list[tuple[AgentResponseUpdate, float]] = []
+        result: HandoffTurnResult | None = None
+        async for event in host.stream("c-1", USER):
+            if event.type == "output" and isinstance(event.data, AgentResponseUpdate):
+                arrived.append((event.data, time.monotonic()))
+            if isinstance(event.data, HandoffTurnResult):
+                result = event.data
+
+    assert methods(server) == ["SendStreamingMessage"]
+    streamed = [(update, at) for update, at in arrived if update.author_name == "returns"]
+    assert [update.text for update, _ in streamed] == list(CHUNKS)
+    (_, last_written) = server.written[-1]
+    (_, first_arrived) = streamed[0]
+    assert first_arrived < last_written  # it came while the server was still writing
+    assert {(u.role, u.message_id) for u, _ in streamed} == {
+        ("assistant", streamed[0][0].message_id)
+    }
+    assert all([c.type for c in u.contents] == ["text"] for u, _ in streamed)
+    assert result is not None
+    assert (result.text, result.active_agent) == ("".join(CHUNKS), "returns")
+    [reply] = [m for m in result.messages if m.author_name == "returns"]
+    assert reply.message_id == streamed[0][0].message_id  # the stream's message is the reply
+
+
+async def test_a_streaming_remote_expert_streams_its_answer_as_intermediate_events() -> None:
+    async with A2AServer(answers(Answer(chunks=CHUNKS, chunk_delay=0.2))) as server:
+        policy = await card_of(server, name="policy")
+        triage = scripted_agent("triage", call_tool("ask_policy", task=TASK), reply("30 days."))
+        workflow = HandoffWorkflowBuilder(triage).with_delegate(triage, policy).build()
+        turn = await run_turn(workflow, USER, stream=True)
+
+    assert methods(server) == ["SendStreamingMessage"]
+    expert = [e.data for e in turn.events if e.type == HANDOFF_INTERMEDIATE_EVENT]
+    assert [(u.author_name, u.text) for u in expert] == [("policy", chunk) for chunk in CHUNKS]
+    assert results_in(received(triage, 1).messages)[0][1] == "".join(CHUNKS)
+
+
+async def test_a_streaming_remote_target_cut_at_its_deadline_has_its_task_cancelled() -> None:
+    script = answers(Answer("Too late.", delay=5), Answer("Which order is it?", "input_required"))
+    async with A2AServer(script, name="returns") as server:
+        returns = await card_of(server, name="returns")
+        triage = scripted_agent("triage", handoff_to("returns", "Refund a broken parcel."))
+        builder = (
+            HandoffWorkflowBuilder(triage)
+            .with_handoff(triage, returns)
+            .enable_return_to_previous()
+            .with_timeouts(agent_call=0.5)
+        )
+        workflow = builder.build()
+        started = time.monotonic()
+        late = await run_turn(workflow, USER)
+        took = time.monotonic() - started
+        again = await run_turn(workflow, "Are you there?")
+
+    assert late.result.status == "agent_timeout"
+    assert took < 4
+    [cut, _] = server.received
+    assert server.cancelled == [cut.task_id]  # A2A's CancelTask, for the task the call opened
+    [cancel] = [r for r in server.requests if r.get("method") == "CancelTask"]
+    assert cancel["params"]["id"] == cut.task_id
+    assert (again.result.text, again.result.active_agent) == ("Which order is it?", "returns")
+
+
+async def test_a_remote_expert_cut_by_the_turns_deadline_has_its_task_cancelled() -> None:
+    async with A2AServer(answers(Answer(ANSWER, delay=5))) as server:
+        policy = await card_of(server, name="policy")
+        triage = scripted_agent("triage", call_tool("ask_policy", task=TASK))
+        workflow = (
+            HandoffWorkflowBuilder(triage)
+            .with_delegate(triage, policy)
+            .with_timeouts(turn=0.7)
+            .build()
+        )
+        started = time.monotonic()
+        turn = await run_turn(workflow, USER)
+        took = time.monotonic() - started
+
+    assert turn.result.status == "turn_timeout"
+    assert took < 4
+    assert server.cancelled == [server.received[0].task_id]
+
+
+@pytest.mark.parametrize("streams", [False, True], ids=["SendMessage", "SendStreamingMessage"])
+async def test_a_cut_call_that_continued_a_waiting_task_cancels_it_and_the_next_starts_anew(
+    streams: bool,
+) -> None:
+    """The task id is known (the message continued it), from a server that streams or not; the
+    next message, refused for that task, goes as a new task in the same context."""
+    script = answers(
+        Answer("Which order is it?", "input_required"),
+        Answer("Refund of A-17 started.", delay=5),
+        Answer("Refund of A-17 started.", "input_required"),
+    )
+    async with A2AServer(script, name="returns") as server:
+        triage = scripted_agent("triage", handoff_to("returns", "Refund a broken parcel."))
+        returns = (
+            await card_of(server, name="returns") if streams else remote(server, name="returns")
+        )
+        workflow = (
+            HandoffWorkflowBuilder(triage)
+            .with_handoff(triage, returns)
+            .enable_return_to_previous()
+            .with_timeouts(agent_call=0.5)
+            .build()
+        )
+        await run_turn(workflow, USER)
+        late = await run_turn(workflow, "It is order A-17.")
+        again = await run_turn(workflow, "Hello?")
+
+    assert late.result.status == "agent_timeout"
+    opened, continued, anew = server.received
+    assert continued.task_id == opened.task_id
+    assert server.cancelled == [opened.task_id]
+    send = "SendStreamingMessage" if streams else "SendMessage"
+    assert methods(server) == [send, send, "CancelTask", send, send]  # the 4th refused
+    assert server.sent[1]["taskId"] == opened.task_id
+    assert server.sent[2]["taskId"] == opened.task_id
+    assert "taskId" not in server.sent[3]
+    assert server.sent[3]["contextId"] == opened.context_id
+    assert server.sent[3]["referenceTaskIds"] == [opened.task_id]
+    assert (anew.context_id, anew.continued) == (opened.context_id, False)
+    assert texts(server.sent[3]) == ["[user] It is order A-17.\n\n[user] Hello?"]
+    assert (again.result.text, again.result.active_agent) == ("Refund of A-17 started.", "returns")
+
+
+async def test_a_cut_call_to_a_server_that_does_not_stream_cancels_nothing() -> None:
+    """Without streaming the server names the task only in its answer: none is known to cancel."""
+    async with A2AServer(answers(Answer("Too late.", delay=5)), name="returns") as server:
+        builder, _ = returns_desk(server, handoff_to("returns", "Refund a broken parcel."))
+        late = await run_turn(builder.with_timeouts(agent_call=0.5).build(), USER)
+
+    assert late.result.status == "agent_timeout"
+    assert methods(server) == ["SendMessage"]
+    assert server.cancelled == []
+
+
+# -- 2d. spans naming the remote target -----------------------------------------------------------
+
+
+@pytest.fixture
+def spans() -> InMemorySpanExporter:
+    """The spans of the test (tests.test_telemetry sets the SDK's in-memory exporter up)."""
+    EXPORTER.clear()
+    return EXPORTER
+
+
+def attributes_of(exporter: InMemorySpanExporter, name: str) -> list[dict[str, Any]]:
+    """The attributes of each finished span called ``name``."""
+    return [dict(span.attributes or {}) for span in named(exporter, name)]
+
+
+async def test_the_transfer_spans_name_the_remote_target_and_expert_by_address(
+    spans: InMemorySpanExporter,
+) -> None:
+    async with (
+        A2AServer(answers(ANSWER)) as policy_server,
+        A2AServer(answers("Refund of A-17 started."), name="returns") as returns_server,
+    ):
+        triage = scripted_agent(
+            "triage",
+            call_tool("ask_policy", task=TASK),
+            handoff_to("returns", "Refund a broken parcel."),
+            reply("Anything else?"),
+        )
+        returns = remote(returns_server, name="returns")
+        workflow = (
+            HandoffWorkflowBuilder(triage)
+            .with_delegate(triage, remote(policy_server), "refund policy")
+            .with_handoff(triage, returns, "returns and refunds")
+            .with_hand_back(triage, [returns])
+            .build()
+        )
+        await run_turn(workflow, USER)
+
+    def port(server: A2AServer) -> int:
+        return int(server.url.rstrip("/").rsplit(":", 1)[1])
+
+    [asked] = attributes_of(spans, "execute_tool ask_policy")
+    assert asked["gen_ai.transfer.mode"] == "return_to_caller"
+    assert asked["gen_ai.transfer.target.name"] == "policy"
+    assert (asked["server.address"], asked["server.port"]) == ("127.0.0.1", port(policy_server))
+    assert asked["handoff_builder.transfer.target.url"] == policy_server.url
+    [handed] = attributes_of(spans, "execute_tool handoff_to_returns")
+    assert handed["gen_ai.transfer.mode"] == "pass_control"
+    assert handed["gen_ai.transfer.target.name"] == "returns"
+    assert (handed["server.address"], handed["server.port"]) == ("127.0.0.1", port(returns_server))
+    assert handed["handoff_builder.transfer.target.url"] == returns_server.url
+    # Its hand-back goes to a local agent: nothing names an address.
+    [back] = attributes_of(spans, "execute_tool transfer_back_to_triage")
+    assert back["gen_ai.transfer.target.name"] == "triage"
+    assert not {"server.address", "server.port", "handoff_builder.transfer.target.url"} & set(back)
+
+
+async def test_a_remote_address_is_traced_without_its_credentials_or_query(
+    spans: InMemorySpanExporter,
+) -> None:
+    expert = A2AAgent(url="http://clerk:s3cret@127.0.0.1:9/a2a/policy?key=k-123#top", name="policy")
+    await failed_delegation(expert)  # nothing listens there: the span is made all the same
+
+    [asked] = attributes_of(spans, "execute_tool ask_policy")
+    assert asked["handoff_builder.transfer.target.url"] == "http://127.0.0.1:9/a2a/policy"
+    assert (asked["server.address"], asked["server.port"]) == ("127.0.0.1", 9)
+    assert "s3cret" not in str(asked)
+    assert "k-123" not in str(asked)
 
 
 # -- 2b. what the builder and the lint refuse ------------------------------------------------------

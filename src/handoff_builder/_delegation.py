@@ -131,6 +131,11 @@ class Suspension(NamedTuple):
 class Expert(Protocol):
     """An agent as it answers a delegated task (a :class:`~handoff_builder.Participant`)."""
 
+    @property
+    def url(self) -> str:
+        """The address of a remote expert, for traces (``""``: a local one)."""
+        ...
+
     async def run_delegated(
         self,
         messages: Sequence[Message],
@@ -295,7 +300,12 @@ class Delegations:
         nested = Delegations(self.scope, frame.depth, self.records)
         shared = self.scope.inputs(frame.expert, frame.history, frame.history_end)
         with delegation_span(
-            frame.tool_name, frame.call_id, frame.caller, frame.expert, frame.depth
+            frame.tool_name,
+            frame.call_id,
+            frame.caller,
+            frame.expert,
+            frame.depth,
+            participant.url,
         ) as span:
             try:
                 async with self._slots:

@@ -96,6 +96,11 @@ class Participant:
         """The agent's name: its identity in this workflow."""
         return str(self.agent.name)
 
+    @property
+    def url(self) -> str:
+        """The address of a remote agent, for traces (``""``: this agent runs here)."""
+        return ""
+
     async def run(
         self,
         messages: Sequence[Message],

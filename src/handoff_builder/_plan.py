@@ -18,6 +18,7 @@ from ._delegation import DelegateRoute
 from ._handoff_manager import HandoffManager
 from ._lint import LintFinding, lint_graph, renamed_tools
 from ._manager import AutonomousMode, CodeRoute
+from ._remote import remote_url
 from ._review import REVIEW_TOOL_KINDS, Review
 from ._routes import HandoffRoute, default_tool_name
 from ._settings import DELEGATE_TOOL_PREFIX, PLAIN, EdgePolicy
@@ -204,7 +205,7 @@ def _resolve(
         tool = tool_name(edge)
         description = handoff_description(edge) or target
         routes.setdefault(source, {})[tool] = HandoffRoute(
-            source, target, tool, description, edge.kind, edge.payload
+            source, target, tool, description, edge.kind, edge.payload, remote_url(edge.target)
         )
         if not edge.policy.is_plain:
             policies.setdefault(source, {})[tool] = edge.policy

@@ -19,6 +19,7 @@ from __future__ import annotations
 import sys
 import unicodedata
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from .exceptions import HandoffArgumentError, RemoteAgentToolsError
 
@@ -29,6 +30,7 @@ __all__ = [
     "check_remote",
     "is_remote",
     "remote_role_error",
+    "remote_url",
 ]
 
 REMOTE_NAME_LIMIT = 64
@@ -50,6 +52,34 @@ def is_remote(value: object) -> bool:
     module = sys.modules.get("agent_framework_a2a")
     kind = getattr(module, "A2AAgent", None) if module is not None else None
     return isinstance(kind, type) and isinstance(value, kind)
+
+
+def remote_url(agent: Any) -> str:
+    """The address a remote agent's requests go to, for traces (``""``: a local agent, or unknown).
+
+    The URL its A2A client sends to (its transport's, else its agent card's first interface's),
+    without credentials, query or fragment. ``A2AAgent`` keeps no address of its own: it is read
+    from a2a-sdk's client by name, and an agent made with a client of another kind has none.
+    """
+    if not is_remote(agent):
+        return ""
+    client: Any = getattr(agent, "client", None)
+    url: Any = getattr(getattr(client, "_transport", None), "url", None)
+    if not isinstance(url, str) or not url:
+        card: Any = getattr(client, "_card", None)
+        interfaces: list[Any] = list(getattr(card, "supported_interfaces", None) or [])
+        url = getattr(interfaces[0], "url", None) if interfaces else None
+    if not isinstance(url, str) or not url:
+        return ""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        netloc = f"[{host}]" if ":" in host else host
+        if parts.port is not None:
+            netloc += f":{parts.port}"
+    except ValueError:  # not a URL (a bad port)
+        return ""
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def one_line(text: str, limit: int) -> str:

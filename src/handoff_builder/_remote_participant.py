@@ -11,10 +11,13 @@ conversation, and reads back an ``AgentRun``. What differs is inside the run:
 * **Its task and context.** Its reply in the shared history carries the A2A context id, task id
   and task state (``additional_properties[REMOTE_TASK_KEY]``), so they are stored and
   checkpointed with the conversation; its next run continues that context, and that task while
-  it waits for input. A delegation starts a new context each time.
+  it waits for input (a task its server no longer takes is followed by a new one in the same
+  context). A delegation starts a new context each time.
 * **Its answer** is the text of its finished task's artifacts or of its message; while its
   task waits for input, the text parts of its question (the status message), without its data
-  parts, unless it has no text.
+  parts, unless it has no text. It streams (``SendStreamingMessage``) when the agent's card says
+  its server does: its artifacts' text goes to the run's sink as it arrives, as deltas of one
+  message (:class:`_Reading`); the rest of the answer when it is complete.
 * **Handing back.** It is given no tools. When its task completes (or it answers with a plain
   message) and it has a hand-back edge, the run makes the hand-back call itself, with its answer
   as the summary; the manager vets it and the edge's gate admits it, as any call. While its task
@@ -22,11 +25,17 @@ conversation, and reads back an ``AgentRun``. What differs is inside the run:
 * **Failures.** Whatever its client raises (no connection, a timeout of the ``A2AAgent``'s own
   client, an HTTP error) and a task that ends failed, rejected or cancelled are a
   :class:`~handoff_builder.RemoteAgentError`. In a delegation it is the caller's tool error.
+* **A run cut** (its deadline, or any cancellation) asks the server to cancel the task it knows
+  of, A2A's ``CancelTask``, within :data:`CANCEL_WITHIN` seconds and never raising
+  (:func:`cancel_remote_task`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -46,11 +55,21 @@ from ._decision import HandoffCall
 from ._delegation import Delegations
 from ._hooks import HandoffGate
 from ._participant import AgentRun, Participant
-from ._remote import one_line
+from ._remote import one_line, remote_url
+from ._timeouts import within
 from ._tools import HandoffToolMiddleware, HandoffVetter, handoff_request, handoff_result
 from .exceptions import HandoffHookError, RemoteAgentError
 
-__all__ = ["REMOTE_TASK_KEY", "RemoteParticipant", "RemoteTask", "remote_error"]
+__all__ = [
+    "CANCEL_WITHIN",
+    "REMOTE_TASK_KEY",
+    "RemoteParticipant",
+    "RemoteTask",
+    "cancel_remote_task",
+    "remote_error",
+]
+
+logger = logging.getLogger("handoff_builder")
 
 REMOTE_TASK_KEY = "handoff_builder_a2a"
 """Where a remote agent's reply keeps its A2A task (``Message.additional_properties``)."""
@@ -60,6 +79,7 @@ CARRY_ON = "Carry on."
 """What a remote agent is sent when nothing is new in its view (A2A needs a message)."""
 
 COMPLETED = "TASK_STATE_COMPLETED"
+CANCELED = "TASK_STATE_CANCELED"
 FAILED_STATES = frozenset({"TASK_STATE_FAILED", "TASK_STATE_REJECTED", "TASK_STATE_CANCELED"})
 
 
@@ -133,6 +153,12 @@ class RemoteTask(NamedTuple):
 class RemoteParticipant(Participant):
     """A participant whose agent is a remote ``A2AAgent``: no tools, its own context (see above)."""
 
+    @property
+    @override
+    def url(self) -> str:
+        """The address its requests go to (:func:`~._remote.remote_url`)."""
+        return remote_url(self.agent)
+
     @override
     async def run(
         self,
@@ -144,12 +170,13 @@ class RemoteParticipant(Participant):
     ) -> AgentRun:
         """One run on its view: the new messages sent in its context; a finished task hands back."""
         news, task = self._news(messages)
-        answer, task = await self._ask(_text_of(news), task, on_update)
+        answer, task, message_id = await self._ask(_text_of(news), task, on_update)
         properties = {REMOTE_TASK_KEY: task._asdict()} if task is not None else None
         reply = Message(
             role="assistant",
             contents=[answer or NO_TEXT],
             author_name=self.name,
+            message_id=message_id,
             additional_properties=properties,
         )
         if vet is None or task is None or not task.done:
@@ -190,10 +217,14 @@ class RemoteParticipant(Participant):
         delegations: Delegations,
     ) -> AgentResponse:
         """One delegated task, in a context of its own; its answer is the caller's tool result."""
-        answer, _ = await self._ask(_text_of(messages), None, on_update)
-        return AgentResponse(
-            messages=[Message(role="assistant", contents=[answer], author_name=self.name)]
+        answer = await self._ask(_text_of(messages), None, on_update)
+        reply = Message(
+            role="assistant",
+            contents=[answer.text],
+            author_name=self.name,
+            message_id=answer.message_id,
         )
+        return AgentResponse(messages=[reply])
 
     def _news(self, messages: Sequence[Message]) -> tuple[list[Message], RemoteTask | None]:
         """The messages after its last reply, and the task that reply carries."""
@@ -208,27 +239,60 @@ class RemoteParticipant(Participant):
         text: str,
         task: RemoteTask | None,
         on_update: Callable[[AgentResponseUpdate], Awaitable[None]] | None,
-    ) -> tuple[str, RemoteTask | None]:
+    ) -> _Answer:
         """Send ``text`` in ``task``'s context (a new one: ``None``); its answer and its task.
+
+        A message that continues a waiting task its server no longer takes (the task was
+        cancelled when a call was cut, or the server lost it) is sent again as a new task in the
+        same context, referring to that one.
 
         Raises:
             RemoteAgentError: no answer (unreachable, timed out, an HTTP error), or its task
                 ended failed, rejected or cancelled.
         """
-        session = task.session() if task is not None else AgentSession()
-        remote: Any = self.agent
         try:
-            response = await remote.run(Message(role="user", contents=[text]), session=session)
+            return await self._exchange(text, task, on_update)
+        except _TaskOverError as over:
+            return await self._exchange(text, over.then, on_update)
+
+    async def _exchange(
+        self,
+        text: str,
+        task: RemoteTask | None,
+        on_update: Callable[[AgentResponseUpdate], Awaitable[None]] | None,
+    ) -> _Answer:
+        """One A2A exchange: the message sent, its answer read as it streams (see :meth:`_ask`).
+
+        The run streams (``SendStreamingMessage``) when the agent's card says its server does,
+        and reads one answer (``SendMessage``) otherwise: a2a-sdk's client chooses. A run cut
+        meanwhile (its deadline) asks the server to cancel the task it knows of.
+        """
+        session = task.session() if task is not None else AgentSession()
+        continued = task.task_id if task is not None and not task.done else None
+        remote: Any = self.agent
+        reading = _Reading(self.name, on_update)
+        stream: Any = None
+        try:
+            stream = remote.run(
+                Message(role="user", contents=[text]),
+                session=session,
+                stream=True,
+                background=True,  # in-progress updates name the task from its first event
+            )
+            async for update in stream:
+                await reading.read(update)
+            response = cast(AgentResponse, await stream.get_final_response())
+        except asyncio.CancelledError:
+            await cancel_remote_task(self.name, remote, reading.task_id or continued)
+            if stream is not None:  # its connection let go now, not when it is collected
+                with contextlib.suppress(Exception):
+                    await stream.close()
+            raise
         except Exception as error:
+            if task is not None and continued and not reading.read_any and _task_over(error):
+                raise _TaskOverError(task._replace(state=CANCELED)) from error
             raise remote_error(self.name, error) from error
-        response = cast(AgentResponse, response)
-        answer = "\n".join(
-            content.text
-            for message in response.messages
-            if message.role == "assistant"
-            for content in message.contents
-            if content.type == "text" and content.text
-        )
+        answer = _answer_of(response)
         now = RemoteTask.of(session)
         if now is not None and now.state in FAILED_STATES:
             said = answer or _status_text(response)
@@ -236,16 +300,152 @@ class RemoteParticipant(Participant):
             raise RemoteAgentError(self.name, "failed", "", detail)
         if now is not None and not now.done:  # it asks: its question's words, not its data parts
             answer = _status_text(response) or answer
-        if on_update is not None and answer:
-            await on_update(
-                AgentResponseUpdate(
-                    contents=[Content.from_text(answer)],
-                    role="assistant",
-                    author_name=self.name,
-                    message_id=uuid.uuid4().hex,
-                )
+        message_id = await reading.finish(answer)
+        return _Answer(answer, now, message_id)
+
+
+class _Answer(NamedTuple):
+    """A remote agent's answer: its text, its task, and the id its streamed updates had."""
+
+    text: str
+    task: RemoteTask | None
+    message_id: str
+
+
+class _TaskOverError(Exception):
+    """The server no longer takes messages for the waiting task a message continued.
+
+    ``then``: the same context, its task over (the next message refers to it).
+    """
+
+    def __init__(self, then: RemoteTask) -> None:
+        super().__init__(then.task_id)
+        self.then = then
+
+
+class _Reading:
+    """One run's reading of a remote agent's stream: the task it names, the text streamed.
+
+    The text of the task's artifacts goes to ``on_update`` as it arrives, as deltas of one
+    message (each artifact's text on a line of its own, as in the answer): an artifact's update
+    either appends to its text or replaces it (A2A's ``append``); a replacement that restates
+    the text streamed so far sends only what is new, and one that changes it sends nothing (the
+    answer, at the end, is the reply). The rest of the answer (all of it, from a server that does
+    not stream) goes out when the run ends (:meth:`finish`).
+    """
+
+    def __init__(
+        self, agent: str, on_update: Callable[[AgentResponseUpdate], Awaitable[None]] | None
+    ) -> None:
+        self.agent = agent
+        self.on_update = on_update
+        self.task_id: str | None = None
+        self.read_any = False
+        self.message_id = uuid.uuid4().hex
+        self._artifacts: dict[str, str] = {}  # each artifact's text so far, by its id
+        self._streamed = ""
+
+    async def read(self, update: AgentResponseUpdate) -> None:
+        """Read one update: the task it names; an artifact's text, streamed."""
+        self.read_any = True
+        raw: Any = update.raw_representation
+        token = update.continuation_token
+        named = token.get("task_id") if token is not None else getattr(raw, "task_id", None)
+        if isinstance(named, str) and named:
+            self.task_id = named
+        if self.on_update is None or type(raw).__name__ != "TaskArtifactUpdateEvent":
+            return
+        key = str(update.message_id)
+        for content in update.contents:
+            if content.type != "text":
+                continue
+            so_far = self._artifacts.get(key, "") if content.merge_mode == "append" else ""
+            self._artifacts[key] = so_far + (content.text or "")
+        await self._send("\n".join(self._artifacts.values()))
+
+    async def finish(self, answer: str) -> str:
+        """The rest of ``answer`` streamed; the id of the message that carries it.
+
+        All of it, under a new id, when it is not what was streamed.
+        """
+        if self._streamed and not answer.startswith(self._streamed):
+            self.message_id, self._streamed = uuid.uuid4().hex, ""
+        await self._send(answer)
+        return self.message_id
+
+    async def _send(self, text: str) -> None:
+        """What ``text`` adds to the text streamed so far, streamed (nothing: it changed it)."""
+        if self.on_update is None or not text.startswith(self._streamed):
+            return
+        delta = text[len(self._streamed) :]
+        if not delta:
+            return
+        self._streamed = text
+        await self.on_update(
+            AgentResponseUpdate(
+                contents=[Content.from_text(delta)],
+                role="assistant",
+                author_name=self.agent,
+                message_id=self.message_id,
             )
-        return answer, now
+        )
+
+
+CANCEL_WITHIN = 2.0
+"""Seconds a cut run gives the remote server to take the cancellation of its task."""
+
+
+async def cancel_remote_task(agent: str, remote: Any, task_id: str | None) -> None:
+    """Ask ``remote``'s server to cancel task ``task_id`` (A2A's ``CancelTask``), best effort.
+
+    Within :data:`CANCEL_WITHIN` seconds; a failure is logged, never raised. Nothing is sent
+    when no task is known (a server that does not stream names its task only in its answer).
+    """
+    if task_id is None:
+        logger.info("remote agent %s: a cut call left a task unknown, not cancelled", agent)
+        return
+    from a2a.types import CancelTaskRequest
+
+    try:
+        await within(CANCEL_WITHIN, remote.client.cancel_task(CancelTaskRequest(id=task_id)))
+    except (Exception, asyncio.CancelledError) as error:  # the cut run's own cancellation goes on
+        logger.warning(
+            "remote agent %s: task %s could not be cancelled (%s: %s)",
+            agent,
+            task_id,
+            type(error).__name__,
+            one_line(str(error), 200),
+        )
+        return
+    logger.info("remote agent %s: task %s cancelled", agent, task_id)
+
+
+def _task_over(error: BaseException) -> bool:
+    """True when ``error`` is the server saying a task can take no more messages.
+
+    A2A's ``UnsupportedOperationError`` (a task in a final state) or ``TaskNotFoundError``, by
+    the names of their classes (a2a-sdk's).
+    """
+    over = {"UnsupportedOperationError", "TaskNotFoundError"}
+    cause: BaseException | None = error
+    seen: list[BaseException] = []
+    while cause is not None and cause not in seen:
+        if over.intersection(kind.__name__ for kind in type(cause).__mro__):
+            return True
+        seen.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def _answer_of(response: AgentResponse) -> str:
+    """The text of a remote agent's answer: its assistant messages' text parts, line by line."""
+    return "\n".join(
+        content.text
+        for message in response.messages
+        if message.role == "assistant"
+        for content in message.contents
+        if content.type == "text" and content.text
+    )
 
 
 def _text_of(messages: Sequence[Message]) -> str:

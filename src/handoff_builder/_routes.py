@@ -106,7 +106,8 @@ EDGE_KINDS: dict[str, EdgeKind] = {kind.name: kind for kind in (HANDOFF, HAND_BA
 class HandoffRoute(NamedTuple):
     """A compiled edge: ``source`` calls ``tool_name`` to pass the conversation to ``target``.
 
-    ``payload`` is the edge's pydantic model (``None``: the kind's built-in goal or summary).
+    ``payload`` is the edge's pydantic model (``None``: the kind's built-in goal or summary);
+    ``target_url`` the address of a remote target (``""``: a local one), for traces.
     """
 
     source: str
@@ -115,6 +116,7 @@ class HandoffRoute(NamedTuple):
     description: str
     kind: HandoffKind = "handoff"
     payload: type[BaseModel] | None = None
+    target_url: str = ""
 
     @property
     def edge(self) -> EdgeKind:

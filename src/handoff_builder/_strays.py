@@ -131,7 +131,9 @@ class RunHandoffs:
             return own
         other = self._elsewhere.get(name)
         if other is not None:
-            return HandoffRoute(self.source, other.target, name, "", other.kind)
+            return HandoffRoute(
+                self.source, other.target, name, "", other.kind, target_url=other.target_url
+            )
         kind = HAND_BACK.name if name.startswith(HAND_BACK.tool_prefix) else "handoff"
         return HandoffRoute(self.source, "", name, "", kind)
 

@@ -16,6 +16,8 @@ emitted:
   on its spans (its sensitive-data setting is on);
 * one ``execute_tool {tool name}`` span per delegation, with ``gen_ai.transfer.mode`` =
   ``return_to_caller``: the expert's ``invoke_agent`` span is its child;
+* on either, when the target or the expert is a remote (A2A) agent, its address:
+  ``server.address`` and ``server.port`` (the general conventions'), and its URL;
 * span events for refused handoffs, vetoes, declined approvals and every cap, with their reason,
   and an error status on a turn that fails;
 * with ``with_model_inputs(trace=True)``, one ``handoff_builder.model_call`` span event per model
@@ -35,6 +37,7 @@ import time
 from collections.abc import Callable, Generator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from agent_framework.observability import OBSERVABILITY_SETTINGS
 from opentelemetry import metrics, trace
@@ -88,6 +91,8 @@ TRANSFER_MODE = "gen_ai.transfer.mode"
 TRANSFER_TARGET_TYPE = "gen_ai.transfer.target.type"
 TRANSFER_TARGET_NAME = "gen_ai.transfer.target.name"
 ERROR_TYPE = "error.type"
+SERVER_ADDRESS = "server.address"
+SERVER_PORT = "server.port"
 
 INVOKE_WORKFLOW = "invoke_workflow"
 EXECUTE_TOOL = "execute_tool"
@@ -100,6 +105,7 @@ HANDOFF_OUTCOME = "handoff_builder.handoff.outcome"
 DELEGATION_OUTCOME = "handoff_builder.delegation.outcome"
 DELEGATION_DEPTH = "handoff_builder.delegation.depth"
 HANDOFF_KIND = "handoff_builder.handoff.kind"
+TRANSFER_TARGET_URL = "handoff_builder.transfer.target.url"
 REASON = "handoff_builder.reason"
 SOURCE = "handoff_builder.source"
 TARGET = "handoff_builder.target"
@@ -298,7 +304,7 @@ def handoff_span(route: HandoffRoute, call_id: str) -> AbstractContextManager[Sp
 
 @contextmanager
 def _handoff_span(route: HandoffRoute, call_id: str) -> Generator[Span, None, None]:
-    attributes: dict[str, str] = {
+    attributes: dict[str, str | int] = {
         OPERATION_NAME: EXECUTE_TOOL,
         TOOL_NAME: route.tool_name,
         TOOL_CALL_ID: call_id,
@@ -312,6 +318,7 @@ def _handoff_span(route: HandoffRoute, call_id: str) -> Generator[Span, None, No
     }
     if not route.target:  # a call to a handoff that does not exist: no target to name
         del attributes[TRANSFER_TARGET_NAME]
+    attributes.update(_remote_target(route.target_url))
     with _tracer.start_as_current_span(
         f"{EXECUTE_TOOL} {route.tool_name}", kind=SpanKind.INTERNAL, attributes=attributes
     ) as span:
@@ -319,9 +326,12 @@ def _handoff_span(route: HandoffRoute, call_id: str) -> Generator[Span, None, No
 
 
 def delegation_span(
-    tool_name: str, call_id: str, caller: str, expert: str, depth: int
+    tool_name: str, call_id: str, caller: str, expert: str, depth: int, expert_url: str = ""
 ) -> AbstractContextManager[Span]:
-    """The ``execute_tool`` span of one delegation (a transfer that returns to the caller)."""
+    """The ``execute_tool`` span of one delegation (a transfer that returns to the caller).
+
+    ``expert_url``: the address of a remote expert (``""``: a local one).
+    """
     if not _tracing():
         return nullcontext(INVALID_SPAN)
     return _tracer.start_as_current_span(
@@ -337,8 +347,30 @@ def delegation_span(
             TRANSFER_TARGET_TYPE: TARGET_AGENT,
             TRANSFER_TARGET_NAME: expert,
             DELEGATION_DEPTH: depth,
+            **_remote_target(expert_url),
         },
     )
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _remote_target(url: str) -> dict[str, str | int]:
+    """The attributes naming a remote target at ``url`` (none for a local one, ``""``).
+
+    ``server.address`` and ``server.port`` (the scheme's port when the URL names none), and the
+    URL itself (without credentials or query, as :func:`~._remote.remote_url` gives it).
+    """
+    if not url:
+        return {}
+    parts = urlsplit(url)
+    attributes: dict[str, str | int] = {TRANSFER_TARGET_URL: url}
+    if parts.hostname:
+        attributes[SERVER_ADDRESS] = parts.hostname
+        port = parts.port or _DEFAULT_PORTS.get(parts.scheme)
+        if port is not None:
+            attributes[SERVER_PORT] = port
+    return attributes
 
 
 def settle_delegation_span(span: Span, outcome: str, task: str) -> None:
