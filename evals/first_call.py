@@ -29,7 +29,11 @@ from typing import Any
 
 from samples._shared import SPECIALIST_HAND_BACK, TRIAGE_HAND_BACK, render
 
-from handoff_builder import DEFAULT_HANDOFF_INSTRUCTIONS, HandoffWorkflowBuilder
+from handoff_builder import (
+    DEFAULT_HAND_BACK_INSTRUCTIONS,
+    DEFAULT_HANDOFF_INSTRUCTIONS,
+    HandoffWorkflowBuilder,
+)
 from handoff_builder.testing import scripted_agent
 
 from .desks import COMPANY, REASONS
@@ -61,12 +65,12 @@ def main(argv: list[str] | None = None) -> None:
     """Send each case's first model call and print what the model did."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("cases", type=Path)
-    parser.add_argument("--instructions", type=Path, help="handoff instructions (default: SDK's)")
+    parser.add_argument(
+        "--instructions", type=Path, help="every agent's handoff instructions (default: SDK's)"
+    )
     parser.add_argument("--max-tokens", type=int, default=40, help="enough for a handoff call")
     args = parser.parse_args(argv)
-    instructions = (
-        args.instructions.read_text().strip() if args.instructions else DEFAULT_HANDOFF_INSTRUCTIONS
-    )
+    given = args.instructions.read_text().strip() if args.instructions else None
     url = os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8089/v1") + "/chat/completions"
     counts: Counter[str] = Counter()
     for line in args.cases.read_text().splitlines():
@@ -75,6 +79,10 @@ def main(argv: list[str] | None = None) -> None:
         case: dict[str, Any] = json.loads(line)
         start = str(case.get("start") or "triage")
         prompt = TRIAGE_HAND_BACK if start == "triage" else SPECIALIST_HAND_BACK
+        default = (  # a specialist's only handoff is its hand-back: the SDK gives it that text
+            DEFAULT_HANDOFF_INSTRUCTIONS if start == "triage" else DEFAULT_HAND_BACK_INSTRUCTIONS
+        )
+        instructions = default if given is None else given
         system = render(prompt, company=COMPANY, role=start) + "\n" + instructions
         raw = case["input"]
         turns = [{"role": "user", "text": raw}] if isinstance(raw, str) else raw

@@ -156,9 +156,7 @@ async def test_each_model_call_is_kept_with_what_it_received_and_answered() -> N
     assert triage_call.instructions == DEFAULT_HANDOFF_INSTRUCTIONS  # the default handoff text
     assert (billing_call.agent, billing_call.index, billing_call.tools) == ("billing", 1, ())
     assert billing_call.input[0] == "user: I was charged twice in March"
-    assert billing_call.input[-1].endswith(
-        "Handoff from triage to you (billing). Goal: The user says: I was charged twice in March"
-    )
+    assert billing_call.input[-1].endswith("Goal: The user says: I was charged twice in March")
     assert billing_call.output == ("assistant[billing]: Billing here.",)
     assert result.reply == "Billing here."
 
@@ -695,9 +693,7 @@ def test_eval_on_an_openai_compatible_server_counts_the_tokens_it_reports(
     [result] = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").open()]
     assert (result["input_tokens"], result["output_tokens"]) == (1 + 1, 1 + 1)
     billing_call = result["model_calls"][1]
-    assert billing_call["input"][-1].endswith(
-        "Handoff from triage to you (billing). Goal: Refund the double charge."
-    )
+    assert billing_call["input"][-1].endswith("Goal: Refund the double charge.")
     assert billing_call["output"] == ["assistant[billing]: The refund is on its way."]
 
 

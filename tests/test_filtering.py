@@ -37,7 +37,7 @@ async def test_target_does_not_receive_handoff_calls_by_default(stream: bool) ->
     # Not the call, but a note from the host with the goal, verbatim.
     assert [(m.role, m.author_name, m.text) for m in seen.messages] == [
         ("user", None, "what is 2+2?"),
-        ("user", "handoff_host", "Handoff from a to you (b). Goal: g"),
+        ("user", "handoff_host", "Goal: g"),
     ]
     # The shared conversation and the output keep everything.
     assert [c.type for m in turn.result.conversation for c in m.contents] == [
@@ -57,7 +57,7 @@ async def test_other_agents_text_arrives_as_user_copies() -> None:
         ("user", "a", "Let me ask b."),
         ("user", "handoff_host", "Handoff from a to b. Goal: g"),
         ("user", "b", "b adds this."),
-        ("user", "handoff_host", "Handoff from b to you (c). Goal: g"),
+        ("user", "handoff_host", "Goal: g"),
     ]
     # The shared conversation is not mutated: a's message is still an assistant message.
     shared_a = next(m for m in turn.result.conversation if m.author_name == "a" and m.text)

@@ -19,6 +19,7 @@ from agent_framework import (
 
 from handoff_builder import (
     DEFAULT_ESCALATION_MESSAGE,
+    DEFAULT_HAND_BACK_INSTRUCTIONS,
     DEFAULT_HANDOFF_INSTRUCTIONS,
     HandoffBlockedEvent,
     HandoffWorkflowBuilder,
@@ -99,12 +100,9 @@ async def test_pass_it_on_seed(stream: bool, caplog: pytest.LogCaptureFixture) -
     # Each receiver's model got the goal it was handed, so it does not have to ask again.
     assert_received(
         agents["billing"],
-        "Handoff from triage to you (billing). Goal: The user was charged twice and wants it "
-        "fixed.",
+        "Goal: The user was charged twice and wants it fixed.",
     )
-    assert received(agents["refunds"]).texts[-1] == (
-        "Handoff from billing to you (refunds). Goal: Refund the duplicate charge."
-    )
+    assert received(agents["refunds"]).texts[-1] == ("Goal: Refund the duplicate charge.")
 
 
 async def test_turn_output_shape_matches_dotnet(stream: bool) -> None:
@@ -317,7 +315,7 @@ async def test_several_handoff_calls_in_one_response_first_wins(stream: bool) ->
         "handoff_to_tech); following the first, handoff_to_billing."
     ]
     # Billing reads the goal of the handoff that was followed, and nothing of the other one.
-    assert_received(agents["billing"], "Handoff from triage to you (billing). Goal: Bill.")
+    assert_received(agents["billing"], "Goal: Bill.")
     assert not received(agents["billing"]).sees("Fix the crash.")
 
 
@@ -469,8 +467,8 @@ async def test_instructions_none_restores_default(stream: bool) -> None:
     )
     await run_turn(workflow, "hi", stream=stream)
     assert client_of(a).calls[0].instructions == (
-        "If a handoff function fits the user's request, your whole reply is a call to it: no "
-        "text, no questions."
+        "Your reply is a call to the handoff function that fits the user's request. If the user "
+        "only greets or thanks you, answer in words."
     )
 
 
@@ -492,9 +490,36 @@ async def test_default_instructions_name_no_tool_the_tools_do(stream: bool) -> N
     await run_turn(workflow, "hi", stream=stream)
     assert received(triage).instructions == DEFAULT_HANDOFF_INSTRUCTIONS
     assert received(triage).tool_names == ("transfer_to_billing", "transfer_to_tech")
-    # A specialist's only tool is its hand-back; it reads the same text.
+    # A specialist's only tool is its hand-back: it reads the hand-back's text.
     assert received(billing).tool_names == ("transfer_back_to_triage",)
+    assert received(billing).instructions == DEFAULT_HAND_BACK_INSTRUCTIONS
+
+
+async def test_an_agent_with_handoffs_of_both_kinds_reads_the_handoff_text(stream: bool) -> None:
+    """billing can hand back to triage and hand off to refunds: the handoff's text; set text is
+    every agent's, whatever its kinds."""
+    triage = scripted_agent("triage", handoff_to("billing", goal="A refund."))
+    billing = scripted_agent("billing", reply("billing here"))
+    refunds = scripted_agent("refunds")
+    builder = (
+        HandoffWorkflowBuilder(triage)
+        .with_handoff(triage, billing)
+        .with_handoff(billing, refunds)
+        .with_hand_back(triage, [billing])
+    )
+    await run_turn(builder.build(), "hi", stream=stream)
+    assert received(billing).tool_names == ("handoff_to_refunds", "transfer_back_to_triage")
     assert received(billing).instructions == DEFAULT_HANDOFF_INSTRUCTIONS
+    desk = scripted_agent("triage", handoff_to("billing", goal="A refund."))
+    billing_only = scripted_agent("billing", reply("billing here"))
+    custom = (
+        HandoffWorkflowBuilder(desk)
+        .with_handoff(desk, billing_only)
+        .with_hand_back(desk)
+        .with_instructions("Use {handoff_tools} when you must.")
+    )
+    await run_turn(custom.build(), "hi", stream=stream)
+    assert received(billing_only).instructions == "Use `transfer_back_to_triage` when you must."
 
 
 async def test_custom_instructions_can_name_the_tools(stream: bool) -> None:

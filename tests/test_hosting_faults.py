@@ -47,7 +47,7 @@ from tests.stores import postgres_dsn, unique_prefix
 
 ROOT = Path(__file__).resolve().parent.parent
 LEASE_TTL = 1.0
-NOTE = f"Handoff from triage to you (billing). Goal: {GOAL}"
+NOTE = f"Goal: {GOAL}"
 HANDOFF_CALL = f"-> handoff_to_billing({json.dumps({'goal': GOAL})})"
 # The conversation every kill test must end with, whatever the point the first worker died at.
 EXPECTED_LOG = [

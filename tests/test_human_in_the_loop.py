@@ -169,7 +169,7 @@ async def test_a_handoff_beside_an_external_call_is_followed_once_it_is_answered
     assert client_of(agents["refunds"]).calls[0].rendered.splitlines()[-3:] == [
         'assistant[billing]: -> order_status({"order": "A-1"})',
         f"tool[billing]: <- {request.data.call_id}: eligible",
-        "user[handoff_host]: Handoff from billing to you (refunds). Goal: Refund A-1.",
+        "user[handoff_host]: Goal: Refund A-1.",
     ]
 
 

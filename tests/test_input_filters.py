@@ -75,7 +75,7 @@ async def test_the_target_reads_what_the_filter_returns(
     assert turn.result.text == "Let me pass you to billing.Refunded."
     assert [(m.role, m.author_name, m.text) for m in received(billing).messages] == [
         ("user", None, "I was charged twice in March"),
-        ("user", "handoff_host", f"Handoff from triage to you (billing). Goal: {GOAL}"),
+        ("user", "handoff_host", f"Goal: {GOAL}"),
     ]
     [data] = seen
     assert data.messages[-1] is data.note  # what billing would have read ends with the note
@@ -99,7 +99,7 @@ async def test_the_targets_later_runs_build_on_the_filtered_view() -> None:
     await run_turn(workflow, "thanks!")
     assert [m.text for m in received(billing).messages] == [
         "I was charged twice in March",
-        f"Handoff from triage to you (billing). Goal: {GOAL}",
+        f"Goal: {GOAL}",
         "Refunded.",
         "thanks!",
     ]
@@ -127,7 +127,7 @@ async def test_an_async_filter_and_a_typed_payload() -> None:
     await run_turn(workflow, "refund please")
     assert got == [Refund(amount=24.9, month="March")]
     [note] = received(billing).messages
-    assert note.text.startswith("Handoff from triage to you (billing). Refund: ")
+    assert note.text.startswith("Refund: ")
 
 
 async def test_what_a_filter_returns_is_made_valid_provider_input() -> None:
@@ -206,7 +206,7 @@ async def test_the_filter_runs_again_after_a_restore(tmp_path: Path) -> None:
     assert calls == [GOAL, GOAL]  # once when billing first ran, once to rebuild its view
     assert [m.text for m in received(billing).messages][:2] == [
         "I was charged twice in March",
-        f"Handoff from triage to you (billing). Goal: {GOAL}",
+        f"Goal: {GOAL}",
     ]
 
 
@@ -220,7 +220,7 @@ async def test_hosted_conversations_keep_the_filtered_view(store: ConversationSt
     assert turn.active_agent == "billing"
     assert [m.text for m in received(billing).messages] == [
         "I was charged twice in March",
-        f"Handoff from triage to you (billing). Goal: {GOAL}",
+        f"Goal: {GOAL}",
         "Refunded.",
         "thanks!",
     ]

@@ -68,9 +68,7 @@ async def test_each_model_call_is_recorded_as_the_model_received_it(stream: bool
     for recorded, received_call in zip(turn.model_calls, scripted, strict=True):
         same_view(recorded, received_call)
     assert turn.received("billing").rendered == (
-        "user: I was charged twice.\n"
-        "user[handoff_host]: Handoff from triage to you (billing). Goal: Refund the duplicate "
-        "charge."
+        "user: I was charged twice.\nuser[handoff_host]: Goal: Refund the duplicate charge."
     )
     assert turn.received("triage", call=0).tool_names == ("handoff_to_billing",)
     assert "goal is empty" in turn.received("triage").rendered  # the tool loop's second call
@@ -135,9 +133,7 @@ async def test_a_redaction_masks_the_record_and_nothing_else() -> None:
         f"tool: <- {call_id}: Card [redacted]: 2 charges of 24.90 EUR."
     )
     assert turn.received("triage").instructions.startswith("Route the user. Test card: [redacted].")
-    assert turn.received("billing").texts[-1] == (
-        "Handoff from triage to you (billing). Goal: Refund card [redacted]."
-    )
+    assert turn.received("billing").texts[-1] == ("Goal: Refund card [redacted].")
     # The models received the card, and the conversation keeps it: only the record is masked.
     assert card in client_of(billing).calls[0].rendered
     assert card in client_of(triage).calls[0].instructions
@@ -252,9 +248,7 @@ async def test_a_hosted_turn_carries_its_calls() -> None:
 
     turn = await host.send("c-1", "I was charged twice.")
 
-    assert turn.received("billing").texts[-1] == (
-        "Handoff from triage to you (billing). Goal: Refund card [redacted]."
-    )
+    assert turn.received("billing").texts[-1] == ("Goal: Refund card [redacted].")
 
 
 def test_the_settings_are_checked_where_they_are_given() -> None:

@@ -141,7 +141,7 @@ async def test_the_payload_reaches_the_receiver_the_event_and_the_turn_result(
     assert turn.result.handoffs == (handoff,)
     assert handoff.goal == RefundRequest.model_validate(GOOD).model_dump_json()
     assert received(refunds).texts[-1] == (
-        "Handoff from billing to you (refunds). RefundRequest: "
+        "RefundRequest: "
         '{"order_id":"A-1","amount":24.9,"reason":"duplicate","customer":'
         '{"email":"jane@example.com"}}'
     )

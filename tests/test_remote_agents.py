@@ -297,8 +297,7 @@ async def test_a_remote_target_answers_continues_its_task_and_hands_back() -> No
     assert first.result.text == "Which order is it?"
     assert first.result.active_agent == "returns"
     assert texts(server.sent[0]) == [
-        f"[user] {USER}\n\n[handoff_host] Handoff from triage to you (returns). "
-        "Goal: Refund a broken parcel."
+        f"[user] {USER}\n\n[handoff_host] Goal: Refund a broken parcel."
     ]
     # Turn 2: the next message continues its A2A task, in the same context.
     opened, continued = server.received

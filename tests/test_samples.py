@@ -270,7 +270,7 @@ async def test_what_the_model_received(capsys: pytest.CaptureFixture[str]) -> No
     assert (
         "--- model call 1: billing (tools: none)\n"
         "user: My card [redacted] was charged twice for the March invoice. Please refund one.\n"
-        "user[handoff_host]: Handoff from triage to you (billing). Goal: Refund one of two March "
+        "user[handoff_host]: Goal: Refund one of two March "
         "charges on card [redacted].\n"
     ) in printed
 
@@ -638,12 +638,8 @@ async def test_python_handoff(capsys: pytest.CaptureFixture[str]) -> None:
     ]
     assert len(client_of(triage).calls) == 2  # the third and fourth messages skip triage
     # The receivers read what they were handed, and the mesh gave each agent every other one.
-    assert client_of(returns).calls[0].texts[-1] == (
-        "Handoff from triage_agent to you (return_agent). Goal: Return the damaged order 1234."
-    )
-    assert client_of(refund).calls[0].texts[-1] == (
-        "Handoff from return_agent to you (refund_agent). Goal: Refund order 1234."
-    )
+    assert client_of(returns).calls[0].texts[-1] == ("Goal: Return the damaged order 1234.")
+    assert client_of(refund).calls[0].texts[-1] == ("Goal: Refund order 1234.")
     assert set(client_of(returns).calls[0].tool_names) == {
         "process_return", "handoff_to_triage_agent", "handoff_to_refund_agent",
         "handoff_to_order_agent",

@@ -537,7 +537,7 @@ async def test_recorded_model_inputs_are_span_events_with_trace(
                 "handoff_builder.model_call.tools": (),
                 "handoff_builder.model_call.instructions": "",
                 "handoff_builder.model_call.input": "user: I was charged twice.\n"
-                "user[handoff_host]: Handoff from triage to you (billing). Goal: Refund card "
+                "user[handoff_host]: Goal: Refund card "
                 "[redacted].",
             },
         ),

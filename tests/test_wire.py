@@ -164,7 +164,7 @@ async def test_handoff_conversation_over_the_wire(fake_openai: StartServer, stre
     assert [m["role"] for m in third["messages"] if m["role"] != "system"] == ["user", "user"]
     assert contents(third) == [
         "I was charged twice.",
-        "Handoff from triage to you (billing). Goal: Refund the double charge.",
+        "Goal: Refund the double charge.",
     ]
     assert "tools" not in third or not third["tools"]
     assert "Transferred." not in json.dumps(third["messages"])
@@ -252,15 +252,15 @@ async def test_goal_and_summary_reach_the_receivers_in_every_mode(
     assert [h.target for h in turn.handoffs] == ["billing", "triage", "tech"]
     to_triage, to_billing, back_at_triage, to_tech = server.bodies()
     # The goal reaches billing, the summary reaches triage, verbatim, in every mode.
-    assert f"Handoff from triage to you (billing). Goal: {goal}" in contents(to_billing)
+    assert f"Goal: {goal}" in contents(to_billing)
     assert f"Hand-back from billing to you (triage). Summary: {summary}" in contents(back_at_triage)
     assert "I've refunded the double charge." in json.dumps(back_at_triage["messages"])
     # Tech reads every handoff of the turn, its own last.
-    notes = [c for c in contents(to_tech) if c.startswith(("Handoff ", "Hand-back "))]
+    notes = [c for c in contents(to_tech) if c.startswith(("Handoff ", "Hand-back ", "Goal: "))]
     assert notes == [
         f"Handoff from triage to billing. Goal: {goal}",
         f"Hand-back from billing to triage. Summary: {summary}",
-        "Handoff from triage to you (tech). Goal: The app crashes on opening a bill.",
+        "Goal: The app crashes on opening a bill.",
     ]
     assert contents(to_tech)[-1] == notes[-1]
     for body in (to_triage, to_billing, back_at_triage, to_tech):
@@ -297,9 +297,7 @@ async def test_an_approved_call_after_a_handoff_goes_out_valid(
 
     assert second.get_outputs()[-1].text == "Refunded 24.90 EUR."
     _, asks, goes_on = server.bodies()
-    assert "Handoff from triage to you (billing). Goal: Refund the duplicate charge." in (
-        contents(asks)
-    )
+    assert "Goal: Refund the duplicate charge." in (contents(asks))
     roles = [m["role"] for m in goes_on["messages"] if m["role"] != "system"]
     assert roles == ["user", "user", "assistant", "tool"]
     assert goes_on["messages"][-1]["content"] == "Refunded 24.9 EUR."
@@ -431,7 +429,7 @@ async def test_a_typed_handoff_behind_an_approval_over_the_wire(
     assert told["content"].endswith("The reviewer said: Needs the receipt.")
     assert contents(to_refunds) == [
         "Refund A-1, 240 EUR.",
-        'Handoff from billing to you (refunds). RefundRequest: {"order_id":"A-1","amount":240.0}',
+        'RefundRequest: {"order_id":"A-1","amount":240.0}',
     ]
     for body in server.bodies():
         assert_provider_accepts(body)
@@ -650,9 +648,7 @@ async def test_an_input_filter_decides_what_the_target_receives_over_the_wire(
 
     billing_request = server.bodies()[-1]
     assert [m["role"] for m in billing_request["messages"]] == ["system", "user"]
-    assert contents(billing_request) == [
-        "Handoff from triage to you (billing). Goal: Refund the double charge."
-    ]
+    assert contents(billing_request) == ["Goal: Refund the double charge."]
     assert "4111" not in json.dumps(billing_request)
 
 
@@ -702,7 +698,6 @@ async def test_recorded_model_inputs_are_what_went_over_the_wire(fake_openai: St
         sent_tools = [t["function"]["name"] for t in tools]
         assert list(call.tool_names) == sent_tools
     assert turn.received("billing").rendered == (
-        "user: I was charged twice.\n"
-        "user[handoff_host]: Handoff from triage to you (billing). Goal: Refund the double charge."
+        "user: I was charged twice.\nuser[handoff_host]: Goal: Refund the double charge."
     )
     assert contents(bodies[-1])[-1] == turn.received("billing").texts[-1]

@@ -15,7 +15,11 @@ from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
 from ._builder import HandoffWorkflowBuilder
-from ._instructions import DEFAULT_HANDOFF_INSTRUCTIONS, HANDOFF_TOOLS_PLACEHOLDER
+from ._instructions import (
+    DEFAULT_HAND_BACK_INSTRUCTIONS,
+    DEFAULT_HANDOFF_INSTRUCTIONS,
+    HANDOFF_TOOLS_PLACEHOLDER,
+)
 from ._settings import (
     DEFAULT_AGENT_TIMEOUT,
     DEFAULT_AUTONOMOUS_PROMPT,
@@ -248,6 +252,7 @@ __all__ = [
     "DEFAULT_AUTONOMOUS_TURN_LIMIT",
     "DEFAULT_ESCALATION_MESSAGE",
     "DEFAULT_HANDOFF_INSTRUCTIONS",
+    "DEFAULT_HAND_BACK_INSTRUCTIONS",
     "DEFAULT_HOOK_TIMEOUT",
     "DEFAULT_IDLE_TIMEOUT",
     "DEFAULT_MAX_DELEGATION_DEPTH",

@@ -88,8 +88,9 @@ class HandoffWorkflowBuilder(EdgeDeclarations, LimitDeclarations):
         """Handoff instructions added to each agent that can hand off, after its own instructions.
 
         ``{handoff_tools}`` in the text is replaced, for each agent, by the names of the handoff
-        tools that agent has. ``None`` restores the default (.NET's text, naming the agent's
-        tools); ``""`` turns them off.
+        tools that agent has. ``None`` restores the default: :data:`DEFAULT_HANDOFF_INSTRUCTIONS`,
+        and :data:`DEFAULT_HAND_BACK_INSTRUCTIONS` for an agent whose only edges are hand-backs
+        (a text that is set is every agent's). ``""`` turns them off.
         """
         self._config.instructions = (
             DEFAULT_HANDOFF_INSTRUCTIONS if instructions is None else instructions

@@ -14,7 +14,7 @@ from ._delegation import DelegateRoute, make_delegate_tool
 from ._handoff_manager import HandoffManager
 from ._host import HOST_ID, GroupChatHost, Participant
 from ._host_settings import HostSettings
-from ._instructions import render_instructions
+from ._instructions import DEFAULT_HANDOFF_INSTRUCTIONS, render_instructions
 from ._lint import LintFinding
 from ._manager import AutonomousMode, GroupChatManager, ManagerSettings
 from ._model_inputs import ModelCallLog, ModelInputRecorder
@@ -22,7 +22,7 @@ from ._plan import Plan, plan_of
 from ._remote import is_remote
 from ._remote_participant import RemoteParticipant
 from ._review import REVIEW_TOOL_KINDS, review_tools
-from ._routes import HandoffRoute
+from ._routes import HandoffRoute, default_instructions
 from ._settings import (
     DEFAULT_ESCALATION_MESSAGE,
     DEFAULT_MAX_HANDOFFS_PER_TURN,
@@ -235,6 +235,8 @@ def _participant(
             reviewer=reviewer, elsewhere=elsewhere,
         )  # fmt: skip
     options: dict[str, Any] = {"allow_multiple_tool_calls": False, **stateless}
+    if instructions == DEFAULT_HANDOFF_INSTRUCTIONS:  # the default: the text of its edges' kind
+        instructions = default_instructions(routes.values())
     text = render_instructions(instructions, list(routes))
     if text.strip():
         options["instructions"] = text

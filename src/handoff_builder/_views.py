@@ -11,9 +11,11 @@ incrementally (only messages added since its last run are looked at), in which
   must not reach the next agent), except with ``NONE``;
 * other agents' text reaches the agent as ``user`` messages: copies, with ``author_name`` kept;
 * every handoff another agent made is followed by a **note**, a ``user`` message written by the
-  host that says who handed the conversation to whom and carries the goal (or a hand-back's
-  summary) verbatim: "Handoff from triage to you (billing). Goal: ...". It is the same in every
-  filtering mode, so the agent that receives the conversation always reads what it was handed.
+  host that carries the goal (or a hand-back's summary) verbatim: the receiver of a handoff reads
+  the goal alone ("Goal: ..."), the receiver of a hand-back and every other agent read who
+  handed the conversation to whom too ("Handoff from triage to billing. Goal: ..."). It is the
+  same in every filtering mode, so the agent that receives the conversation always reads what
+  it was handed.
   A note never separates a tool call from its result: while a call in the view waits for its
   result (an external call answered later), the note waits after it;
 * messages left empty are dropped.
@@ -47,14 +49,19 @@ _NO_STOPS = frozenset[tuple[str, str]]()
 def handoff_note(recorded: RecordedHandoff, viewer: str) -> str:
     """The note ``viewer`` reads where a handoff happened.
 
-    The receiver reads "Handoff from triage to you (billing). Goal: ..."; any other agent reads
+    The receiver of a handoff reads its goal ("Goal: ..."), of a hand-back "Hand-back from
+    billing to you (triage). Summary: ..." (the kind's ``received``); any other agent reads
     "Handoff from triage to billing. Goal: ...". The argument is quoted verbatim; a typed
     payload is shown as JSON after its label ("RefundRequest: {...}").
     """
     handoff = recorded.handoff
-    to = f"you ({viewer})" if handoff.target == viewer else handoff.target
-    note_label = EDGE_KINDS[handoff.kind].note_label
-    return f"{note_label} from {handoff.source} to {to}. {recorded.label}: {handoff.goal}"
+    kind = EDGE_KINDS[handoff.kind]
+    if handoff.target == viewer:
+        return kind.received.format(
+            label=recorded.label, argument=handoff.goal, source=handoff.source, target=viewer
+        )
+    passed = f"{kind.note_label} from {handoff.source} to {handoff.target}"
+    return f"{passed}. {recorded.label}: {handoff.goal}"
 
 
 @dataclass(frozen=True)
