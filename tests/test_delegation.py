@@ -1494,3 +1494,89 @@ def test_max_parallel_delegations_takes_a_positive_number() -> None:
     triage = scripted_agent("triage", reply("hi"))
     with pytest.raises(ValueError, match="limit"):
         HandoffWorkflowBuilder(triage).with_max_parallel_delegations(0)
+
+
+def three_experts(
+    policy_steps: Sequence[ScriptStep],
+    legal_steps: Sequence[ScriptStep],
+    ledger_steps: Sequence[ScriptStep],
+    *,
+    policy_tools: Sequence[Any] | None = None,
+    legal_timeout: float | None = None,
+) -> tuple[HandoffWorkflowBuilder, Agent, list[Step], list[Agent]]:
+    """triage asks policy, legal and ledger in one response, then replies "All in."."""
+    asks = [call_tool(f"ask_{name}", task=f"{name}?") for name in ("policy", "legal", "ledger")]
+    triage = scripted_agent("triage", respond(*asks), reply("All in."))
+    policy = scripted_agent("policy", *policy_steps, tools=policy_tools)
+    legal = scripted_agent("legal", *legal_steps)
+    ledger = scripted_agent("ledger", *ledger_steps)
+    builder = (
+        HandoffWorkflowBuilder(triage)
+        .with_delegate(triage, policy, "refund policy")
+        .with_delegate(triage, legal, "legal questions")
+        .with_delegate(triage, ledger, "ledger lookups")
+    )
+    return builder, triage, asks, [policy, legal, ledger]
+
+
+async def test_one_failing_expert_of_a_fan_out_is_its_own_calls_error() -> None:
+    def broken(call: ModelCall) -> Step:
+        raise RuntimeError("legal archive down")
+
+    # The first expert answers last: the results still come in call order.
+    builder, triage, asks, _ = three_experts(
+        [slow("Policy: 30 days.", 0.1)], [broken], [reply("Ledger: paid.")]
+    )
+    result = (await run_turn(builder.build(), USER)).result
+
+    failed = (
+        "Error: legal could not answer (RuntimeError: legal archive down). "
+        "Carry on without its answer."
+    )
+    assert results_in(received(triage).messages) == [
+        (call_id(asks[0]), "Policy: 30 days."),
+        (call_id(asks[1]), failed),
+        (call_id(asks[2]), "Ledger: paid."),
+    ]
+    assert (result.status, result.text) == ("completed", "All in.")
+    assert sorted((d.expert, d.outcome) for d in result.delegations) == [
+        ("ledger", "answered"), ("legal", "failed"), ("policy", "answered"),
+    ]  # fmt: skip
+
+
+async def test_an_expert_waiting_for_approval_keeps_the_others_answers_of_its_fan_out() -> None:
+    ran: list[str] = []
+    lookup = call_tool("lookup_order", order="A-1")
+    # policy waits for a person at once; legal and ledger answer after it started waiting.
+    builder, triage, asks, (policy, legal, ledger) = three_experts(
+        [lookup, reply("Policy: A-1 is paid.")],
+        [slow("Legal: fine.", 0.05)],
+        [slow("Ledger: paid.", 0.1)],
+        policy_tools=[approval_tool(ran)],
+    )
+    workflow = builder.build()
+    first = list(await workflow.run(USER))
+
+    [request] = requests_of(first)
+    assert request.data.function_call.name == "lookup_order"
+    assert [e for e in first if e.type == HANDOFF_TURN_EVENT] == []
+    assert len(client_of(triage).calls) == 1
+    answered = [e.data for e in first if e.type == "handoff_delegated"]
+    assert sorted((d.expert, d.result) for d in answered) == [
+        ("ledger", "Ledger: paid."), ("legal", "Legal: fine."),
+    ]  # fmt: skip
+
+    result = result_of(await answer(workflow, request, approved=True))
+    assert ran == ["A-1"]
+    assert (len(client_of(legal).calls), len(client_of(ledger).calls)) == (1, 1)  # not again
+    assert len(client_of(policy).calls) == 2
+    assert results_in(received(triage).messages) == [
+        (call_id(asks[0]), "Policy: A-1 is paid."),
+        (call_id(asks[1]), "Legal: fine."),
+        (call_id(asks[2]), "Ledger: paid."),
+    ]
+    assert result.text == "All in."
+    assert sorted((d.expert, d.outcome) for d in result.delegations) == [
+        ("ledger", "answered"), ("legal", "answered"), ("policy", "answered"),
+    ]  # fmt: skip
+    assert_valid(result.conversation)

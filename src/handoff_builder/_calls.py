@@ -3,7 +3,8 @@
 Which contents of a run wait for an answer from outside (:func:`requests_in`), which calls will
 never get a result (:func:`dangling_calls`), and the results that close calls a turn leaves
 open (:func:`settle`, :func:`unanswered`), so that no call stays without a result: the next
-model call would be refused. A delegate call's answer is :func:`delegate_result`.
+model call would be refused. A delegate call's answer is :func:`delegate_result`; a response's
+results that came in several messages read in call order (:func:`in_call_order`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ __all__ = [
     "call_of",
     "dangling_calls",
     "delegate_result",
+    "in_call_order",
     "requests_in",
     "settle",
     "unanswered",
@@ -115,3 +117,39 @@ def delegate_result(call_id: str, result: str, author: str) -> Message:
         contents=[Content.from_function_result(call_id=call_id, result=result)],
         author_name=author,
     )
+
+
+def in_call_order(messages: Sequence[Message]) -> list[Message]:
+    """``messages`` with each response's results, split over several tool messages, in one.
+
+    A response whose call waited (a delegation waiting for a person) has the results of its
+    other calls in one tool message and the waiting call's, later, in another. Read back, they
+    are one tool message in the order of the response's calls, as if all had answered at once.
+    Messages are copied where they change, never modified.
+    """
+    out: list[Message] = []
+    index = 0
+    while index < len(messages):
+        message = messages[index]
+        out.append(message)
+        index += 1
+        order = {
+            str(c.call_id): n for n, c in enumerate(message.contents) if c.type == "function_call"
+        }
+        if message.role != "assistant" or len(order) < 2:  # a response with several calls
+            continue
+        end = index
+        while end < len(messages) and _only_results(messages[end]):
+            end += 1
+        if end - index < 2:  # already one message
+            continue
+        results = [c for m in messages[index:end] for c in m.contents]
+        results.sort(key=lambda c: order.get(str(c.call_id), len(order)))  # stable
+        first = messages[index]
+        out.append(Message(role="tool", contents=results, author_name=first.author_name))
+        index = end
+    return out
+
+
+def _only_results(message: Message) -> bool:
+    return message.role == "tool" and all(c.type == "function_result" for c in message.contents)

@@ -271,9 +271,9 @@ class Delegations:
         count = used.get(delegate_key(route.caller, route.tool_name), 0)
         if problem is None and route.max_calls is not None and count >= route.max_calls:
             problem = USED_UP_PROBLEM.format(count=count)
-        if problem is None and self.suspension is not None:
-            problem = self._one_waiting(route.tool_name)
         asks = route.approval and not approved
+        if problem is None and asks and self.suspension is not None:
+            problem = self._one_waiting(route.tool_name)
         frame = DelegationFrame(
             route.caller, route.expert, route.tool_name, call_id, task, self.depth + 1,
             route.history, self.scope.history_length(), started=not asks,

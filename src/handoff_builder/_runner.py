@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from agent_framework import AgentResponse, AgentResponseUpdate, Content, Message
 
-from ._calls import call_id_of, delegate_result
+from ._calls import call_id_of, delegate_result, in_call_order
 from ._decision import ReviewVerdict
 from ._delegation import (
     DEFAULT_MAX_DELEGATION_DEPTH,
@@ -299,7 +299,7 @@ class LocalAgentRunner:
             data = HandoffInput(due.messages, handoff, due.call, due.result, due.note)
             view.apply(await filtered_input(function, data))
             messages = view.update(history)
-        return messages
+        return in_call_order(messages)
 
     def _expert_input(self, expert: str, history: HistoryMode, end: int) -> list[Message]:
         """What ``expert`` reads of the first ``end`` shared messages before its task."""
@@ -308,12 +308,12 @@ class LocalAgentRunner:
         shared = self._engine.ledger.history
         mode = self.setup.filtering if history == "filtered" else HandoffToolCallFiltering.NONE
         if end < len(shared):  # a delegation carried on later: read that prefix afresh
-            return self._new_view(expert, mode).update(shared[:end])
+            return in_call_order(self._new_view(expert, mode).update(shared[:end]))
         self._fresh()
         view = self._expert_views.get((expert, mode))
         if view is None:
             view = self._expert_views[expert, mode] = self._new_view(expert, mode)
-        return list(view.update(shared))
+        return in_call_order(view.update(shared))
 
     def _message_with(self, requests: Sequence[Content]) -> int:
         """The index of the first history message holding a call one of ``requests`` is about.
