@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -40,6 +41,7 @@ from handoff_builder import (
     HANDOFF_TURN_EVENT,
     ConversationHost,
     DelegationEvent,
+    HandoffArgumentError,
     HandoffConfigurationError,
     HandoffToolCallFiltering,
     HandoffTurnResult,
@@ -56,6 +58,7 @@ from handoff_builder.testing import (
     call_tool,
     client_of,
     handoff_to,
+    never_answer,
     received,
     reply,
     respond,
@@ -1513,7 +1516,7 @@ def three_experts(
     builder = (
         HandoffWorkflowBuilder(triage)
         .with_delegate(triage, policy, "refund policy")
-        .with_delegate(triage, legal, "legal questions")
+        .with_delegate(triage, legal, "legal questions", timeout=legal_timeout)
         .with_delegate(triage, ledger, "ledger lookups")
     )
     return builder, triage, asks, [policy, legal, ledger]
@@ -1561,7 +1564,7 @@ async def test_an_expert_waiting_for_approval_keeps_the_others_answers_of_its_fa
     assert request.data.function_call.name == "lookup_order"
     assert [e for e in first if e.type == HANDOFF_TURN_EVENT] == []
     assert len(client_of(triage).calls) == 1
-    answered = [e.data for e in first if e.type == "handoff_delegated"]
+    answered = [e.data for e in first if isinstance(e.data, DelegationEvent)]
     assert sorted((d.expert, d.result) for d in answered) == [
         ("ledger", "Ledger: paid."), ("legal", "Legal: fine."),
     ]  # fmt: skip
@@ -1580,3 +1583,52 @@ async def test_an_expert_waiting_for_approval_keeps_the_others_answers_of_its_fa
         ("ledger", "answered"), ("legal", "answered"), ("policy", "answered"),
     ]  # fmt: skip
     assert_valid(result.conversation)
+
+
+async def test_an_expert_past_its_timeout_is_its_own_calls_error_and_the_others_answer() -> None:
+    builder, triage, asks, (policy, legal, _) = three_experts(
+        [slow("Policy: 30 days.", 0.1)],
+        [never_answer(), reply("never read")],
+        [reply("Ledger: paid.")],
+        legal_timeout=0.3,
+    )
+    started = time.monotonic()
+    turn = await run_turn(builder.build(), USER)
+    elapsed = time.monotonic() - started
+
+    timed_out = (
+        "Error: legal gave no answer within 0.3 s, its time limit, and was stopped. "
+        "Carry on without its answer."
+    )
+    assert results_in(received(triage).messages) == [
+        (call_id(asks[0]), "Policy: 30 days."),
+        (call_id(asks[1]), timed_out),
+        (call_id(asks[2]), "Ledger: paid."),
+    ]
+    assert 0.3 <= elapsed < 5
+    assert len(client_of(legal).calls) == 1
+    assert (turn.result.status, turn.result.text) == ("completed", "All in.")
+    assert sorted((d.expert, d.outcome) for d in turn.result.delegations) == [
+        ("ledger", "answered"), ("legal", "timed_out"), ("policy", "answered"),
+    ]  # fmt: skip
+    assert [d.result for d in turn.of_type("handoff_delegated") if d.expert == "legal"] == [
+        timed_out
+    ]
+    assert len(client_of(policy).calls) == 1
+
+
+async def test_a_delegate_timeout_bounds_each_answer_not_the_wait_for_a_slot() -> None:
+    builder, triage, asks, _ = three_experts(
+        [slow("Policy: 30 days.", 0.3)], [slow("Legal: fine.", 0.3)], [reply("Ledger: paid.")],
+        legal_timeout=0.5,
+    )  # fmt: skip
+    # One at a time: legal waits 0.3 s for policy's slot, then answers in 0.3 s, within 0.5 s.
+    await run_turn(builder.with_max_parallel_delegations(1).build(), USER)
+    assert results_in(received(triage).messages)[1] == (call_id(asks[1]), "Legal: fine.")
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, True, "5"])
+def test_a_delegate_timeout_is_a_positive_number(timeout: Any) -> None:
+    triage, policy = scripted_agent("triage"), scripted_agent("policy")
+    with pytest.raises(HandoffArgumentError, match="timeout must be a positive number"):
+        HandoffWorkflowBuilder(triage).with_delegate(triage, policy, timeout=timeout)

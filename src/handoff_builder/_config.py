@@ -87,6 +87,7 @@ class DelegateEdge(NamedTuple):
     history: HistoryMode = "none"
     approval: bool = False
     max_calls: int | None = None
+    timeout: float | None = None
 
     @property
     def tool(self) -> str:

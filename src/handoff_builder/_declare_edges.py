@@ -253,6 +253,7 @@ class EdgeDeclarations(Declarations):
         history: HistoryMode = "none",
         approval: bool = False,
         max_calls: int | None = None,
+        timeout: float | None = None,
     ) -> Self:
         """Let ``caller`` ask ``expert`` through a tool, and keep the conversation.
 
@@ -282,6 +283,12 @@ class EdgeDeclarations(Declarations):
                 call tells the caller so.
             max_calls: At most this many calls of the tool per user message; later calls get a
                 tool error (``None``: no limit).
+            timeout: Seconds the expert may take to answer one call (``None``: no limit of its
+                own; the caller's ``with_timeouts(agent_call=...)`` still bounds it). Past it,
+                the expert's run is cancelled and the caller gets a tool error naming the expert
+                and the limit (``outcome="timed_out"``); the other experts of the same response
+                keep running, and the caller carries on. Time spent waiting for a slot
+                (:meth:`with_max_parallel_delegations`) or for a person does not count.
 
         A delegate cycle (an expert that, directly or through its own delegates, asks its
         caller) is refused by ``build()``.
@@ -298,6 +305,14 @@ class EdgeDeclarations(Declarations):
             )
         if max_calls is not None:
             max_calls = at_least_one("max_calls", max_calls)
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)  # pyright: ignore[reportUnnecessaryIsInstance]
+            or not timeout > 0
+        ):
+            raise HandoffArgumentError(
+                "timeout", f"timeout must be a positive number of seconds or None, not {timeout!r}."
+            )
         self._config.delegates.append(
             DelegateEdge(
                 caller_agent,
@@ -308,6 +323,7 @@ class EdgeDeclarations(Declarations):
                 history,
                 approval,
                 max_calls,
+                None if timeout is None else float(timeout),
             )
         )
         return self

@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, Protocol
 
 from agent_framework import (
@@ -61,6 +61,7 @@ from ._settings import (
 )
 from ._state import DelegationFrame
 from ._telemetry import delegation_span, settle_delegation_span
+from ._timeouts import DeadlinePassedError, within
 from ._tools import HandoffTool, schema_tool
 
 __all__ = [
@@ -84,6 +85,10 @@ DELEGATE_APPROVAL_ID_PREFIX = "delegation-approval-"
 
 NO_ANSWER_RESULT = "{expert} gave no answer."
 FAILED_RESULT = "Error: {expert} could not answer ({error}). Carry on without its answer."
+TIMED_OUT_RESULT = (
+    "Error: {expert} gave no answer within {seconds:g} s, its time limit, and was stopped. "
+    "Carry on without its answer."
+)
 DELEGATE_DECLINED_RESULT = (
     "Not asked: the person who reviewed it declined the call to {tool}. Carry on without it."
 )
@@ -108,6 +113,7 @@ class DelegateRoute(NamedTuple):
     history: HistoryMode = "none"
     approval: bool = False
     max_calls: int | None = None
+    timeout: float | None = None
 
     @property
     def model(self) -> type[BaseModel]:
@@ -153,7 +159,9 @@ class DelegationScope:
     ``inputs(expert, history, end)`` is what an expert sees of the shared conversation's first
     ``end`` messages; ``on_update(expert)`` where a streaming run sends its updates (``None``: not
     streaming); ``used`` counts each delegate's calls in this turn (``caller/tool``);
-    ``max_parallel``: how many experts of one response run at once (``None``: all of them).
+    ``max_parallel``: how many experts of one response run at once (``None``: all of them);
+    ``timeouts``: seconds each delegate's expert may take to answer one call, by
+    ``caller/tool`` (none: no limit of its own).
     """
 
     experts: Mapping[str, Expert]
@@ -163,6 +171,7 @@ class DelegationScope:
     max_depth: int = DEFAULT_MAX_DELEGATION_DEPTH
     used: dict[str, int] | None = None
     max_parallel: int | None = None
+    timeouts: Mapping[str, float] = field(default_factory=dict[str, float])
 
 
 def delegate_key(caller: str, tool_name: str) -> str:
@@ -181,6 +190,17 @@ def final_text(messages: Sequence[Message], expert: str) -> str:
         if message.role == "assistant" and message.text.strip():
             return message.text
     return NO_ANSWER_RESULT.format(expert=expert)
+
+
+def failure(expert: str, error: Exception, seconds: float | None) -> tuple[str, DelegationOutcome]:
+    """What the caller reads when ``expert`` raised ``error``, and the delegation's outcome.
+
+    Past the delegate's own ``seconds`` (only this expert was stopped) it ``"timed_out"``;
+    anything else it raised ``"failed"``.
+    """
+    if isinstance(error, DeadlinePassedError) and seconds is not None:
+        return TIMED_OUT_RESULT.format(expert=expert, seconds=seconds), "timed_out"
+    return FAILED_RESULT.format(expert=expert, error=f"{type(error).__name__}: {error}"), "failed"
 
 
 def waiting_call(frame: DelegationFrame) -> Content:
@@ -298,6 +318,7 @@ class Delegations:
         """Run (or run again) ``frame``'s expert: its answer, or ``None`` when it waits."""
         participant = self.scope.experts[frame.expert]
         nested = Delegations(self.scope, frame.depth, self.records)
+        seconds = self.scope.timeouts.get(delegate_key(frame.caller, frame.tool_name))
         shared = self.scope.inputs(frame.expert, frame.history, frame.history_end)
         with delegation_span(
             frame.tool_name,
@@ -308,16 +329,17 @@ class Delegations:
             participant.url,
         ) as span:
             try:
-                async with self._slots:
-                    response = await participant.run_delegated(
-                        [*shared, *frame.messages], self.scope.on_update(frame.expert), nested
+                async with self._slots:  # the time limit starts once the expert has a slot
+                    response = await within(
+                        seconds,
+                        participant.run_delegated(
+                            [*shared, *frame.messages], self.scope.on_update(frame.expert), nested
+                        ),
                     )
             except Exception as error:  # the caller gets the error and carries on
-                result = FAILED_RESULT.format(
-                    expert=frame.expert, error=f"{type(error).__name__}: {error}"
-                )
-                settle_delegation_span(span, "failed", frame.task)
-                self._record(frame, result, "failed", frame.messages)
+                result, outcome = failure(frame.expert, error, seconds)
+                settle_delegation_span(span, outcome, frame.task)
+                self._record(frame, result, outcome, frame.messages)
                 return result
             delta = list(response.messages)
             for message in delta:

@@ -181,10 +181,11 @@ MessagesField = Annotated[
 ]
 """Messages: ``Message`` objects in memory, their ``to_dict()`` forms in persisted state."""
 
-DelegationOutcome = Literal["answered", "failed", "declined", "refused"]
+DelegationOutcome = Literal["answered", "failed", "timed_out", "declined", "refused"]
 """What became of a delegation: the expert ``"answered"``; it ``"failed"`` (its call raised: the
-caller got the error as the tool's result); a person ``"declined"`` it (``approval=True``); or
-it was ``"refused"`` before the expert ran (invalid arguments, ``max_calls`` used up)."""
+caller got the error as the tool's result); it ``"timed_out"`` (it gave no answer within the
+delegate's ``timeout``: the caller was told so); a person ``"declined"`` it (``approval=True``);
+or it was ``"refused"`` before the expert ran (invalid arguments, ``max_calls`` used up)."""
 
 
 @dataclass(frozen=True)

@@ -215,7 +215,7 @@ def _resolve(
         description = handoff_description(Edge(delegate.caller, delegate.expert, delegate.reason))
         delegates.setdefault(caller, {})[delegate.tool] = DelegateRoute(
             caller, expert, delegate.tool, description or expert, delegate.payload,
-            delegate.history, delegate.approval, delegate.max_calls,
+            delegate.history, delegate.approval, delegate.max_calls, delegate.timeout,
         )  # fmt: skip
     reviews = {
         str(producer.name): Review(str(producer.name), str(reviewer.name), rounds)

@@ -12,6 +12,7 @@ docs/architecture.md.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -92,6 +93,17 @@ class RunnerSetup:
     max_delegation_depth: int = DEFAULT_MAX_DELEGATION_DEPTH
     author: str = "handoff_host"
     max_parallel_delegations: int | None = None
+
+    @functools.cached_property
+    def delegate_timeouts(self) -> dict[str, float]:
+        """Each delegate's own time limit, by ``caller/tool`` (those that have one)."""
+        agents = (*self.participants.values(), *self.experts.values())
+        return {
+            delegate_key(route.caller, route.tool_name): route.timeout
+            for agent in agents
+            for route in agent.delegates.values()
+            if route.timeout is not None
+        }
 
 
 def payload_models(
@@ -377,6 +389,7 @@ class LocalAgentRunner:
             max_depth=self.setup.max_delegation_depth,
             used=used,
             max_parallel=self.setup.max_parallel_delegations,
+            timeouts=self.setup.delegate_timeouts,
         )
         return Delegations(scope)
 
