@@ -1632,3 +1632,44 @@ def test_a_delegate_timeout_is_a_positive_number(timeout: Any) -> None:
     triage, policy = scripted_agent("triage"), scripted_agent("policy")
     with pytest.raises(HandoffArgumentError, match="timeout must be a positive number"):
         HandoffWorkflowBuilder(triage).with_delegate(triage, policy, timeout=timeout)
+
+
+def test_mermaid_draws_a_callers_delegates_as_one_fan_out_with_its_bound() -> None:
+    builder, _, _, _ = three_experts([], [], [])
+    lines = builder.to_mermaid().splitlines()
+    fan_out = (
+        "    %% fan-out: triage's ask_policy, ask_legal, ask_ledger in one response run "
+        "concurrently ({})"
+    )
+    assert lines[-4:] == [
+        fan_out.format("all at once"),
+        "    a0 --o|ask_policy| a1",
+        "    a0 --o|ask_legal| a2",
+        "    a0 --o|ask_ledger| a3",
+    ]
+    bounded = builder.with_max_parallel_delegations(2).to_mermaid().splitlines()
+    assert bounded[-4] == fan_out.format("at most 2 at a time")
+    # One delegate is no fan-out.
+    single, _, _ = policy_desk([], [])
+    assert "fan-out" not in single.to_mermaid()
+
+
+async def test_the_delegation_spans_of_one_response_are_overlapping_siblings(
+    spans: InMemorySpanExporter,
+) -> None:
+    builder, _, _, _ = three_experts(
+        [slow("Policy.", 0.1)], [slow("Legal.", 0.1)], [slow("Ledger.", 0.1)]
+    )
+    await builder.build().run(USER)
+
+    tools = [named(spans, f"execute_tool ask_{name}")[0] for name in ("policy", "legal", "ledger")]
+    parents = [parent_of(spans, span) for span in tools]
+    assert {parent.name if parent else None for parent in parents} == {"invoke_agent triage"}
+    assert len({parent.context.span_id for parent in parents if parent and parent.context}) == 1
+    starts = [span.start_time or 0 for span in tools]
+    ends = [span.end_time or 0 for span in tools]
+    assert max(starts) < min(ends)  # all three were open at once
+    for span in tools:  # each expert's own run is inside its own delegation span
+        expert = str(dict(span.attributes or {})["gen_ai.transfer.target.name"])
+        [run] = named(spans, f"invoke_agent {expert}")
+        assert parent_of(spans, run) is span

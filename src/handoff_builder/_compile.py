@@ -299,6 +299,15 @@ def _node(plan: Plan, name: str, node: str) -> str:
     return f'{node}(["{name}"])' if name == plan.initial else f'{node}["{name}"]'
 
 
+def _fan_out_comment(caller: str, tools: Sequence[str], limit: int | None) -> list[str]:
+    """The comment above the delegate arrows of a caller that may ask several experts at once."""
+    if len(tools) < 2:  # one delegate: nothing to fan out
+        return []
+    bound = "all at once" if limit is None else f"at most {limit} at a time"
+    return [f"    %% fan-out: {caller}'s {', '.join(tools)} in one response run concurrently "
+            f"({bound})"]  # fmt: skip
+
+
 def to_mermaid(config: BuildConfig) -> str:
     """The handoff graph as a Mermaid flowchart (validated like ``build()``)."""
     plan = plan_of(config)
@@ -314,6 +323,7 @@ def to_mermaid(config: BuildConfig) -> str:
         lines.append(f"    {ids[producer]} <-->|review| {ids[review.reviewer]}")
     lines += _outcome_comments(config)
     for caller, by_tool in plan.delegates.items():
+        lines += _fan_out_comment(caller, list(by_tool), config.max_parallel_delegations)
         for delegate in by_tool.values():
             lines.append(f"    {ids[caller]} --o|{delegate.tool_name}| {ids[delegate.expert]}")
     for source, code in plan.code_routes.items():
