@@ -61,14 +61,15 @@ class EdgeKind(NamedTuple):
     arrow: str
     """The Mermaid arrow of the edge."""
     note_label: str
-    """How the receiving agent's note starts: "Handoff" / "Hand-back"."""
+    """How the note of an agent that is not the target starts: "Handoff" / "Hand-back"."""
     argument_label: str
-    """How the argument is labelled in that note."""
+    """How the argument is labelled in the notes (a payload model: its class name instead)."""
     instructions: str
     """The default handoff instructions of an agent whose handoff tools are all of this kind."""
     received: str
-    """The note the edge's target reads (``{label}``, ``{argument}``, ``{source}``, ``{target}``);
-    every other agent reads "<note_label> from <source> to <target>. <label>: <argument>"."""
+    """The note the edge's target reads (``{label}``, ``{argument}``, ``{source}``, ``{target}``).
+
+    Every other agent reads "<note_label> from <source> to <target>. <label>: <argument>"."""
 
 
 HANDOFF = EdgeKind(
