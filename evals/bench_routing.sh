@@ -51,4 +51,13 @@ if "$BIN/python" -c "import agent_framework_orchestrations" 2>/dev/null; then
 else
     echo "== agent_framework HandoffBuilder: skipped (pip install agent-framework-orchestrations)"
 fi
+if [ -n "${OPENAI_AGENTS_PYTHON:-}" ]; then
+    # a venv's python with openai-agents and this package: python3 -m venv V;
+    # V/bin/pip install openai-agents -e .   (openai-agents is not a dependency of this package)
+    echo "== openai-agents ($(date -u +%Y-%m-%dT%H:%MZ))"
+    nice -n 19 "$OPENAI_AGENTS_PYTHON" -m evals.openai_agents_desk evals/support_desk.jsonl \
+        --max-output-tokens 256 --out "$OUT/openai_agents" | tee "$OUT/openai_agents.txt"
+else
+    echo "== openai-agents: skipped (set OPENAI_AGENTS_PYTHON to a python with openai-agents)"
+fi
 echo "reports: $OUT/*/report.md"
