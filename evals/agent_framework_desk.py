@@ -37,6 +37,7 @@ from agent_framework import Agent, ChatContext, ChatResponse, Message, chat_midd
 from samples._shared import SPECIALIST_HAND_BACK, TRIAGE_HAND_BACK, render
 
 from evals.desks import COMPANY, MAX_HANDOFFS, REASONS
+from evals.one_by_one import run_one_by_one
 from handoff_builder import HandoffEvent
 from handoff_builder.evals import (
     ESCALATED,
@@ -209,16 +210,9 @@ async def run_cases(
     cases: Sequence[EvalCase], provider: str, max_output_tokens: int | None
 ) -> EvalReport:
     """Every case, one after another (a local model serves one request at a time)."""
-    results: list[CaseResult] = []
-    began = time.monotonic()
-    for case in cases:
-        results.append(await run_case(case, provider, max_output_tokens))
-        right = sum(r.correct for r in results)
-        sys.stderr.write(
-            f"agent_framework_desk: {len(results)}/{len(cases)} turns run, {right} right, "
-            f"{time.monotonic() - began:.0f} s\n"
-        )
-    return EvalReport(tuple(results))
+    return await run_one_by_one(
+        cases, lambda case: run_case(case, provider, max_output_tokens), "agent_framework_desk"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

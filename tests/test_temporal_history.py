@@ -371,18 +371,22 @@ async def test_a_history_recorded_before_the_log_replays_on_workers_with_a_log(
 ) -> None:
     """Conversations that started before agent calls carried references keep sending the
     history itself (a Temporal patch): their histories replay on workers given a log."""
-    text = (RECORDED / recorded).read_text("utf-8")
+    replayed = await replay_with_a_log(client, (RECORDED / recorded).read_text("utf-8"), desk())
+    assert replayed.replay_failure is None
+
+
+async def replay_with_a_log(client: Client, text: str, builder: HandoffWorkflowBuilder) -> Any:
+    """Replay a recorded history on a worker of its task queue that has a message log."""
     started = json.loads(text)["events"][0]["workflowExecutionStartedEventAttributes"]
     conversation_worker(
         client,
-        desk(),
+        builder,
         task_queue=started["taskQueue"]["name"],
         messages=InMemoryConversationStore(),
     )
     history = WorkflowHistory.from_json("recorded", text)
     replayer = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter)
-    replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-    assert replayed.replay_failure is None
+    return await replayer.replay_workflow(history, raise_on_replay_failure=False)
 
 
 async def test_a_run_that_read_its_history_back_from_the_first_page_replays(
@@ -393,22 +397,13 @@ async def test_a_run_that_read_its_history_back_from_the_first_page_replays(
     first on, then a turn."""
     text = (RECORDED / "temporal-history-read-back-c593189.json").read_text("utf-8")
     recorded = json.loads(text)["events"]
-    started = recorded[0]["workflowExecutionStartedEventAttributes"]
     scheduled = [
         e["activityTaskScheduledEventAttributes"]["activityId"]
         for e in recorded
         if e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED"
     ]
     assert scheduled == ["1:read", "2:read", "3:invoke:triage"]  # what the replay covers
-    conversation_worker(
-        client,
-        echo_desk(),
-        task_queue=started["taskQueue"]["name"],
-        messages=InMemoryConversationStore(),
-    )
-    history = WorkflowHistory.from_json("recorded", text)
-    replayer = Replayer(workflows=[ConversationWorkflow], data_converter=pydantic_data_converter)
-    replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    replayed = await replay_with_a_log(client, text, echo_desk())
     assert replayed.replay_failure is None
 
 

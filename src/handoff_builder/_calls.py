@@ -125,29 +125,39 @@ def in_call_order(messages: Sequence[Message]) -> list[Message]:
     A response whose call waited (a delegation waiting for a person) has the results of its
     other calls in one tool message and the waiting call's, later, in another. Read back, they
     are one tool message in the order of the response's calls, as if all had answered at once.
-    Messages are copied where they change, never modified.
+    Messages are copied where they change, never modified. It runs on every agent's input, so
+    a history with nothing to merge costs one look at each message's role and is returned as
+    it is.
     """
-    out: list[Message] = []
-    index = 0
-    while index < len(messages):
+    merges: list[tuple[int, int, dict[str, int]]] = []  # (first result, end, call order)
+    index, count = 0, len(messages)
+    while index < count:
         message = messages[index]
-        out.append(message)
         index += 1
+        if message.role != "assistant":
+            continue
         order = {
             str(c.call_id): n for n, c in enumerate(message.contents) if c.type == "function_call"
         }
-        if message.role != "assistant" or len(order) < 2:  # a response with several calls
+        if len(order) < 2:  # a response with several calls
             continue
         end = index
-        while end < len(messages) and _only_results(messages[end]):
+        while end < count and _only_results(messages[end]):
             end += 1
-        if end - index < 2:  # already one message
-            continue
-        results = [c for m in messages[index:end] for c in m.contents]
-        results.sort(key=lambda c: order.get(str(c.call_id), len(order)))  # stable
-        first = messages[index]
-        out.append(Message(role="tool", contents=results, author_name=first.author_name))
+        if end - index >= 2:  # not already one message
+            merges.append((index, end, order))
         index = end
+    if not merges:
+        return messages if isinstance(messages, list) else list(messages)
+    out: list[Message] = []
+    done = 0
+    for first, end, order in merges:
+        out.extend(messages[done:first])
+        results = [c for m in messages[first:end] for c in m.contents]
+        results.sort(key=lambda c: order.get(str(c.call_id), len(order)))  # stable
+        out.append(Message(role="tool", contents=results, author_name=messages[first].author_name))
+        done = end
+    out.extend(messages[done:])
     return out
 
 
