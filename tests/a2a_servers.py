@@ -35,12 +35,21 @@ from a2a.server.events.event_queue import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
-from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Part, Role
+from a2a.types import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentSkill,
+    Part,
+    Role,
+    TaskState,
+)
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from starlette.applications import Starlette
 from typing_extensions import override
 
-State = Literal["completed", "input_required", "failed", "message"]
+State = Literal["completed", "input_required", "auth_required", "failed", "message"]
+Before = Literal["artifact", "message"]
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -52,9 +61,13 @@ class Answer:
     """One scripted answer: its text, how its task ends, after ``delay`` seconds.
 
     ``"message"``: a plain A2A message and no task; ``"completed"``: a task whose artifact is
-    the text; ``"input_required"``: a task that asks the text and waits; ``"failed"``. A task
-    is opened before the delay (a client may cancel it meanwhile). With ``data``, the message
-    (or artifact) has a data part after its text (none if it is empty).
+    the text; ``"input_required"``: a task that asks the text and waits; ``"auth_required"``: a
+    task that asks for authentication with the text and waits; ``"failed"``. A task
+    is opened before the delay (a client may cancel it meanwhile). ``before``: lines the agent
+    writes in the task first, each an artifact of its own (``before_as="artifact"``, as a desk
+    served with ``a2a_app`` writes its agents' messages) or a ``working`` status message
+    (``"message"``, as agent_framework's ``A2AExecutor`` writes a whole message). With
+    ``data``, the message (or artifact) has a data part after its text (none if it is empty).
     With ``chunks`` (a completed task), the artifact is written chunk by chunk, ``chunk_delay``
     seconds apart (the first opens it, the next are appended, the last is marked last), and the
     text is theirs.
@@ -66,6 +79,8 @@ class Answer:
     data: dict[str, Any] | None = None
     chunks: tuple[str, ...] = ()
     chunk_delay: float = 0.0
+    before: tuple[str, ...] = ()
+    before_as: Before = "artifact"
 
     def parts(self) -> list[Part]:
         """Its A2A parts: the text, then the data."""
@@ -115,6 +130,12 @@ class ScriptedExecutor(AgentExecutor):
             await event_queue.enqueue_event(new_task_from_user_message(context.message))
         await asyncio.sleep(answer.delay)
         updater = TaskUpdater(event_queue, context.task_id, context.context_id)
+        for line in answer.before:
+            if answer.before_as == "artifact":
+                await updater.add_artifact([new_text_part(line)], name="said")
+            else:
+                said_first = updater.new_agent_message([new_text_part(line)])
+                await updater.update_status(TaskState.TASK_STATE_WORKING, message=said_first)
         said = updater.new_agent_message(answer.parts())
         if answer.state == "completed" and answer.chunks:
             await self._write_chunks(updater, answer)
@@ -124,6 +145,8 @@ class ScriptedExecutor(AgentExecutor):
             await updater.complete()
         elif answer.state == "input_required":
             await updater.requires_input(said)
+        elif answer.state == "auth_required":
+            await updater.requires_auth(said)
         else:
             await updater.failed(said)
 

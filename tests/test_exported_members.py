@@ -66,7 +66,7 @@ PUBLIC: dict[str, set[str]] = {
     },
     "Run a turn and read its result": {
         "UserTurn", "ReissueRequests", "HandoffTurnResult", "TurnStatus", "RoutingStep",
-        "StepKind", "DecidedBy", "ModelCall",
+        "StepKind", "DecidedBy", "ModelCall", "RemoteQuestion",
     },
     "Events": {
         "HandoffEvent", "HandoffBlockedEvent", "EscalationEvent", "LimitReachedEvent",

@@ -21,9 +21,13 @@ from a2a.client import A2ACardResolver
 from agent_framework import (
     Agent,
     AgentResponseUpdate,
+    Content,
     FileCheckpointStorage,
     FunctionTool,
     Message,
+    Workflow,
+    WorkflowEvent,
+    tool,
 )
 from agent_framework_a2a import A2AAgent
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -37,11 +41,14 @@ from handoff_builder import (
     HandoffConfigurationError,
     HandoffTurnResult,
     HandoffWorkflowBuilder,
+    PendingRequestsError,
     RemoteAgentError,
     RemoteAgentToolsError,
+    RemoteQuestion,
+    a2a_app,
 )
 from handoff_builder._remote import REMOTE_DESCRIPTION_LIMIT
-from handoff_builder.stores import ConversationStore
+from handoff_builder.stores import ConversationStore, InMemoryConversationStore
 from handoff_builder.testing import (
     ModelCall,
     call_tool,
@@ -49,10 +56,11 @@ from handoff_builder.testing import (
     handoff_to,
     received,
     reply,
+    respond,
     scripted_agent,
 )
-from tests.a2a_servers import A2AServer, Answer, answers, closed_port_url
-from tests.helpers import run_turn
+from tests.a2a_servers import A2AServer, Answer, Before, answers, closed_port_url, serving
+from tests.helpers import Turn, run_turn
 from tests.test_telemetry import EXPORTER, named
 
 TASK = "What is the refund window for a damaged parcel?"
@@ -83,6 +91,49 @@ def texts(message: dict[str, Any]) -> list[str]:
 def remote(server: A2AServer, *, name: str = "policy", **options: Any) -> A2AAgent:
     """An ``A2AAgent`` for ``server``'s JSON-RPC address."""
     return A2AAgent(url=server.url, name=name, **options)
+
+
+class Asked:
+    """A turn that waits for one remote agent's question: its events, its request, the question."""
+
+    def __init__(self, events: list[WorkflowEvent[Any]]) -> None:
+        assert not [e for e in events if e.type == HANDOFF_TURN_EVENT], "the turn did not wait"
+        [self.request] = [e.data for e in events if e.type == "request_info"]
+        question = RemoteQuestion.of(self.request)
+        assert question is not None, f"not a remote question: {self.request!r}"
+        self.events = events
+        self.question = question
+
+    @property
+    def updates(self) -> list[AgentResponseUpdate]:
+        """The agents' updates it streamed."""
+        return [
+            e.data
+            for e in self.events
+            if e.type == "output" and isinstance(e.data, AgentResponseUpdate)
+        ]
+
+
+async def asks(
+    workflow: Workflow, message: str | None, *, stream: bool = False, **kwargs: Any
+) -> Asked:
+    """Run a turn (or answer one, with ``responses=``) that waits for a remote agent's question."""
+    if stream:
+        return Asked([e async for e in workflow.run(message, stream=True, **kwargs)])
+    return Asked(list(await workflow.run(message, **kwargs)))
+
+
+async def answer(workflow: Workflow, asked: Asked, text: str, *, stream: bool = False) -> Turn:
+    """Answer the question ``asked`` waits for with ``text``; the turn that goes on."""
+    responses = {asked.question.request_id: RemoteQuestion.answer(text)}
+    return await run_turn(workflow, None, stream=stream, responses=responses)  # type: ignore[arg-type]
+
+
+async def answer_again(workflow: Workflow, asked: Asked, text: str) -> Asked:
+    """Answer the question ``asked`` waits for with ``text``; the remote agent asks again."""
+    return await asks(
+        workflow, None, responses={asked.question.request_id: Content.from_text(text)}
+    )
 
 
 # -- 1. a remote delegate's expert ----------------------------------------------------------------
@@ -197,6 +248,80 @@ async def test_a_remote_expert_that_needs_approval_is_asked_only_once_approved()
     assert [texts(sent) for sent in server.sent] == [[TASK]]
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["run", "stream"])
+async def test_a_remote_expert_that_asks_waits_for_the_user_and_its_answer_goes_on_in_its_task(
+    stream: bool,
+) -> None:
+    """The expert's question is the turn's request; its answer continues the expert's A2A task,
+    whose result is the caller's tool result."""
+    script = answers(Answer("Which parcel do you mean?", "input_required"), ANSWER)
+    async with A2AServer(script) as server:
+        triage = scripted_agent("triage", call_tool("ask_policy", task=TASK), reply("30 days."))
+        workflow = (
+            HandoffWorkflowBuilder(triage)
+            .with_delegate(triage, remote(server), "refund policy")
+            .build()
+        )
+        asked = await asks(workflow, USER, stream=stream)
+        assert len(client_of(triage).calls) == 1  # the caller waits with its call open
+        turn = await answer(workflow, asked, "The blue one.", stream=stream)
+
+    opened, continued = server.received
+    assert (asked.question.agent, asked.question.text) == ("policy", "Which parcel do you mean?")
+    assert (asked.question.context_id, asked.question.task_id) == (
+        opened.context_id,
+        opened.task_id,
+    )
+    if stream:  # the user reads the expert's question as it comes, as an expert's update
+        expert = [e.data for e in asked.events if e.type == HANDOFF_INTERMEDIATE_EVENT]
+        assert [(u.author_name, u.text) for u in expert] == [
+            ("policy", "Which parcel do you mean?")
+        ]
+    assert server.sent[1]["taskId"] == opened.task_id
+    assert server.sent[1]["contextId"] == opened.context_id
+    assert (continued.text, continued.continued) == ("The blue one.", True)
+    assert results_in(received(triage, 1).messages)[0][1] == ANSWER
+    assert turn.result.text == "30 days."
+    [delegation] = turn.result.delegations
+    assert (delegation.expert, delegation.outcome, delegation.result) == (
+        "policy",
+        "answered",
+        ANSWER,
+    )
+    assert [(m.role, m.text) for m in delegation.messages] == [
+        ("user", TASK),
+        ("assistant", "Which parcel do you mean?"),
+        ("user", "The blue one."),
+        ("assistant", ANSWER),
+    ]
+
+
+async def test_a_hosted_remote_expert_question_waits_through_a_restart(
+    store: ConversationStore,
+) -> None:
+    script = answers(Answer("Which parcel do you mean?", "input_required"), ANSWER)
+    async with A2AServer(script) as server:
+
+        def desk(*steps: Any) -> tuple[HandoffWorkflowBuilder, Agent]:
+            triage = scripted_agent("triage", *steps)
+            return HandoffWorkflowBuilder(triage).with_delegate(triage, remote(server)), triage
+
+        builder, _ = desk(call_tool("ask_policy", task=TASK))
+        with pytest.raises(PendingRequestsError) as waiting:
+            await ConversationHost(builder, store).send("c-1", USER)
+        builder, triage = desk(reply("30 days."))  # a restart: the caller carries on here
+        result = await ConversationHost(builder, store).send("c-1", "The blue one.")
+
+    [asked] = waiting.value.requests
+    question = RemoteQuestion.of(asked)
+    assert question is not None
+    assert (question.agent, question.text) == ("policy", "Which parcel do you mean?")
+    opened, continued = server.received
+    assert (continued.task_id, continued.continued) == (opened.task_id, True)
+    assert result.text == "30 days."
+    assert results_in(received(triage).messages)[0][1] == ANSWER
+
+
 # -- 1b. when the remote expert fails --------------------------------------------------------------
 
 
@@ -278,7 +403,10 @@ def returns_desk(server: A2AServer, *triage_steps: Any) -> tuple[HandoffWorkflow
     return builder, triage
 
 
-async def test_a_remote_target_answers_continues_its_task_and_hands_back() -> None:
+@pytest.mark.parametrize("stream", [False, True], ids=["run", "stream"])
+async def test_a_remote_target_asks_its_answer_continues_its_task_and_it_hands_back(
+    stream: bool,
+) -> None:
     script = answers(
         Answer("Which order is it?", "input_required"),
         Answer("Refund of A-17 started.", "completed"),
@@ -290,17 +418,25 @@ async def test_a_remote_target_answers_continues_its_task_and_hands_back() -> No
             reply("Your refund is on its way. Anything else?"),
         )
         workflow = builder.build()
-        first = await run_turn(workflow, USER)
-        second = await run_turn(workflow, "It is order A-17.")
+        asked = await asks(workflow, USER, stream=stream)
+        second = await answer(workflow, asked, "It is order A-17.", stream=stream)
 
-    # Turn 1: the remote agent answers the user and keeps the conversation (its task waits).
-    assert first.result.text == "Which order is it?"
-    assert first.result.active_agent == "returns"
+    # Turn 1: the remote agent's question is a request the turn waits for, naming who asks.
+    opened, continued = server.received
+    assert asked.question == RemoteQuestion(
+        asked.question.request_id, "returns", "Which order is it?", opened.context_id,
+        opened.task_id,
+    )  # fmt: skip
+    assert asked.request.type == "text"
+    assert asked.request.user_input_request
+    if stream:  # the user reads it as the agent writes it, then the request
+        assert [(u.author_name, u.text) for u in asked.updates if u.text] == [
+            ("returns", "Which order is it?")
+        ]
     assert texts(server.sent[0]) == [
         f"[user] {USER}\n\n[handoff_host] Goal: Refund a broken parcel."
     ]
-    # Turn 2: the next message continues its A2A task, in the same context.
-    opened, continued = server.received
+    # The answer continues its A2A task, in the same context.
     assert continued.text == "It is order A-17."
     assert continued.continued
     assert server.sent[1]["contextId"] == opened.context_id
@@ -312,9 +448,13 @@ async def test_a_remote_target_answers_continues_its_task_and_hands_back() -> No
     )
     assert second.result.active_agent == "triage"
     assert said(second.result.messages) == [
+        ("returns", "Which order is it?"),
         ("returns", "Refund of A-17 started."),
         ("triage", "Your refund is on its way. Anything else?"),
     ]
+    # The answer is the user's message in the conversation, after the question.
+    [answered] = [m for m in second.result.messages if m.role == "user"]
+    assert (answered.text, answered.author_name) == ("It is order A-17.", None)
     client_of(triage).assert_complete()
 
 
@@ -344,11 +484,11 @@ async def test_a_slow_remote_target_ends_the_turn_at_the_deadline_and_the_next_c
         started = time.monotonic()
         late = await run_turn(workflow, USER)
         took = time.monotonic() - started
-        again = await run_turn(workflow, "Are you there?")
+        again = await asks(workflow, "Are you there?")
 
     assert late.result.status == "agent_timeout"
     assert took < 4
-    assert (again.result.text, again.result.active_agent) == ("Which order is it?", "returns")
+    assert (again.question.text, again.question.agent) == ("Which order is it?", "returns")
     # Nothing of the cut call was kept: the next message opens a context of its own.
     assert "contextId" not in server.sent[1]
     assert texts(server.sent[1])[0].endswith("[user] Are you there?")
@@ -367,17 +507,22 @@ async def test_a_hosted_remote_target_that_fails_fails_the_turn_which_is_retried
         with pytest.raises(RemoteAgentError, match="answered with an HTTP error"):
             await host.send("c-1", USER)
         server.fail_with = None  # the server is back: the failed turn is retried first
-        result = await host.send("c-1", "Hello again?")
+        with pytest.raises(PendingRequestsError) as retried:  # it asks: this message is not kept
+            await host.send("c-1", "Hello again?")
+        with pytest.raises(PendingRequestsError) as again:  # answered: it asks again
+            await host.send("c-1", "Hello?")
 
-    assert result.recovered is not None
-    assert (result.recovered.text, result.recovered.active_agent) == (
-        "Which order is it?",
-        "returns",
-    )
-    assert (result.text, result.active_agent) == ("I still need the order number.", "returns")
-    opened, continued = server.received
-    assert (continued.text, continued.continued) == ("Hello again?", True)
+    [asked] = retried.value.requests
+    question = RemoteQuestion.of(asked)
+    assert question is not None
+    assert (question.text, question.agent) == ("Which order is it?", "returns")
+    [asked_again] = again.value.requests
+    assert asked_again.text == "I still need the order number."
+    assert await host.active_agent("c-1") == "returns"
+    opened, continued = server.received  # the first request never reached it (a 500)
+    assert (continued.text, continued.continued) == ("Hello?", True)
     assert continued.context_id == opened.context_id
+    assert "Hello again?" not in [m.text for m in await host.history("c-1")]
 
 
 async def test_a_remote_target_that_just_answers_hands_back_in_the_same_turn() -> None:
@@ -428,26 +573,51 @@ async def test_a_remote_target_without_a_hand_back_keeps_the_conversation_and_it
     assert not then.continued
 
 
-async def test_a_hosted_remote_target_continues_its_task_after_a_restart(
-    store: ConversationStore,
+@pytest.mark.parametrize("how", ["send", "respond"])
+async def test_a_hosted_remote_question_waits_through_a_restart_and_its_answer_continues_its_task(
+    store: ConversationStore, how: str
 ) -> None:
+    """The question is the hosted turn's pending request, stored: a host on the same store
+    (a restart, another worker) lists it, and the next message (or ``respond``) answers it."""
     script = answers(
         Answer("Which order is it?", "input_required"),
         Answer("Refund of A-17 started.", "completed"),
     )
     async with A2AServer(script, name="returns") as server:
         builder, _ = returns_desk(server, handoff_to("returns", "Refund a broken parcel."))
-        first = await ConversationHost(builder, store).send("c-1", USER)
+        with pytest.raises(PendingRequestsError) as waiting:
+            await ConversationHost(builder, store).send("c-1", USER)
         restarted, triage = returns_desk(server, reply("Anything else?"))
-        second = await ConversationHost(restarted, store).send("c-1", "It is order A-17.")
+        host = ConversationHost(restarted, store)
+        [pending] = await host.pending("c-1")
+        active = await host.active_agent("c-1")
+        if how == "send":
+            second = await host.send("c-1", "It is order A-17.")
+        else:
+            answered = {str(pending.id): RemoteQuestion.answer("It is order A-17.")}
+            second = await host.respond("c-1", answered)
+        history = await host.history("c-1")
 
-    assert (first.text, first.active_agent) == ("Which order is it?", "returns")
+    [asked] = waiting.value.requests
+    assert pending.to_dict() == asked.to_dict()
+    question = RemoteQuestion.of(pending)
+    assert question is not None
+    assert (question.agent, question.text) == ("returns", "Which order is it?")
+    assert active == "returns"
     opened, continued = server.received
+    assert (question.context_id, question.task_id) == (opened.context_id, opened.task_id)
     assert continued.continued
     assert server.sent[1]["contextId"] == opened.context_id
     assert server.sent[1]["taskId"] == opened.task_id
+    assert texts(server.sent[1]) == ["It is order A-17."]
     assert second.active_agent == "triage"
     assert received(triage).rendered.endswith("Summary: Refund of A-17 started.")
+    assert said(second.messages) == [
+        ("returns", "Which order is it?"),
+        ("returns", "Refund of A-17 started."),
+        ("triage", "Anything else?"),
+    ]
+    assert [m.text for m in history if m.role == "user"] == [USER, "It is order A-17."]
 
 
 async def test_a_remote_target_continues_its_task_after_a_restore_from_a_checkpoint(
@@ -461,25 +631,57 @@ async def test_a_remote_target_continues_its_task_after_a_restore_from_a_checkpo
     storage = FileCheckpointStorage(tmp_path)  # the history goes through JSON
     async with A2AServer(script, name="returns") as server:
         builder, _ = returns_desk(server, handoff_to("returns", "Refund a broken parcel."))
-        await run_turn(builder.with_name("returns-desk").build(), USER, checkpoint_storage=storage)
+        await asks(builder.with_name("returns-desk").build(), USER, checkpoint_storage=storage)
         checkpoints = await storage.list_checkpoints(workflow_name="returns-desk")
         # Restored after triage handed off, before the remote agent answered: it runs again.
         [handed_off] = [c for c in checkpoints if c.iteration_count == 1]
         restored, triage = returns_desk(server, reply("Anything else?"))
         workflow = restored.with_name("returns-desk").build()
-        again = await run_turn(
-            workflow,
-            None,  # type: ignore[arg-type]  # resume: no new message
-            checkpoint_id=handed_off.checkpoint_id,
-            checkpoint_storage=storage,
+        again = await asks(
+            workflow, None, checkpoint_id=handed_off.checkpoint_id, checkpoint_storage=storage
         )
-        second = await run_turn(workflow, "It is order A-17.")
+        second = await answer(workflow, again, "It is order A-17.")
 
-    assert (again.result.text, again.result.active_agent) == ("Which order is it?", "returns")
+    assert (again.question.text, again.question.agent) == ("Which order is it?", "returns")
     first, rerun, continued = server.received
     assert rerun.context_id != first.context_id  # the restored turn ran it afresh
     assert (continued.continued, continued.context_id) == (True, rerun.context_id)
     assert server.sent[2]["taskId"] == rerun.task_id
+    assert second.result.active_agent == "triage"
+    assert received(triage).rendered.endswith("Summary: Refund of A-17 started.")
+
+
+async def test_a_remote_question_is_answered_in_a_workflow_restored_where_it_waits(
+    tmp_path: Path,
+) -> None:
+    script = answers(
+        Answer("Which order is it?", "input_required"),
+        Answer("Refund of A-17 started.", "completed"),
+    )
+    storage = FileCheckpointStorage(tmp_path)
+    async with A2AServer(script, name="returns") as server:
+        builder, _ = returns_desk(server, handoff_to("returns", "Refund a broken parcel."))
+        asked = await asks(
+            builder.with_name("returns-desk").build(), USER, checkpoint_storage=storage
+        )
+        waiting = await storage.get_latest(workflow_name="returns-desk")
+        assert waiting is not None
+        restored, triage = returns_desk(server, reply("Anything else?"))
+        answered = {asked.question.request_id: RemoteQuestion.answer("It is order A-17.")}
+        second = await run_turn(
+            restored.with_name("returns-desk").build(),
+            None,  # type: ignore[arg-type]  # no new message: the answer
+            checkpoint_id=waiting.checkpoint_id,
+            checkpoint_storage=storage,
+            responses=answered,
+        )
+
+    opened, continued = server.received
+    assert (continued.context_id, continued.task_id, continued.continued) == (
+        opened.context_id,
+        opened.task_id,
+        True,
+    )
     assert second.result.active_agent == "triage"
     assert received(triage).rendered.endswith("Summary: Refund of A-17 started.")
 
@@ -495,25 +697,167 @@ async def test_a_remote_question_reaches_the_user_without_its_data_parts() -> No
     async with A2AServer(script, name="returns") as server:
         builder, _ = returns_desk(server, handoff_to("returns", "Refund a broken parcel."))
         workflow = builder.build()
-        first = await run_turn(workflow, USER)
-        second = await run_turn(workflow, "Hm?")
+        first = await asks(workflow, USER, stream=True)
+        second = await answer_again(workflow, first, "Hm?")
 
-    assert first.result.text == "Shall I refund A-17? Answer approve or decline."
-    assert "request_id" not in str([m.to_dict() for m in first.result.conversation])
-    assert json.loads(second.result.text) == {"missing": ["order"]}
-    assert second.result.active_agent == "returns"
+    assert first.question.text == "Shall I refund A-17? Answer approve or decline."
+    assert "request_id" not in str([first.request.to_dict(), *first.updates])
+    assert json.loads(second.question.text) == {"missing": ["order"]}
+    assert second.question.agent == "returns"
 
 
-async def test_a_streamed_turn_streams_the_remote_answer() -> None:
-    async with A2AServer(
-        answers(Answer("Which order is it?", "input_required")), name="returns"
-    ) as server:
+async def test_a_remote_agent_that_asks_for_authentication_fails_the_turn_with_its_words() -> None:
+    """A2A's ``auth-required``: the workflow cannot authenticate, so it is a typed error (the
+    turn's, or a delegation's tool error) with the remote agent's words, never a wait."""
+    script = answers(
+        Answer("Sign in at https://auth.example/returns first.", "auth_required"),
+        Answer("Sign in at https://auth.example/policy first.", "auth_required"),
+    )
+    async with A2AServer(script, name="returns") as server:
         builder, _ = returns_desk(server, handoff_to("returns", "Refund a broken parcel."))
-        turn = await run_turn(builder.build(), USER, stream=True)
+        started = time.monotonic()
+        with pytest.raises(RemoteAgentError) as caught:
+            await run_turn(builder.build(), USER)
+        took = time.monotonic() - started
+        triage = scripted_agent("triage", call_tool("ask_policy", task=TASK), reply("Sorry."))
+        expert = remote(server, name="policy")
+        workflow = HandoffWorkflowBuilder(triage).with_delegate(triage, expert).build()
+        delegated = await run_turn(workflow, USER)
 
-    streamed = [(u.author_name, u.text) for u in turn.updates if u.text]
-    assert streamed == [("returns", "Which order is it?")]
-    assert turn.result.text == "Which order is it?"
+    error = caught.value
+    assert (error.agent, error.kind, error.url) == ("returns", "auth_required", server.url)
+    assert error.detail == "Sign in at https://auth.example/returns first."
+    assert str(error) == (
+        f"Remote agent 'returns' at {server.url} asks for authentication (A2A auth-required), "
+        "which the workflow cannot give (Sign in at https://auth.example/returns first.)."
+    )
+    assert took < 10
+    [(_, result)] = results_in(received(triage, 1).messages)
+    assert result.startswith("Error: policy could not answer (RemoteAgentError: ")
+    assert "asks for authentication" in result
+    assert "Sign in at https://auth.example/policy first." in result
+    assert [d.outcome for d in delegated.result.delegations] == ["failed"]
+
+
+# -- 2b. what a remote agent wrote before its question -------------------------------------------
+
+
+@pytest.mark.parametrize("before_as", ["artifact", "message"])
+@pytest.mark.parametrize("streams", [False, True], ids=["SendMessage", "SendStreamingMessage"])
+async def test_what_a_remote_agent_wrote_before_its_question_is_read_with_it(
+    before_as: Before,
+    streams: bool,
+) -> None:
+    """Its lines of the same task (artifacts, or messages in its history) come before its
+    question, each once: a line of an earlier exchange of the task is not read again."""
+    script = answers(
+        Answer("Which order is it?", "input_required", before=("I can refund it.",),
+               before_as=before_as),
+        Answer("Shall I refund 30 EUR?", "input_required", before=("A-17 cost 30 EUR.",),
+               before_as=before_as),
+        Answer("Refund of A-17 started."),
+    )  # fmt: skip
+    async with A2AServer(script, name="returns") as server:
+        returns = (
+            await card_of(server, name="returns") if streams else remote(server, name="returns")
+        )
+        triage = scripted_agent("triage", handoff_to("returns", "Refund a broken parcel."))
+        workflow = HandoffWorkflowBuilder(triage).with_handoff(triage, returns).build()
+        first = await asks(workflow, USER, stream=True)
+        second = await answer_again(workflow, first, "It is order A-17.")
+        done = await answer(workflow, second, "Yes.")
+
+    assert (first.question.text, second.question.text) == (
+        "Which order is it?",
+        "Shall I refund 30 EUR?",
+    )
+    streamed = [u for u in first.updates if u.author_name == "returns"]
+    assert "".join(u.text for u in streamed) == "I can refund it.\nWhich order is it?"
+    assert len({u.message_id for u in streamed}) == 1  # one message, as it is in the history
+    assert said(done.result.messages) == [
+        ("returns", "I can refund it. Which order is it?"),
+        ("returns", "A-17 cost 30 EUR. Shall I refund 30 EUR?"),
+        ("returns", "Refund of A-17 started."),
+    ]
+    opened, *continued = server.received
+    assert [(r.task_id, r.continued) for r in continued] == [(opened.task_id, True)] * 2
+    read_back = "GetTask" in methods(server)
+    assert read_back == streams  # a stream does not carry the task's messages: read it back
+
+
+refunded: list[int] = []
+
+
+@tool(name="refund", description="Refund an amount.", approval_mode="always_require")
+def refund(amount: int) -> str:
+    refunded.append(amount)
+    return f"refunded {amount}"
+
+
+@pytest.mark.parametrize("streams", [False, True], ids=["SendMessage", "SendStreamingMessage"])
+async def test_a_desk_served_over_a2a_whose_agent_writes_then_asks_approval_is_read_whole(
+    streams: bool,
+) -> None:
+    """The remote agent is a desk served with ``a2a_app``: its billing writes a line, then calls
+    a tool that needs approval. Our user reads the line and the question; the next message
+    answers it in the same A2A task, and the desk's answer hands the conversation back."""
+    refunded.clear()
+    billing = scripted_agent(
+        "billing",
+        respond("I can refund the double charge.", call_tool("refund", amount=5)),
+        reply("Refunded 5 EUR."),
+        tools=[refund],
+    )
+    served = ConversationHost(HandoffWorkflowBuilder(billing), InMemoryConversationStore())
+
+    def app(url: str) -> Any:
+        return a2a_app(served, name="billing-desk", description="Refunds.", url=url)
+
+    async with serving(app) as url:
+        desk = (
+            A2AAgent(agent_card=await card_at(url), name="billing-desk")
+            if streams
+            else A2AAgent(url=url, name="billing-desk")
+        )
+        triage = scripted_agent(
+            "triage", handoff_to("billing-desk", "Refund the double charge."), reply("Done.")
+        )
+        builder = (
+            HandoffWorkflowBuilder(triage).with_handoff(triage, desk).with_hand_back(triage, [desk])
+        )
+        host = ConversationHost(builder, InMemoryConversationStore())
+        with pytest.raises(PendingRequestsError) as waiting:
+            await host.send("c-1", "I was charged twice.")
+        asked = await host.history("c-1")
+        assert refunded == []
+        finished = await host.send("c-1", "approve")
+        [remote_conversation] = await served.conversations()
+
+    [request] = waiting.value.requests
+    question = RemoteQuestion.of(request)
+    assert question is not None
+    assert question.agent == "billing-desk"
+    assert question.text == (
+        'billing asks for approval to call refund with {"amount": 5}. '
+        'Answer "approve" or "decline".'
+    )
+    assert said(asked)[-1] == (
+        "billing-desk",
+        f"I can refund the double charge. {question.text}",
+    )
+    assert question.context_id == remote_conversation
+    assert refunded == [5]
+    assert said(finished.messages)[-2:] == [
+        ("billing-desk", "Refunded 5 EUR."),
+        ("triage", "Done."),
+    ]
+    assert received(triage).rendered.endswith("Summary: Refunded 5 EUR.")
+
+
+async def card_at(url: str) -> Any:
+    """The agent card served at ``url``."""
+    async with httpx.AsyncClient() as http:
+        return await A2ACardResolver(http, url).get_agent_card()
 
 
 # -- 2c. streaming, and cancelling a cut call ----------------------------------------------------
@@ -597,7 +941,7 @@ async def test_a_streaming_remote_target_cut_at_its_deadline_has_its_task_cancel
         started = time.monotonic()
         late = await run_turn(workflow, USER)
         took = time.monotonic() - started
-        again = await run_turn(workflow, "Are you there?")
+        again = await asks(workflow, "Are you there?")
 
     assert late.result.status == "agent_timeout"
     assert took < 4
@@ -605,7 +949,7 @@ async def test_a_streaming_remote_target_cut_at_its_deadline_has_its_task_cancel
     assert server.cancelled == [cut.task_id]  # A2A's CancelTask, for the task the call opened
     [cancel] = [r for r in server.requests if r.get("method") == "CancelTask"]
     assert cancel["params"]["id"] == cut.task_id
-    assert (again.result.text, again.result.active_agent) == ("Which order is it?", "returns")
+    assert (again.question.text, again.question.agent) == ("Which order is it?", "returns")
 
 
 async def test_a_remote_expert_cut_by_the_turns_deadline_has_its_task_cancelled() -> None:
@@ -650,16 +994,17 @@ async def test_a_cut_call_that_continued_a_waiting_task_cancels_it_and_the_next_
             .with_timeouts(agent_call=0.5)
             .build()
         )
-        await run_turn(workflow, USER)
-        late = await run_turn(workflow, "It is order A-17.")
-        again = await run_turn(workflow, "Hello?")
+        asked = await asks(workflow, USER)
+        late = await answer(workflow, asked, "It is order A-17.")
+        again = await asks(workflow, "Hello?")
 
     assert late.result.status == "agent_timeout"
     opened, continued, anew = server.received
     assert continued.task_id == opened.task_id
     assert server.cancelled == [opened.task_id]
     send = "SendStreamingMessage" if streams else "SendMessage"
-    assert methods(server) == [send, send, "CancelTask", send, send]  # the 4th refused
+    back = ["GetTask"] if streams else []  # a streamed question: its task is read back
+    assert methods(server) == [send, *back, send, "CancelTask", send, send, *back]  # 4th refused
     assert server.sent[1]["taskId"] == opened.task_id
     assert server.sent[2]["taskId"] == opened.task_id
     assert "taskId" not in server.sent[3]
@@ -667,7 +1012,7 @@ async def test_a_cut_call_that_continued_a_waiting_task_cancels_it_and_the_next_
     assert server.sent[3]["referenceTaskIds"] == [opened.task_id]
     assert (anew.context_id, anew.continued) == (opened.context_id, False)
     assert texts(server.sent[3]) == ["[user] It is order A-17.\n\n[user] Hello?"]
-    assert (again.result.text, again.result.active_agent) == ("Refund of A-17 started.", "returns")
+    assert (again.question.text, again.question.agent) == ("Refund of A-17 started.", "returns")
 
 
 async def test_a_cut_call_to_a_server_that_does_not_stream_cancels_nothing() -> None:
@@ -855,7 +1200,7 @@ def tool_description(call: ModelCall, name: str) -> str:
 
 
 async def test_a_card_description_reaches_the_coordinator_cut_and_marked() -> None:
-    script = answers(Answer("Which order is it?", "input_required"), Answer(ANSWER, "message"))
+    script = answers(Answer(ANSWER, "completed"), Answer("Which order is it?", "message"))
     async with A2AServer(script, name="returns", description=INJECTED) as server:
         returns = await card_agent(server)
         triage = scripted_agent(

@@ -137,6 +137,7 @@ if _typing.TYPE_CHECKING:
         ReviewApproval,
         ReviewChanges,
     )
+    from ._remote_input import RemoteQuestion
     from ._requests import decline
     from ._review import Review
     from ._routes import HandoffRoute, hand_back_tool_name, handoff_tool_name
@@ -175,6 +176,7 @@ _LAZY_MODULES: dict[str, tuple[str, ...]] = {
     "._payloads": (
         "DelegateTask", "HandBackSummary", "HandoffGoal", "ReviewApproval", "ReviewChanges",
     ),
+    "._remote_input": ("RemoteQuestion",),
     "._requests": ("decline",),
     "._review": ("Review",),
     "._routes": ("HandoffRoute", "hand_back_tool_name", "handoff_tool_name"),
@@ -340,6 +342,7 @@ __all__ = [
     "ReissueRequests",
     "RemoteAgentError",
     "RemoteAgentToolsError",
+    "RemoteQuestion",
     "Review",
     "ReviewApproval",
     "ReviewChanges",

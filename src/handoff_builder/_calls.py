@@ -16,6 +16,7 @@ from agent_framework import Content, Message
 __all__ = [
     "BESIDE_WAITING_RESULT",
     "NOT_AVAILABLE_RESULT",
+    "REQUEST_TYPES",
     "UNANSWERED_RESULT",
     "call_id_of",
     "call_of",
@@ -35,14 +36,18 @@ BESIDE_WAITING_RESULT = (
 )
 
 
+REQUEST_TYPES = frozenset({"function_approval_request", "function_call", "text"})
+"""The contents that wait for an answer from outside, when their ``user_input_request`` is set:
+an approval, an external call, a remote agent's question (text, answered with text)."""
+
+
 def requests_in(messages: Sequence[Message]) -> list[Content]:
     """The contents of ``messages`` that wait for an answer from outside."""
     return [
         content
         for message in messages
         for content in message.contents
-        if content.user_input_request
-        and content.type in ("function_approval_request", "function_call")
+        if content.user_input_request and content.type in REQUEST_TYPES
     ]
 
 
@@ -88,14 +93,16 @@ def unanswered(
     """Results that settle ``requests`` when the turn ends without their answers.
 
     A turn never ends with a call that has no result: the next model call would be refused.
-    ``text`` replaces the result's text (for calls that end while the turn goes on).
+    ``text`` replaces the result's text (for calls that end while the turn goes on). A question
+    (a remote agent's) is no call: it needs no result.
     """
     text = text or UNANSWERED_RESULT.format(status=status)
     results = [
         Content.from_function_result(call_id=str(call_of(request).call_id), result=text)
         for request in requests
+        if request.type != "text"
     ]
-    return [Message(role="tool", contents=results, author_name=agent)]
+    return [Message(role="tool", contents=results, author_name=agent)] if results else []
 
 
 def call_of(request: Content) -> Content:

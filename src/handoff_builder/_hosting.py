@@ -42,9 +42,10 @@ from ._lifecycle import (
     turn_result,
     user_messages,
 )
-from ._live_conversations import LiveConversations
+from ._live_conversations import LiveConversations, Opened
 from ._options import settings_with
 from ._records import stored_history, stored_host_state
+from ._remote_input import message_answers
 from .exceptions import CorruptConversationError
 from .stores import ConversationStore, check_conversation_id
 
@@ -177,13 +178,16 @@ class ConversationHost:
         retried (or abandoned, past ``max_turn_retries``); its result is the new result's
         ``recovered``. With ``idempotency_key``, a call that repeats an earlier one (a client
         retrying after a timeout or a crash) returns that call's turn instead of running the
-        message again.
+        message again. When the conversation waits for a remote agent's question alone (a
+        :class:`~handoff_builder.RemoteQuestion`), the message is its answer: the waiting turn
+        goes on, as :meth:`respond` would.
 
         Raises:
             ValueError: the conversation id or the idempotency key is not valid (no I/O done).
             MessageTooLargeError: the message is larger than ``max_input_bytes`` (no I/O done).
             ConversationBusyError: another turn of this conversation is running.
-            PendingRequestsError: the conversation waits for answers (:meth:`respond`).
+            PendingRequestsError: the conversation waits for answers (:meth:`respond`), or the
+                turn waits for them now (a remote agent's question among them).
             MessageNotStoredError: the earlier turn, retried first, failed again; the message
                 was not stored.
             StoreUnavailableError: the store cannot be reached (before any model call).
@@ -203,6 +207,9 @@ class ConversationHost:
                 done = await self._turns.repeated(opened, idempotency_key)
                 if done is not None:
                     return done
+            answers = message_answers(opened.host.pending_requests, messages)
+            if answers is not None:  # a remote agent's question: the message answers it
+                return await self._respond(opened, answers, idempotency_key)
             recovered = await self._turns.before_message(opened)
             self._turns.last_step(opened, idempotency_key)
             events = await opened.attempt(self._turns.user_turn(opened, messages))
@@ -237,12 +244,18 @@ class ConversationHost:
                     return done
             # the caller's mistake, not the turn's: refused before anything runs, not counted
             responses = answers_by_request(conversation_id, answers, opened.host.pending_requests)
-            self._turns.last_step(opened, idempotency_key)
-            await opened.workflow.run(ReissueRequests())
-            events = await opened.attempt(responses=responses)
-            result = turn_result(conversation_id, opened.host, events)
-            self._live.keep(opened)
-            return result
+            return await self._respond(opened, responses, idempotency_key)
+
+    async def _respond(
+        self, opened: Opened, responses: dict[str, Content], idempotency_key: str | None
+    ) -> HandoffTurnResult:
+        """Carry the waiting turn on with ``responses``, by request id; its result."""
+        self._turns.last_step(opened, idempotency_key)
+        await opened.workflow.run(ReissueRequests())
+        events = await opened.attempt(responses=responses)
+        result = turn_result(opened.conversation_id, opened.host, events)
+        self._live.keep(opened)
+        return result
 
     async def stream(
         self,
@@ -255,7 +268,9 @@ class ConversationHost:
         """Run one user turn as a stream of workflow events (agent updates, handoffs, the end).
 
         A repeated call (same ``idempotency_key``) yields only the ``handoff_turn_completed``
-        event of the turn it ran. A turn abandoned first yields ``handoff_turn_abandoned``.
+        event of the turn it ran. A turn abandoned first yields ``handoff_turn_abandoned``. A
+        message that answers a remote agent's question (see :meth:`send`) streams the turn it
+        carries on.
         """
         check_conversation_id(conversation_id)
         check_idempotency_key(idempotency_key)
@@ -268,6 +283,13 @@ class ConversationHost:
                 if done is not None:
                     yield WorkflowEvent(cast(Any, HANDOFF_TURN_EVENT), data=done)
                     return
+            answers = message_answers(opened.host.pending_requests, messages)
+            if answers is not None:  # a remote agent's question: the message answers it
+                self._turns.last_step(opened, idempotency_key)
+                await opened.workflow.run(ReissueRequests())
+                async for event in self._streamed(opened, None, responses=answers):
+                    yield event
+                return
             recovered = await self._turns.before_message(opened)
             if recovered is not None and recovered.abandoned is not None:
                 yield WorkflowEvent(
@@ -275,21 +297,33 @@ class ConversationHost:
                 )
             self._turns.last_step(opened, idempotency_key)
             turn = self._turns.user_turn(opened, messages)
-            try:
-                async for event in opened.workflow.run(turn, stream=True):
-                    if event.type == HANDOFF_TURN_EVENT and isinstance(
-                        event.data, HandoffTurnResult
-                    ):
-                        event.data.recovered = recovered
-                    yield event
-            except Exception as error:
-                await opened.count_failure(error)
-                raise
-            if not opened.host.turn_open:
-                self._live.keep(opened)
+            async for event in self._streamed(opened, recovered, turn):
+                yield event
+
+    async def _streamed(
+        self,
+        opened: Opened,
+        recovered: HandoffTurnResult | None,
+        command: object = None,
+        responses: dict[str, Content] | None = None,
+    ) -> AsyncIterator[WorkflowEvent[Any]]:
+        """The events of ``opened``'s workflow run with ``command`` (or ``responses``), streamed.
+
+        The turn's result gets ``recovered``; a failure of the turn is counted, then raised.
+        """
+        try:
+            async for event in opened.workflow.run(command, stream=True, responses=responses):
+                if event.type == HANDOFF_TURN_EVENT and isinstance(event.data, HandoffTurnResult):
+                    event.data.recovered = recovered
+                yield event
+        except Exception as error:
+            await opened.count_failure(error)
+            raise
+        if not opened.host.turn_open:
+            self._live.keep(opened)
 
     async def pending(self, conversation_id: str) -> list[Content]:
-        """The requests the conversation waits for (approvals, external calls), in order.
+        """The requests the conversation waits for (approvals, external calls, questions), in order.
 
         Empty when it waits for nothing; answer them with :meth:`respond`.
         """

@@ -56,12 +56,14 @@ from ._delegation import Delegations
 from ._hooks import HandoffGate
 from ._participant import AgentRun, Participant
 from ._remote import one_line, remote_url
+from ._remote_input import question_request
 from ._timeouts import within
 from ._tools import HandoffToolMiddleware, HandoffVetter, handoff_request, handoff_result
 from .exceptions import HandoffHookError, RemoteAgentError
 
 __all__ = [
     "CANCEL_WITHIN",
+    "REMOTE_DELEGATION_KEY",
     "REMOTE_TASK_KEY",
     "RemoteParticipant",
     "RemoteTask",
@@ -73,6 +75,9 @@ logger = logging.getLogger("handoff_builder")
 
 REMOTE_TASK_KEY = "handoff_builder_a2a"
 """Where a remote agent's reply keeps its A2A task (``Message.additional_properties``)."""
+REMOTE_DELEGATION_KEY = "handoff_builder_a2a_delegation"
+"""Where a remote expert's reply keeps the A2A task of its delegation (kept apart: a delegated
+task never continues the conversation's context, nor the other way round)."""
 
 NO_TEXT = "(The remote agent answered without text.)"
 CARRY_ON = "Carry on."
@@ -80,6 +85,7 @@ CARRY_ON = "Carry on."
 
 COMPLETED = "TASK_STATE_COMPLETED"
 CANCELED = "TASK_STATE_CANCELED"
+AUTH_REQUIRED = "TASK_STATE_AUTH_REQUIRED"
 FAILED_STATES = frozenset({"TASK_STATE_FAILED", "TASK_STATE_REJECTED", "TASK_STATE_CANCELED"})
 
 
@@ -93,6 +99,8 @@ class RemoteTask(NamedTuple):
     context_id: str
     task_id: str | None = None
     state: str = ""
+    read: tuple[str, ...] = ()
+    """The ids of the task's artifacts read so far (a task that waited for input goes on)."""
 
     @property
     def done(self) -> bool:
@@ -129,11 +137,13 @@ class RemoteTask(NamedTuple):
         return cls(context_id, task_id if isinstance(task_id, str) else None, name)
 
     @classmethod
-    def in_message(cls, message: Message, agent: str) -> RemoteTask | None:
-        """The task ``agent``'s reply ``message`` carries (``None``: not such a reply)."""
+    def in_message(
+        cls, message: Message, agent: str, key: str = REMOTE_TASK_KEY
+    ) -> RemoteTask | None:
+        """The task ``agent``'s reply ``message`` carries under ``key`` (``None``: none)."""
         if message.author_name != agent:
             return None
-        kept = (message.additional_properties or {}).get(REMOTE_TASK_KEY)
+        kept = (message.additional_properties or {}).get(key)
         if not isinstance(kept, dict):
             return None
         kept = cast(dict[str, Any], kept)
@@ -142,11 +152,17 @@ class RemoteTask(NamedTuple):
             return None
         task_id = kept.get("task_id")
         state = kept.get("state")
+        read: Any = kept.get("read")
         return cls(
             context_id,
             task_id if isinstance(task_id, str) else None,
             state if isinstance(state, str) else "",
+            tuple(str(r) for r in cast(list[Any], read)) if isinstance(read, list | tuple) else (),
         )
+
+    def record(self) -> dict[str, Any]:
+        """What a reply keeps of it (JSON)."""
+        return {**self._asdict(), "read": list(self.read)}
 
 
 @dataclass(slots=True)
@@ -168,17 +184,14 @@ class RemoteParticipant(Participant):
         gate: HandoffGate,
         delegations: Delegations | None = None,
     ) -> AgentRun:
-        """One run on its view: the new messages sent in its context; a finished task hands back."""
-        news, task = self._news(messages)
-        answer, task, message_id = await self._ask(_text_of(news), task, on_update)
-        properties = {REMOTE_TASK_KEY: task._asdict()} if task is not None else None
-        reply = Message(
-            role="assistant",
-            contents=[answer or NO_TEXT],
-            author_name=self.name,
-            message_id=message_id,
-            additional_properties=properties,
-        )
+        """One run on its view: the new messages sent in its context; a finished task hands back.
+
+        A task that waits for input leaves its question in the reply, as a request.
+        """
+        news, task = self._news(messages, REMOTE_TASK_KEY)
+        found = await self._ask(_text_of(news), task, on_update)
+        reply = self._reply(found, REMOTE_TASK_KEY)
+        answer, task = found.text, found.task
         if vet is None or task is None or not task.done:
             return AgentRun(AgentResponse(messages=[reply]), (), frozenset())
         handoffs = await self.handoffs(gate)
@@ -216,20 +229,37 @@ class RemoteParticipant(Participant):
         on_update: Callable[[AgentResponseUpdate], Awaitable[None]] | None,
         delegations: Delegations,
     ) -> AgentResponse:
-        """One delegated task, in a context of its own; its answer is the caller's tool result."""
-        answer = await self._ask(_text_of(messages), None, on_update)
-        reply = Message(
-            role="assistant",
-            contents=[answer.text],
-            author_name=self.name,
-            message_id=answer.message_id,
-        )
-        return AgentResponse(messages=[reply])
+        """One delegated task, in a context of its own; its answer is the caller's tool result.
 
-    def _news(self, messages: Sequence[Message]) -> tuple[list[Message], RemoteTask | None]:
-        """The messages after its last reply, and the task that reply carries."""
+        A task that waits for input leaves its question in the reply, as a request (the
+        delegation waits with it); once answered, the answer goes on in the same task.
+        """
+        news, task = self._news(messages, REMOTE_DELEGATION_KEY)
+        found = await self._ask(_text_of(news), task, on_update)
+        return AgentResponse(messages=[self._reply(found, REMOTE_DELEGATION_KEY)])
+
+    def _reply(self, found: _Answer, key: str) -> Message:
+        """Its reply: its answer's text, its question as a request; its task kept under ``key``."""
+        contents = [Content.from_text(found.text)] if found.text else []
+        task = found.task
+        if found.question is not None and task is not None:
+            question, asked = found.question
+            request = question_request(self.name, question, task.context_id, task.task_id, asked)
+            contents.append(request)
+        return Message(
+            role="assistant",
+            contents=contents or [NO_TEXT],
+            author_name=self.name,
+            message_id=found.message_id,
+            additional_properties={key: task.record()} if task is not None else None,
+        )
+
+    def _news(
+        self, messages: Sequence[Message], key: str
+    ) -> tuple[list[Message], RemoteTask | None]:
+        """The messages after its last reply, and the task that reply carries under ``key``."""
         for index in range(len(messages) - 1, -1, -1):
-            task = RemoteTask.in_message(messages[index], self.name)
+            task = RemoteTask.in_message(messages[index], self.name, key)
             if task is not None:
                 return list(messages[index + 1 :]), task
         return list(messages), None
@@ -272,9 +302,10 @@ class RemoteParticipant(Participant):
         remote: Any = self.agent
         reading = _Reading(self.name, on_update)
         stream: Any = None
+        sent = uuid.uuid4().hex
         try:
             stream = remote.run(
-                Message(role="user", contents=[text]),
+                Message(role="user", contents=[text], message_id=sent),
                 session=session,
                 stream=True,
                 background=True,  # in-progress updates name the task from its first event
@@ -292,24 +323,66 @@ class RemoteParticipant(Participant):
             if task is not None and continued and not reading.read_any and _task_over(error):
                 raise _TaskOverError(task._replace(state=CANCELED)) from error
             raise remote_error(self.name, error) from error
-        answer = _answer_of(response)
         now = RemoteTask.of(session)
+        read = (
+            task.read if task is not None and now is not None and now.task_id == continued else ()
+        )
+        answer = _answer_of(response, read)
         if now is not None and now.state in FAILED_STATES:
-            said = answer or _status_text(response)
+            said = answer or _status(response)[0]
             detail = f"{now.state}: {one_line(said, 300)}" if said else now.state
             raise RemoteAgentError(self.name, "failed", "", detail)
-        if now is not None and not now.done:  # it asks: its question's words, not its data parts
-            answer = _status_text(response) or answer
-        message_id = await reading.finish(answer)
-        return _Answer(answer, now, message_id)
+        if now is not None and now.state == AUTH_REQUIRED:
+            said = _status(response)[0] or answer
+            raise RemoteAgentError(self.name, "auth_required", self.url, one_line(said, 300))
+        if now is None or now.done:
+            return _Answer(answer, now, await reading.finish(answer))
+        # It asks: its question's words (not its data parts), after what it wrote before them.
+        question, asked = _status(response)
+        earlier, read = await self._earlier(response, now._replace(read=read), sent, reading)
+        now = now._replace(read=read)
+        shown = "\n".join(t for t in (earlier, question or answer) if t)
+        message_id = await reading.finish(shown)
+        return _Answer(earlier, now, message_id, (question or answer or NO_TEXT, asked))
+
+    async def _earlier(
+        self, response: AgentResponse, task: RemoteTask, sent: str, reading: _Reading
+    ) -> tuple[str, tuple[str, ...]]:
+        """What a task that waits for input wrote in this exchange before its question.
+
+        Its messages after the one sent (``sent``), then its artifacts not read before, as the
+        task holds them: the task of the answer (``SendMessage``), else the task read back
+        (``GetTask``: a stream does not carry the messages). Returns that text and the ids of
+        every artifact read so far. A task that cannot be read back gives what was streamed.
+        """
+        found: Any = _raw(response)[-1]  # the task whole (SendMessage), or a stream's last event
+        if not _is_task(found):
+            from a2a.types import GetTaskRequest
+
+            remote: Any = self.agent
+            try:
+                request = GetTaskRequest(id=str(task.task_id))
+                found = await within(CANCEL_WITHIN, remote.client.get_task(request))
+            except Exception as error:  # its question stands; what streamed stands
+                logger.warning(
+                    "remote agent %s: task %s could not be read back (%s: %s)",
+                    self.name, task.task_id, type(error).__name__, one_line(str(error), 200),
+                )  # fmt: skip
+                return reading.streamed_artifacts(task.read)
+        return _written(found, sent, task.read)
 
 
 class _Answer(NamedTuple):
-    """A remote agent's answer: its text, its task, and the id its streamed updates had."""
+    """A remote agent's answer: its text, its task, and the id its streamed updates had.
+
+    ``question``: while its task waits for input, its question and the id of the A2A message
+    that asks (``text`` is then what it wrote before it).
+    """
 
     text: str
     task: RemoteTask | None
     message_id: str
+    question: tuple[str, str] | None = None
 
 
 class _TaskOverError(Exception):
@@ -353,7 +426,7 @@ class _Reading:
         named = token.get("task_id") if token is not None else getattr(raw, "task_id", None)
         if isinstance(named, str) and named:
             self.task_id = named
-        if self.on_update is None or type(raw).__name__ != "TaskArtifactUpdateEvent":
+        if type(raw).__name__ != "TaskArtifactUpdateEvent":
             return
         key = str(update.message_id)
         for content in update.contents:
@@ -362,6 +435,14 @@ class _Reading:
             so_far = self._artifacts.get(key, "") if content.merge_mode == "append" else ""
             self._artifacts[key] = so_far + (content.text or "")
         await self._send("\n".join(self._artifacts.values()))
+
+    def streamed_artifacts(self, read: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+        """The text of the artifacts streamed and not ``read`` before, and every id read."""
+        new = [key for key in self._artifacts if key not in read]
+        return "\n".join(self._artifacts[key] for key in new if self._artifacts[key]), (
+            *read,
+            *new,
+        )
 
     async def finish(self, answer: str) -> str:
         """The rest of ``answer`` streamed; the id of the message that carries it.
@@ -437,15 +518,57 @@ def _task_over(error: BaseException) -> bool:
     return False
 
 
-def _answer_of(response: AgentResponse) -> str:
-    """The text of a remote agent's answer: its assistant messages' text parts, line by line."""
+def _answer_of(response: AgentResponse, read: tuple[str, ...] = ()) -> str:
+    """The text of a remote agent's answer: its assistant messages' text parts, line by line.
+
+    Without the artifacts ``read`` before in the same task (``A2AAgent`` reads a finished
+    task's artifacts whole, those of the exchanges before its question too).
+    """
     return "\n".join(
         content.text
         for message in response.messages
-        if message.role == "assistant"
+        if message.role == "assistant" and message.message_id not in read
         for content in message.contents
         if content.type == "text" and content.text
     )
+
+
+def _raw(response: AgentResponse) -> list[Any]:
+    """The A2A objects (tasks, events, messages) ``response`` was read from, in order."""
+    raw: Any = response.raw_representation
+    return list(cast(list[Any], raw)) if isinstance(raw, list) else [raw]
+
+
+def _is_task(item: Any) -> bool:
+    """True when ``item`` is an A2A ``Task`` (by its class's name: a2a-sdk's)."""
+    return type(item).__name__ == "Task"
+
+
+def _texts(parts: Any) -> str:
+    """The text parts of an A2A message or artifact, joined by a space."""
+    listed: list[Any] = list(parts or [])
+    return " ".join(str(getattr(part, "text", "") or "") for part in listed).strip()
+
+
+def _written(task: Any, sent: str, read: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """What ``task`` holds of an exchange that started with message ``sent``, before its question.
+
+    Its agent's messages in its history after ``sent`` (its question, the status message, left
+    out), then its artifacts not ``read``, line by line; and the ids of every artifact read.
+    """
+    from a2a.types import Role
+
+    asked = str(getattr(getattr(getattr(task, "status", None), "message", None), "message_id", ""))
+    said: list[str] = []
+    history: list[Any] = list(getattr(task, "history", None) or [])
+    start = next((i + 1 for i, m in enumerate(history) if m.message_id == sent), len(history))
+    for message in history[start:]:
+        if message.role == Role.ROLE_AGENT and message.message_id != asked:
+            said.append(_texts(message.parts))
+    artifacts: list[Any] = list(getattr(task, "artifacts", None) or [])
+    fresh = [a for a in artifacts if a.artifact_id not in read]
+    said.extend(_texts(artifact.parts) for artifact in fresh)
+    return "\n".join(t for t in said if t), (*read, *(a.artifact_id for a in fresh))
 
 
 def _text_of(messages: Sequence[Message]) -> str:
@@ -459,8 +582,8 @@ def _text_of(messages: Sequence[Message]) -> str:
     return "\n\n".join(f"[{_speaker(message)}] {text}" for message, text in said)
 
 
-def _status_text(response: AgentResponse) -> str:
-    """The text parts of the last A2A task's status message in ``response``.
+def _status(response: AgentResponse) -> tuple[str, str]:
+    """The text parts of the last A2A task's status message in ``response``, and its id.
 
     A failed task's words: agent_framework's ``A2AAgent`` reads a finished task's answer from
     its artifacts, and a task that failed says why in its status message, kept only in the
@@ -468,16 +591,12 @@ def _status_text(response: AgentResponse) -> str:
     text parts and the JSON of its data parts (which are for programs: a desk served with
     ``a2a_app`` describes its requests in one) line by line.
     """
-    raw: Any = response.raw_representation
-    tasks: list[Any] = list(cast(list[Any], raw)) if isinstance(raw, list) else [raw]
-    for task in reversed(tasks):
-        status = getattr(task, "status", None)
-        message = getattr(status, "message", None)
-        parts: Any = getattr(message, "parts", None) or []
-        said = " ".join(str(getattr(part, "text", "") or "") for part in parts).strip()
+    for task in reversed(_raw(response)):
+        message = getattr(getattr(task, "status", None), "message", None)
+        said = _texts(getattr(message, "parts", None))
         if said:
-            return said
-    return ""
+            return said, str(getattr(message, "message_id", "") or "")
+    return "", ""
 
 
 def _speaker(message: Message) -> str:

@@ -1,14 +1,16 @@
-"""Human-in-the-loop requests raised by a participant: tool approvals and external function calls.
+"""Human-in-the-loop requests raised by a participant: tool approvals, external calls, questions.
 
 When an agent's response holds a request (a ``function_approval_request`` for a tool that needs
-approval, or a ``function_call`` to a declaration-only tool), the host surfaces each one as an
+approval, a ``function_call`` to a declaration-only tool, or a remote agent's question, a
+``text`` content that waits for an answer), the host surfaces each one as an
 agent_framework ``request_info`` event and keeps the turn open. When every request of that agent
 is answered, the answers join the shared history and the turn goes on as the manager decided
 when the requests were raised: the **same** agent runs again, or, if it handed off in that
 response, the agent it handed off to.
 
 Approved calls are executed here, with the agent's own tool, and their results recorded as the
-call's function result; rejected calls get an error result. An approved **handoff** call (it asks
+call's function result; rejected calls get an error result. A question's answer (text) joins
+the history as the user's message. An approved **handoff** call (it asks
 for approval when it shares a response with a call that does) is vetted like any handoff call
 and routes when it is accepted. The agent then sees a complete transcript (each call with its
 result) and needs no session of its own.
@@ -119,11 +121,15 @@ class PendingRequests:
         """
         approvals: list[Content] = []
         results: list[Content] = []
+        words: list[Content] = []
         calls: list[HandoffCall] = []
         earlier = self._followed(participant)
         handoffs = await participant.handoffs(gate)
         for request_id, request in self.requests.items():
             answer = self.answers[request_id]
+            if request.type == "text":  # a question: the person's words
+                words.append(Content.from_text(answer.text or ""))
+                continue
             if request.type != "function_approval_request":
                 results.append(_external_result(request, answer))
                 continue
@@ -160,6 +166,8 @@ class PendingRequests:
         )
         if results:
             messages.append(Message(role="tool", contents=results, author_name=participant.name))
+        if words:  # the answer to a question is the user's message, for every agent to read
+            messages.append(Message(role="user", contents=words))
         self.requests, self.answers, self.agent = {}, {}, None
         return messages, tuple(calls)
 
@@ -292,6 +300,13 @@ def _check_answer(request: Content, answer: Content) -> None:
             f"The answer to approval request {request.id!r} must be a function_approval_response "
             f"(use request.to_function_approval_response(approved=...)), not {answer.type!r}."
         )
+    if request.type == "text" and answer.type != "text":
+        raise TypeError(
+            f"The answer to question {request.id!r} must be a text Content "
+            f"(Content.from_text(...)), not {answer.type!r}."
+        )
+    if request.type == "text" and not (answer.text or "").strip():
+        raise ValueError(f"The answer to question {request.id!r} is empty; say something.")
     if request.type == "function_call" and answer.type != "function_result":
         raise TypeError(
             f"The answer to function call {request.call_id!r} ({request.name}) must be a "

@@ -263,9 +263,11 @@ class RemoteAgentError(HandoffBuilderError, ConnectionError):
     ``agent`` names it; ``kind`` says what happened: ``"unreachable"`` (no connection to its
     server), ``"timeout"`` (no answer within its client's timeout), ``"http"`` (its server
     answered with an HTTP error, such as 500), ``"failed"`` (its task ended failed, rejected or
-    cancelled) or ``"error"`` (anything else its client raised); ``url`` is the address tried
-    (``""`` when the client did not say), ``detail`` the words of the system. The client's
-    exception is the ``__cause__``. In a delegation it is the caller's tool error, as text.
+    cancelled), ``"auth_required"`` (its task asks for authentication, A2A's ``auth-required``,
+    which the workflow cannot give: ``detail`` holds its words) or ``"error"`` (anything else its
+    client raised); ``url`` is the address tried (``""`` when the client did not say),
+    ``detail`` the words of the system. The client's exception, if any, is the ``__cause__``.
+    In a delegation it is the caller's tool error, as text.
     """
 
     def __init__(self, agent: str, kind: str, url: str, detail: str) -> None:
@@ -279,15 +281,18 @@ class RemoteAgentError(HandoffBuilderError, ConnectionError):
             "timeout": "did not answer in time",
             "http": "answered with an HTTP error",
             "failed": "could not do its task",
+            "auth_required": "asks for authentication (A2A auth-required), which the workflow "
+            "cannot give",
         }.get(kind, "failed")
         super().__init__(f"Remote agent {agent!r}{where} {what} ({detail}).")
 
 
 class PendingRequestsError(HandoffBuilderError, RuntimeError):
-    """A hosted turn waits for tool approvals or external call results.
+    """A hosted turn waits for tool approvals, external call results or a remote agent's answer.
 
-    ``requests`` holds the request contents (``function_approval_request`` or ``function_call``);
-    answer them with ``ConversationHost.respond(conversation_id, {request.id: answer})``.
+    ``requests`` holds the request contents (``function_approval_request``, ``function_call``,
+    or a remote agent's question: a ``text`` content, see ``RemoteQuestion``); answer them with
+    ``ConversationHost.respond(conversation_id, {request.id: answer})``.
     """
 
     def __init__(self, conversation_id: str, requests: Sequence[Any]) -> None:
