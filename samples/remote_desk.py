@@ -13,8 +13,10 @@ alone, it starts them itself, each a desk of its own served with ``a2a_app`` on 
   tool's result, and triage stays in charge.
 * ``returns`` handles refunds, with a tool of its own on its server, ``start_refund``, which needs
   the customer's confirmation: its A2A task then waits for input and asks. Triage hands the
-  conversation to it; the next message goes straight to it and continues its task; when its
-  task completes, the conversation comes back to triage with its answer as the summary.
+  conversation to it; its question is the turn's pending request (``send`` raises
+  ``PendingRequestsError``, whose request reads as a ``RemoteQuestion``); the next message
+  answers it and continues its task; when its task completes, the conversation comes back to
+  triage with its answer as the summary.
 
 A ``ConversationHost`` keeps the local conversation (and the agent it is with). The sample prints
 what the user sees, with the handoffs and what the expert answered.
@@ -31,7 +33,13 @@ from pathlib import Path
 
 from agent_framework import Agent, tool
 
-from handoff_builder import ConversationHost, HandoffTurnResult, HandoffWorkflowBuilder
+from handoff_builder import (
+    ConversationHost,
+    HandoffTurnResult,
+    HandoffWorkflowBuilder,
+    PendingRequestsError,
+    RemoteQuestion,
+)
 from handoff_builder.stores import InMemoryConversationStore
 from handoff_builder.testing import call_tool, handoff_to, reply
 
@@ -161,8 +169,8 @@ def show(turn: HandoffTurnResult) -> None:
     handoffs = {handoff.call_id: handoff for handoff in turn.handoffs}
     asked = {delegation.call_id: delegation for delegation in turn.delegations}
     for message in turn.messages:
-        if message.role == "assistant" and message.text:
-            print(f"{message.author_name}: {message.text}")
+        if message.text and (message.role == "assistant" or message.author_name is None):
+            print(f"{message.author_name or 'user'}: {message.text}")
         for content in message.contents:
             if content.type != "function_call":
                 continue
@@ -177,7 +185,18 @@ def show(turn: HandoffTurnResult) -> None:
     print(f"  (the conversation is now with {turn.active_agent})")
 
 
-async def main(provider: str = "scripted") -> list[HandoffTurnResult]:
+async def send(desk: ConversationHost, text: str) -> HandoffTurnResult | RemoteQuestion:
+    """The turn ``text`` runs, or the remote agent's question it waits for."""
+    try:
+        return await desk.send("customer-1", text)
+    except PendingRequestsError as waiting:
+        [question] = [RemoteQuestion.of(request) for request in waiting.requests]
+        if question is None:
+            raise
+        return question
+
+
+async def main(provider: str = "scripted") -> list[HandoffTurnResult | RemoteQuestion]:
     REFUNDS.clear()
     async with AsyncExitStack() as servers:
         policy_url = await servers.enter_async_context(
@@ -188,11 +207,15 @@ async def main(provider: str = "scripted") -> list[HandoffTurnResult]:
         )
         print(f"(policy serves A2A at {policy_url}, returns at {returns_url})")
         desk = local_desk(provider, policy_url, returns_url)
-        turns: list[HandoffTurnResult] = []
+        turns: list[HandoffTurnResult | RemoteQuestion] = []
         for text in MESSAGES:
             print(f"\nuser: {text}")
-            turns.append(await desk.send("customer-1", text))
-            show(turns[-1])
+            turns.append(await send(desk, text))
+            if isinstance(turns[-1], RemoteQuestion):  # the next message answers it
+                print(f"  [{turns[-1].agent} asks, over A2A] {turns[-1].text}")
+                print("  (the turn waits for the answer)")
+            else:
+                show(turns[-1])
     print(f"\n(refunds made on the returns server: {REFUNDS})")
     return turns
 

@@ -36,7 +36,7 @@ from a2a.types import (
     TaskState,
 )
 from a2a.utils.errors import A2AError, InvalidParamsError, TaskNotFoundError
-from agent_framework import FunctionTool, tool
+from agent_framework import Content, FunctionTool, tool
 from agent_framework_a2a import A2AAgent
 from google.protobuf.json_format import MessageToDict
 
@@ -46,6 +46,7 @@ from handoff_builder import (
     HandoffWorkflowBuilder,
     a2a_app,
 )
+from handoff_builder._a2a_server import answers_in
 from handoff_builder.stores import InMemoryConversationStore
 from handoff_builder.testing import (
     call_tool,
@@ -55,7 +56,7 @@ from handoff_builder.testing import (
     respond,
     scripted_agent,
 )
-from tests.a2a_servers import serving
+from tests.a2a_servers import A2AServer, Answer, answers, serving
 
 A2A_1 = {"A2A-Version": "1.0"}
 """The protocol version a plain JSON-RPC request names (a2a-sdk's clients send it)."""
@@ -364,6 +365,55 @@ async def test_an_external_call_is_input_required_and_text_is_its_result() -> No
         if c.type == "function_result"
     ]
     assert results == ["shipped 2026-11-30"]
+
+
+async def test_a_remote_agents_question_is_input_required_and_text_answers_it() -> None:
+    """The desk's own remote agent asks (a chain: our client, the desk, a remote returns)."""
+    script = answers(
+        Answer("Which order is it?", "input_required"), Answer("Refund of A-17 started.")
+    )
+    async with A2AServer(script, name="returns") as remote_server:
+        triage = scripted_agent("triage", handoff_to("returns", goal="Refund a parcel."))
+        returns = A2AAgent(url=remote_server.url, name="returns")
+        builder = HandoffWorkflowBuilder(triage).with_handoff(triage, returns)
+        host = ConversationHost(builder, InMemoryConversationStore())
+        async with served(host) as url, a2a_client(url) as client:
+            asked = await task_of(client, user_message("Refund my parcel."))
+            [request] = await host.pending(asked.context_id)
+            done = await task_of(
+                client,
+                user_message("It is order A-17.", context_id=asked.context_id, task_id=asked.id),
+            )
+
+    assert asked.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert status_text(asked) == "returns asks: Which order is it? Answer with your reply."
+    [data] = get_data_parts(list(asked.status.message.parts))
+    assert data == {
+        "requests": [
+            {
+                "request_id": str(request.id),
+                "kind": "question",
+                "agent": "returns",
+                "text": "Which order is it?",
+            }
+        ]
+    }
+    assert artifacts(asked) == [("returns", "Which order is it?")]
+    assert done.status.state == TaskState.TASK_STATE_COMPLETED
+    assert artifacts(done)[-1] == ("returns", "Refund of A-17 started.")
+    opened, continued = remote_server.received
+    assert (continued.text, continued.task_id) == ("It is order A-17.", opened.task_id)
+
+
+def test_a_data_part_answers_a_question_by_its_id_with_text() -> None:
+    question = Content.from_text("Which order is it?")
+    question.id, question.user_input_request = "q-1", True
+    answered = answers_in([], [{"request_id": "q-1", "text": "A-17"}], [question])
+    assert isinstance(answered, dict)
+    assert answered["q-1"].text == "A-17"
+    assert answers_in([], [{"request_id": "q-1"}], [question]) == (
+        "The answer to question 'q-1' needs a \"text\" (a string with words)."
+    )
 
 
 # -- another framework's agent pointed at the desk ------------------------------------------------

@@ -525,24 +525,31 @@ async def test_delegate_or_handoff() -> None:
 async def test_remote_desk(capsys: pytest.CaptureFixture[str]) -> None:
     """Two remote agents on the A2A servers the sample starts: triage asks one and answers with
     its answer; it hands the conversation to the other, whose task waits for the customer's
-    confirmation (a tool with approval on its server), then completes and hands back."""
+    confirmation (a tool with approval on its server): its question is the turn's request, the
+    next message answers it, and its task completes and hands back."""
     from samples.remote_desk import POLICY, REFUNDED, REFUNDS, main
 
-    asked, handed, confirmed = await main()
+    from handoff_builder import HandoffTurnResult, RemoteQuestion
+
+    asked, waited, confirmed = await main()
+    assert isinstance(asked, HandoffTurnResult)
+    assert isinstance(waited, RemoteQuestion)
+    assert isinstance(confirmed, HandoffTurnResult)
     [delegation] = asked.delegations
     assert (delegation.expert, delegation.outcome, delegation.result) == (
         "policy", "answered", POLICY,
     )  # fmt: skip
     assert (asked.text, asked.active_agent) == (f"{POLICY} Shall I start the refund?", "triage")
-    assert [(h.kind, h.target) for h in handed.handoffs] == [("handoff", "returns")]
     question = (
         'returns asks for approval to call start_refund with {"order": "A-17", "amount": 24.9}. '
         'Answer "approve" or "decline".'
     )  # the remote desk's question, without the data part that describes it for programs
-    assert (handed.text, handed.active_agent) == (question, "returns")
-    assert [(h.kind, h.source, h.target, h.goal) for h in confirmed.handoffs] == [
-        ("hand_back", "returns", "triage", REFUNDED)
+    assert (waited.agent, waited.text) == ("returns", question)
+    assert [(h.kind, h.source, h.target) for h in confirmed.handoffs] == [
+        ("handoff", "triage", "returns"),
+        ("hand_back", "returns", "triage"),
     ]
+    assert confirmed.handoffs[-1].goal == REFUNDED
     assert confirmed.active_agent == "triage"
     assert REFUNDS == [("A-17", 24.9)]  # refunded once, on the returns server, once confirmed
     out = capsys.readouterr().out.splitlines()
@@ -556,10 +563,12 @@ async def test_remote_desk(capsys: pytest.CaptureFixture[str]) -> None:
         "  (the conversation is now with triage)",
         "",
         "user: Then please refund it: order A-17, 24.90 EUR.",
+        f"  [returns asks, over A2A] {question}",
+        "  (the turn waits for the answer)",
+        "",
+        "user: approve",
         "  [handoff] triage -> returns: Refund order A-17 (24.90 EUR): the parcel arrived broken.",
         f"returns: {question}",
-        "  (the conversation is now with returns)",
-        "",
         "user: approve",
         f"returns: {REFUNDED}",
         f"  [hand_back] returns -> triage: {REFUNDED}",

@@ -20,7 +20,12 @@ from a2a.client import A2ACardResolver
 from agent_framework import AgentResponseUpdate
 from agent_framework_a2a import A2AAgent
 
-from handoff_builder import HandoffTurnResult, HandoffWorkflowBuilder
+from handoff_builder import (
+    HandoffTurnResult,
+    HandoffWorkflowBuilder,
+    PendingRequestsError,
+    RemoteQuestion,
+)
 from handoff_builder.testing import call_tool, handoff_to, received, reply, scripted_agent
 from tests.a2a_servers import A2AServer, Answer, answers
 
@@ -52,7 +57,7 @@ async def test_a_remote_expert_and_a_remote_specialist_on_temporal(
     client: Client, queue: str, local: bool
 ) -> None:
     """triage asks the remote ``policy``, then hands the conversation to the remote ``returns``,
-    whose question waits for the next message: that message, in a later activity, continues its
+    whose question is the turn's pending request: its answer, in a later activity, continues its
     A2A task, which completes and hands back to triage."""
     returns_script = answers(
         Answer("Which order is it?", "input_required"),
@@ -78,36 +83,44 @@ async def test_a_remote_expert_and_a_remote_specialist_on_temporal(
         )
         conversation = cid()
         async with serving(client, builder, queue, local_activities=local) as host:
-            first = await host.send(conversation, USER)
-            second = await host.send(conversation, "It is order A-17.")
+            with pytest.raises(PendingRequestsError) as waiting:
+                await host.send(conversation, USER)
+            [pending] = await host.pending(conversation)
+            answered = {str(pending.id): RemoteQuestion.answer("It is order A-17.")}
+            second = await host.respond(conversation, answered)
             history = await host.history(conversation)
             await replays(client, conversation)
 
     # The remote expert answered triage's task, in a context of its own.
     [asked] = policy_server.sent
     assert texts(asked) == [TASK]
-    assert [(d.expert, d.outcome, d.result) for d in first.delegations] == [
+    assert [(d.expert, d.outcome, d.result) for d in second.delegations] == [
         ("policy", "answered", ANSWER)
     ]
     assert received(triage, 1).sees(ANSWER)
-    # The remote specialist answered the user and kept the conversation: its task waits.
-    assert (first.text, first.active_agent, first.status) == (
-        "Which order is it?",
-        "returns",
-        "completed",
-    )
-    # The next message continued its A2A task, in the same context.
+    # The remote specialist asked: the turn waits for its question, as for any request.
+    [asked] = waiting.value.requests
+    question = RemoteQuestion.of(asked)
+    assert question is not None
+    assert (question.agent, question.text) == ("returns", "Which order is it?")
+    assert pending.to_dict() == asked.to_dict()
+    # The answer continued its A2A task, in the same context.
     opened, continued = returns_server.received
     assert (continued.text, continued.continued) == ("It is order A-17.", True)
     assert returns_server.sent[1]["contextId"] == opened.context_id
     assert returns_server.sent[1]["taskId"] == opened.task_id
     # Its task completed: the conversation went back to triage, with its answer as the summary.
-    assert [(h.source, h.target) for h in second.handoffs] == [("returns", "triage")]
+    assert [(h.source, h.target) for h in second.handoffs] == [
+        ("triage", "returns"),
+        ("returns", "triage"),
+    ]  # one turn, which waited for the answer
     assert received(triage, 2).rendered.endswith(
         "Hand-back from returns to you (triage). Summary: Refund of A-17 started."
     )
     assert second.active_agent == "triage"
-    assert [(m.author_name, m.text) for m in second.messages if m.role == "assistant"] == [
+    assert [(m.author_name, m.text) for m in second.messages if m.text] == [
+        ("returns", "Which order is it?"),
+        (None, "It is order A-17."),
         ("returns", "Refund of A-17 started."),
         ("triage", "Your refund is on its way. Anything else?"),
     ]
@@ -181,10 +194,15 @@ async def test_a_remote_call_cut_at_its_deadline_on_temporal_cancels_its_task(
             started = time.monotonic()
             late = await host.send(conversation, USER)
             took = time.monotonic() - started
-            again = await host.send(conversation, "Are you there?")
+            with pytest.raises(PendingRequestsError) as again:
+                await host.send(conversation, "Are you there?")
 
     assert late.status == "agent_timeout"
     assert took < 4
     cut, _ = server.received
     assert server.cancelled == [cut.task_id]
-    assert (again.text, again.active_agent) == ("Which order is it?", "returns")
+    [asked] = again.value.requests
+    assert (asked.text, getattr(RemoteQuestion.of(asked), "agent", None)) == (
+        "Which order is it?",
+        "returns",
+    )

@@ -13,11 +13,11 @@ and task store) around an ``AgentExecutor`` that runs each A2A message as a turn
   ``last_chunk=True``), so the stored task holds each message whole. Each routing event of the
   turn (a handoff, a delegation...) is a ``working`` status update whose metadata carries it,
   under :data:`~handoff_builder.ROUTING_EVENT_PROPERTY`. The task ends ``completed``.
-* **A turn that waits for a person** (an approval, an external call) ends its task
-  ``input-required``, the requests described in the status message (a text part for a person, a
-  data part for a program). The next message in the context answers them (:func:`answers_in`
-  reads it) and the turn carries on through ``host.respond``; a message that answers nothing
-  leaves the task waiting, saying why.
+* **A turn that waits for a person** (an approval, an external call, a remote agent's question)
+  ends its task ``input-required``, the requests described in the status message (a text part
+  for a person, a data part for a program). The next message in the context answers them
+  (:func:`answers_in` reads it) and the turn carries on through ``host.respond``; a message
+  that answers nothing leaves the task waiting, saying why.
 * **Bad input is an A2A error, before anything runs**: a message with neither a text nor a data
   part, a context id that cannot be a conversation id, a data part that is not an answer or
   answers nothing the conversation waits for (``InvalidParamsError``); an unknown task id is
@@ -65,6 +65,7 @@ from typing_extensions import override
 
 from ._events import HANDOFF_TURN_EVENT, HandoffTurnResult
 from ._hosted_agent import after_answers
+from ._remote_input import RemoteQuestion
 from ._routing_updates import ROUTING_EVENT_PROPERTY, ROUTING_EVENT_TYPES, routing_update
 from .exceptions import PendingRequestsError
 from .stores import check_conversation_id
@@ -85,7 +86,11 @@ A2A_TURN_PROPERTY = "handoff_builder_turn"
 """The metadata key of a task's last status update that says how its turn ended:
 ``{"status": <TurnStatus>, "active_agent": <the agent the conversation is with>}``."""
 
-_KINDS = {"function_approval_request": "approval", "function_call": "external_call"}
+_KINDS = {
+    "function_approval_request": "approval",
+    "function_call": "external_call",
+    "text": "question",
+}
 
 
 # -- what a message answers ---------------------------------------------------------------------
@@ -98,9 +103,11 @@ def answers_in(
 
     A data part answers by request id: ``{"request_id": ..., "approved": true}`` for an
     approval, ``{"request_id": ..., "result": ...}`` for an external call (its call id serves too),
-    or several as ``{"answers": [...]}``. Text answers when it is unambiguous: ``approve`` or
-    ``decline`` (:data:`APPROVE_WORDS`, :data:`DECLINE_WORDS`) when every request is an approval;
-    any text, as the result, when the one request is an external call.
+    ``{"request_id": ..., "text": ...}`` for a remote agent's question, or several as
+    ``{"answers": [...]}``. Text answers when it is unambiguous: ``approve`` or ``decline``
+    (:data:`APPROVE_WORDS`, :data:`DECLINE_WORDS`) when every request is an approval; any text,
+    as the result, when the one request is an external call, or as the answer, when it is a
+    question.
 
     Returns the answers by request id, or why the message answers nothing (a sentence).
     """
@@ -116,9 +123,11 @@ def answers_in(
     if len(pending) == 1 and pending[0].type == "function_call" and text:
         call = pending[0]
         return {str(call.id): Content.from_function_result(call_id=str(call.call_id), result=text)}
+    if len(pending) == 1 and pending[0].type == "text" and text:
+        return {str(pending[0].id): Content.from_text(text)}
     return (
-        "Text answers only one external call, or approvals; answer each request by its id in a "
-        'data part ({"answers": [{"request_id": ..., "approved": true}, ...]}).'
+        "Text answers only one external call or question, or approvals; answer each request by "
+        'its id in a data part ({"answers": [{"request_id": ..., "approved": true}, ...]}).'
     )
 
 
@@ -170,6 +179,11 @@ def _answer_to(request: Content, item: Mapping[str, Any]) -> Content | str:
         if not isinstance(item.get("approved"), bool):
             return f'The answer to approval {request.id!r} needs "approved": true or false.'
         return request.to_function_approval_response(approved=item["approved"])
+    if request.type == "text":
+        said = item.get("text")
+        if not isinstance(said, str) or not said.strip():
+            return f'The answer to question {request.id!r} needs a "text" (a string with words).'
+        return Content.from_text(said)
     if "result" not in item:
         return f'The answer to external call {request.id!r} needs a "result".'
     return Content.from_function_result(call_id=str(request.call_id), result=item["result"])
@@ -187,6 +201,18 @@ def describe(requests: Sequence[Content], agent: str | None) -> tuple[str, dict[
     lines: list[str] = []
     listed: list[dict[str, Any]] = []
     for request in requests:
+        question = RemoteQuestion.of(request)
+        if question is not None:  # a remote agent's (an expert's, perhaps): it names who asks
+            lines.append(f"{question.agent or who} asks: {question.text}")
+            listed.append(
+                {
+                    "request_id": str(request.id),
+                    "kind": "question",
+                    "agent": question.agent or agent,
+                    "text": question.text,
+                }
+            )
+            continue
         call = request.function_call if request.type == "function_approval_request" else request
         name = str(getattr(call, "name", None) or "?")
         arguments = call.parse_arguments() if call is not None else None
@@ -207,6 +233,8 @@ def describe(requests: Sequence[Content], agent: str | None) -> tuple[str, dict[
             lines.append(f"{who} waits for the result of {name} with {shown}.")
     if all(r.type == "function_approval_request" for r in requests):
         lines.append('Answer "approve" or "decline".')
+    elif len(requests) == 1 and requests[0].type == "text":
+        lines.append("Answer with your reply.")
     elif len(requests) == 1:
         lines.append("Answer with its result.")
     else:
@@ -490,10 +518,11 @@ def a2a_card(
             id="approvals",
             name="Approvals and external calls",
             description=(
-                "A turn that waits for a person's approval of a tool call, or for the result of "
-                "an external call, ends input-required, the requests described in its status "
-                'message; the next message answers them ("approve" or "decline", the result as '
-                'text, or a data part {"answers": [{"request_id": ..., "approved": true}]}).'
+                "A turn that waits for a person's approval of a tool call, for the result of "
+                "an external call, or for the answer to a remote agent's question, ends "
+                "input-required, the requests described in its status message; the next message "
+                'answers them ("approve" or "decline", the result or the answer as text, or a '
+                'data part {"answers": [{"request_id": ..., "approved": true}]}).'
             ),
             tags=["human-in-the-loop"],
             input_modes=["text/plain", "application/json"],
