@@ -12,16 +12,22 @@ conversation, and reads back an ``AgentRun``. What differs is inside the run:
   and task state (``additional_properties[REMOTE_TASK_KEY]``), so they are stored and
   checkpointed with the conversation; its next run continues that context, and that task while
   it waits for input (a task its server no longer takes is followed by a new one in the same
-  context). A delegation starts a new context each time.
-* **Its answer** is the text of its finished task's artifacts or of its message; while its
-  task waits for input, the text parts of its question (the status message), without its data
-  parts, unless it has no text. It streams (``SendStreamingMessage``) when the agent's card says
-  its server does: its artifacts' text goes to the run's sink as it arrives, as deltas of one
-  message (:class:`_Reading`); the rest of the answer when it is complete.
+  context). A delegation starts a new context each time (an expert's reply keeps its task under
+  a key of its own, to carry the answer to its question).
+* **Its answer** is the text of its finished task's artifacts or of its message (an artifact
+  read before in the same task is not read again). While its task waits for input, its reply is
+  what it wrote before in this exchange (its task's messages and new artifacts, read from the
+  task: :func:`_written`), then its question as a request (:func:`~._remote_input.
+  question_request`: the text parts of the status message, without its data parts, unless it has
+  no text), which the turn waits for; the answer is the next news it is sent, in the same task.
+  ``auth-required`` is a :class:`~handoff_builder.RemoteAgentError`. It streams
+  (``SendStreamingMessage``) when the agent's card says its server does: its artifacts' text goes
+  to the run's sink as it arrives, as deltas of one message (:class:`_Reading`); the rest of the
+  answer when it is complete.
 * **Handing back.** It is given no tools. When its task completes (or it answers with a plain
   message) and it has a hand-back edge, the run makes the hand-back call itself, with its answer
   as the summary; the manager vets it and the edge's gate admits it, as any call. While its task
-  waits for input, it keeps the conversation: its question is the turn's reply.
+  waits for input, it keeps the conversation: the turn waits for its question.
 * **Failures.** Whatever its client raises (no connection, a timeout of the ``A2AAgent``'s own
   client, an HTTP error) and a task that ends failed, rejected or cancelled are a
   :class:`~handoff_builder.RemoteAgentError`. In a delegation it is the caller's tool error.
