@@ -620,6 +620,57 @@ async def test_a_hosted_remote_question_waits_through_a_restart_and_its_answer_c
     assert [m.text for m in history if m.role == "user"] == [USER, "It is order A-17."]
 
 
+async def test_a_hosted_stream_answers_a_remote_question_and_streams_the_turn_it_carries_on(
+    store: ConversationStore,
+) -> None:
+    script = answers(
+        Answer("Which order is it?", "input_required"),
+        Answer("Refund of A-17 started.", "completed"),
+    )
+    async with A2AServer(script, name="returns") as server:
+        builder, _ = returns_desk(
+            server, handoff_to("returns", "Refund a broken parcel."), reply("Anything else?")
+        )
+        host = ConversationHost(builder, store)
+        first = [e async for e in host.stream("c-1", USER)]
+        then = [e async for e in host.stream("c-1", "It is order A-17.")]
+
+    [request] = [e.data for e in first if e.type == "request_info"]
+    assert getattr(RemoteQuestion.of(request), "text", None) == "Which order is it?"
+    streamed = [
+        (e.data.author_name, e.data.text)
+        for e in then
+        if e.type == "output" and isinstance(e.data, AgentResponseUpdate) and e.data.text
+    ]
+    assert streamed == [("returns", "Refund of A-17 started."), ("triage", "Anything else?")]
+    [result] = [e.data for e in then if isinstance(e.data, HandoffTurnResult)]
+    assert result.active_agent == "triage"
+    assert server.received[1].task_id == server.received[0].task_id
+
+
+async def test_the_hosted_agent_takes_the_next_run_as_the_answer_to_a_remote_question() -> None:
+    """``host.as_agent()``: the waiting turn's response holds the question as a user input
+    request, as agent_framework's own ``A2AAgent`` gives one; the next run's text answers it."""
+    script = answers(
+        Answer("Which order is it?", "input_required"),
+        Answer("Refund of A-17 started.", "completed"),
+    )
+    async with A2AServer(script, name="returns") as server:
+        builder, _ = returns_desk(
+            server, handoff_to("returns", "Refund a broken parcel."), reply("Anything else?")
+        )
+        agent = ConversationHost(builder, InMemoryConversationStore()).as_agent()
+        session = agent.create_session(session_id="c-1")
+        asked = await agent.run(USER, session=session)
+        done = await agent.run("It is order A-17.", session=session)
+
+    [request] = asked.user_input_requests
+    assert getattr(RemoteQuestion.of(request), "agent", None) == "returns"
+    assert request.text == "Which order is it?"
+    assert done.text.endswith("Anything else?")
+    assert server.received[1].task_id == server.received[0].task_id
+
+
 async def test_a_remote_target_continues_its_task_after_a_restore_from_a_checkpoint(
     tmp_path: Path,
 ) -> None:
