@@ -17,13 +17,13 @@ conversation, and reads back an ``AgentRun``. What differs is inside the run:
 * **Its answer** is the text of its finished task's artifacts or of its message (an artifact
   read before in the same task is not read again). While its task waits for input, its reply is
   what it wrote before in this exchange (its task's messages and new artifacts, read from the
-  task: :func:`_written`), then its question as a request (:func:`~._remote_input.
+  task: :func:`~._remote_reading.written`), then its question as a request (:func:`~._remote_input.
   question_request`: the text parts of the status message, without its data parts, unless it has
   no text), which the turn waits for; the answer is the next news it is sent, in the same task.
   ``auth-required`` is a :class:`~handoff_builder.RemoteAgentError`. It streams
   (``SendStreamingMessage``) when the agent's card says its server does: its artifacts' text goes
-  to the run's sink as it arrives, as deltas of one message (:class:`_Reading`); the rest of the
-  answer when it is complete.
+  to the run's sink as it arrives, as deltas of one message
+  (:class:`~._remote_reading.Reading`); the rest of the answer when it is complete.
 * **Handing back.** It is given no tools. When its task completes (or it answers with a plain
   message) and it has a hand-back edge, the run makes the hand-back call itself, with its answer
   as the summary; the manager vets it and the edge's gate admits it, as any call. While its task
@@ -63,6 +63,7 @@ from ._hooks import HandoffGate
 from ._participant import AgentRun, Participant
 from ._remote import one_line, remote_url
 from ._remote_input import question_request
+from ._remote_reading import Reading, answer_of, is_task, raw_of, status_of, written
 from ._timeouts import within
 from ._tools import HandoffToolMiddleware, HandoffVetter, handoff_request, handoff_result
 from .exceptions import HandoffHookError, RemoteAgentError
@@ -306,7 +307,7 @@ class RemoteParticipant(Participant):
         session = task.session() if task is not None else AgentSession()
         continued = task.task_id if task is not None and not task.done else None
         remote: Any = self.agent
-        reading = _Reading(self.name, on_update)
+        reading = Reading(self.name, on_update)
         stream: Any = None
         sent = uuid.uuid4().hex
         try:
@@ -333,18 +334,18 @@ class RemoteParticipant(Participant):
         read = (
             task.read if task is not None and now is not None and now.task_id == continued else ()
         )
-        answer = _answer_of(response, read)
+        answer = answer_of(response, read)
         if now is not None and now.state in FAILED_STATES:
-            said = answer or _status(response)[0]
+            said = answer or status_of(response)[0]
             detail = f"{now.state}: {one_line(said, 300)}" if said else now.state
             raise RemoteAgentError(self.name, "failed", "", detail)
         if now is not None and now.state == AUTH_REQUIRED:
-            said = _status(response)[0] or answer
+            said = status_of(response)[0] or answer
             raise RemoteAgentError(self.name, "auth_required", self.url, one_line(said, 300))
         if now is None or now.done:
             return _Answer(answer, now, await reading.finish(answer))
         # It asks: its question's words (not its data parts), after what it wrote before them.
-        question, asked = _status(response)
+        question, asked = status_of(response)
         earlier, read = await self._earlier(response, now._replace(read=read), sent, reading)
         now = now._replace(read=read)
         shown = "\n".join(t for t in (earlier, question or answer) if t)
@@ -352,7 +353,7 @@ class RemoteParticipant(Participant):
         return _Answer(earlier, now, message_id, (question or answer or NO_TEXT, asked))
 
     async def _earlier(
-        self, response: AgentResponse, task: RemoteTask, sent: str, reading: _Reading
+        self, response: AgentResponse, task: RemoteTask, sent: str, reading: Reading
     ) -> tuple[str, tuple[str, ...]]:
         """What a task that waits for input wrote in this exchange before its question.
 
@@ -361,8 +362,8 @@ class RemoteParticipant(Participant):
         (``GetTask``: a stream does not carry the messages). Returns that text and the ids of
         every artifact read so far. A task that cannot be read back gives what was streamed.
         """
-        found: Any = _raw(response)[-1]  # the task whole (SendMessage), or a stream's last event
-        if not _is_task(found):
+        found: Any = raw_of(response)[-1]  # the task whole (SendMessage), or a stream's last event
+        if not is_task(found):
             from a2a.types import GetTaskRequest
 
             remote: Any = self.agent
@@ -375,7 +376,7 @@ class RemoteParticipant(Participant):
                     self.name, task.task_id, type(error).__name__, one_line(str(error), 200),
                 )  # fmt: skip
                 return reading.streamed_artifacts(task.read)
-        return _written(found, sent, task.read)
+        return written(found, sent, task.read)
 
 
 class _Answer(NamedTuple):
@@ -400,82 +401,6 @@ class _TaskOverError(Exception):
     def __init__(self, then: RemoteTask) -> None:
         super().__init__(then.task_id)
         self.then = then
-
-
-class _Reading:
-    """One run's reading of a remote agent's stream: the task it names, the text streamed.
-
-    The text of the task's artifacts goes to ``on_update`` as it arrives, as deltas of one
-    message (each artifact's text on a line of its own, as in the answer): an artifact's update
-    either appends to its text or replaces it (A2A's ``append``); a replacement that restates
-    the text streamed so far sends only what is new, and one that changes it sends nothing (the
-    answer, at the end, is the reply). The rest of the answer (all of it, from a server that does
-    not stream) goes out when the run ends (:meth:`finish`).
-    """
-
-    def __init__(
-        self, agent: str, on_update: Callable[[AgentResponseUpdate], Awaitable[None]] | None
-    ) -> None:
-        self.agent = agent
-        self.on_update = on_update
-        self.task_id: str | None = None
-        self.read_any = False
-        self.message_id = uuid.uuid4().hex
-        self._artifacts: dict[str, str] = {}  # each artifact's text so far, by its id
-        self._streamed = ""
-
-    async def read(self, update: AgentResponseUpdate) -> None:
-        """Read one update: the task it names; an artifact's text, streamed."""
-        self.read_any = True
-        raw: Any = update.raw_representation
-        token = update.continuation_token
-        named = token.get("task_id") if token is not None else getattr(raw, "task_id", None)
-        if isinstance(named, str) and named:
-            self.task_id = named
-        if type(raw).__name__ != "TaskArtifactUpdateEvent":
-            return
-        key = str(update.message_id)
-        for content in update.contents:
-            if content.type != "text":
-                continue
-            so_far = self._artifacts.get(key, "") if content.merge_mode == "append" else ""
-            self._artifacts[key] = so_far + (content.text or "")
-        await self._send("\n".join(self._artifacts.values()))
-
-    def streamed_artifacts(self, read: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
-        """The text of the artifacts streamed and not ``read`` before, and every id read."""
-        new = [key for key in self._artifacts if key not in read]
-        return "\n".join(self._artifacts[key] for key in new if self._artifacts[key]), (
-            *read,
-            *new,
-        )
-
-    async def finish(self, answer: str) -> str:
-        """The rest of ``answer`` streamed; the id of the message that carries it.
-
-        All of it, under a new id, when it is not what was streamed.
-        """
-        if self._streamed and not answer.startswith(self._streamed):
-            self.message_id, self._streamed = uuid.uuid4().hex, ""
-        await self._send(answer)
-        return self.message_id
-
-    async def _send(self, text: str) -> None:
-        """What ``text`` adds to the text streamed so far, streamed (nothing: it changed it)."""
-        if self.on_update is None or not text.startswith(self._streamed):
-            return
-        delta = text[len(self._streamed) :]
-        if not delta:
-            return
-        self._streamed = text
-        await self.on_update(
-            AgentResponseUpdate(
-                contents=[Content.from_text(delta)],
-                role="assistant",
-                author_name=self.agent,
-                message_id=self.message_id,
-            )
-        )
 
 
 CANCEL_WITHIN = 2.0
@@ -524,59 +449,6 @@ def _task_over(error: BaseException) -> bool:
     return False
 
 
-def _answer_of(response: AgentResponse, read: tuple[str, ...] = ()) -> str:
-    """The text of a remote agent's answer: its assistant messages' text parts, line by line.
-
-    Without the artifacts ``read`` before in the same task (``A2AAgent`` reads a finished
-    task's artifacts whole, those of the exchanges before its question too).
-    """
-    return "\n".join(
-        content.text
-        for message in response.messages
-        if message.role == "assistant" and message.message_id not in read
-        for content in message.contents
-        if content.type == "text" and content.text
-    )
-
-
-def _raw(response: AgentResponse) -> list[Any]:
-    """The A2A objects (tasks, events, messages) ``response`` was read from, in order."""
-    raw: Any = response.raw_representation
-    return list(cast(list[Any], raw)) if isinstance(raw, list) else [raw]
-
-
-def _is_task(item: Any) -> bool:
-    """True when ``item`` is an A2A ``Task`` (by its class's name: a2a-sdk's)."""
-    return type(item).__name__ == "Task"
-
-
-def _texts(parts: Any) -> str:
-    """The text parts of an A2A message or artifact, joined by a space."""
-    listed: list[Any] = list(parts or [])
-    return " ".join(str(getattr(part, "text", "") or "") for part in listed).strip()
-
-
-def _written(task: Any, sent: str, read: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
-    """What ``task`` holds of an exchange that started with message ``sent``, before its question.
-
-    Its agent's messages in its history after ``sent`` (its question, the status message, left
-    out), then its artifacts not ``read``, line by line; and the ids of every artifact read.
-    """
-    from a2a.types import Role
-
-    asked = str(getattr(getattr(getattr(task, "status", None), "message", None), "message_id", ""))
-    said: list[str] = []
-    history: list[Any] = list(getattr(task, "history", None) or [])
-    start = next((i + 1 for i, m in enumerate(history) if m.message_id == sent), len(history))
-    for message in history[start:]:
-        if message.role == Role.ROLE_AGENT and message.message_id != asked:
-            said.append(_texts(message.parts))
-    artifacts: list[Any] = list(getattr(task, "artifacts", None) or [])
-    fresh = [a for a in artifacts if a.artifact_id not in read]
-    said.extend(_texts(artifact.parts) for artifact in fresh)
-    return "\n".join(t for t in said if t), (*read, *(a.artifact_id for a in fresh))
-
-
 def _text_of(messages: Sequence[Message]) -> str:
     """One A2A message's text for ``messages``: one message as it is, several labelled."""
     said = [(message, message.text.strip()) for message in messages]
@@ -586,23 +458,6 @@ def _text_of(messages: Sequence[Message]) -> str:
     if len(said) == 1:
         return said[0][1]
     return "\n\n".join(f"[{_speaker(message)}] {text}" for message, text in said)
-
-
-def _status(response: AgentResponse) -> tuple[str, str]:
-    """The text parts of the last A2A task's status message in ``response``, and its id.
-
-    A failed task's words: agent_framework's ``A2AAgent`` reads a finished task's answer from
-    its artifacts, and a task that failed says why in its status message, kept only in the
-    response's raw A2A tasks. A waiting task's question: ``A2AAgent`` gives it as one text, its
-    text parts and the JSON of its data parts (which are for programs: a desk served with
-    ``a2a_app`` describes its requests in one) line by line.
-    """
-    for task in reversed(_raw(response)):
-        message = getattr(getattr(task, "status", None), "message", None)
-        said = _texts(getattr(message, "parts", None))
-        if said:
-            return said, str(getattr(message, "message_id", "") or "")
-    return "", ""
 
 
 def _speaker(message: Message) -> str:
