@@ -9,6 +9,7 @@ of its agent card reaches a prompt.
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -48,6 +49,7 @@ from handoff_builder import (
     a2a_app,
 )
 from handoff_builder._remote import REMOTE_DESCRIPTION_LIMIT
+from handoff_builder._support_desk import chat
 from handoff_builder.stores import ConversationStore, InMemoryConversationStore
 from handoff_builder.testing import (
     ModelCall,
@@ -669,6 +671,26 @@ async def test_the_hosted_agent_takes_the_next_run_as_the_answer_to_a_remote_que
     assert request.text == "Which order is it?"
     assert done.text.endswith("Anything else?")
     assert server.received[1].task_id == server.received[0].task_id
+
+
+async def test_the_chat_command_asks_the_remote_question_and_sends_the_answer() -> None:
+    script = answers(
+        Answer("Which order is it?", "input_required"),
+        Answer("Refund of A-17 started.", "completed"),
+    )
+    async with A2AServer(script, name="returns") as server:
+        builder, _ = returns_desk(
+            server, handoff_to("returns", "Refund a broken parcel."), reply("Anything else?")
+        )
+        host = ConversationHost(builder, InMemoryConversationStore())
+        out = io.StringIO()
+        await chat(host, "c-1", [USER, "It is order A-17.", "exit"], out)
+
+    printed = out.getvalue()
+    assert "  [returns asks] Which order is it?: type your answer" in printed
+    assert "returns: Refund of A-17 started." in printed
+    assert server.received[1].task_id == server.received[0].task_id
+    assert server.received[1].text == "It is order A-17."
 
 
 async def test_a_remote_target_continues_its_task_after_a_restore_from_a_checkpoint(

@@ -23,6 +23,7 @@ from ._builder import HandoffWorkflowBuilder
 from ._events import HANDOFF_EVENT, HANDOFF_TURN_EVENT, HandoffEvent, HandoffTurnResult
 from ._hosting import ConversationHost
 from ._records import open_turn_so_far
+from ._remote_input import RemoteQuestion
 from .exceptions import PendingRequestsError
 from .providers import agent_options, chat_client
 from .stores import ConversationStore, InMemoryConversationStore, SqliteConversationStore
@@ -331,6 +332,9 @@ def _question(request: Content) -> str:
     if request.type == "function_approval_request":
         call = cast(Content, request.function_call)
         return f"[approval] {_call_text(call)}: approve? [y/N]"
+    asked = RemoteQuestion.of(request)
+    if asked is not None:
+        return f"[{asked.agent} asks] {asked.text}: type your answer"
     return f"[external call] {_call_text(request)}: type its result"
 
 
@@ -345,6 +349,8 @@ def _call_text(call: Content) -> str:
 def _answer_to(request: Content, line: str) -> Content:
     if request.type == "function_approval_request":
         return request.to_function_approval_response(approved=line.lower() in ("y", "yes"))
+    if request.type == "text":  # a remote agent's question
+        return RemoteQuestion.answer(line)
     return Content.from_function_result(call_id=str(request.call_id), result=line)
 
 
