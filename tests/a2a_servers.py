@@ -7,7 +7,7 @@ answers from a script, one :class:`Answer` per message, and the server keeps wha
 wire: every request's JSON body (``requests``) and each message as the agent read it
 (``received``), the chunks of each answer it streamed with the time it wrote them (``written``),
 and the tasks it was asked to cancel (``cancelled``). ``fail_with`` makes it answer every request
-with that HTTP status instead.
+(those of the methods in ``failing``, when it names some) with that HTTP status instead.
 """
 
 from __future__ import annotations
@@ -182,6 +182,8 @@ class A2AServer:
     name: str = "policy"
     description: str = "Answers questions about the refund policy."
     fail_with: int | None = None
+    failing: frozenset[str] = frozenset()
+    """The JSON-RPC methods answered with ``fail_with`` (none: every request, when it is set)."""
     requests: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
     received: list[Received] = field(default_factory=list[Received])
     written: list[tuple[str, float]] = field(default_factory=list[tuple[str, float]])
@@ -236,8 +238,10 @@ class A2AServer:
                 body += part.get("body", b"")
                 if not part.get("more_body"):
                     break
-            self.requests.append(json.loads(body))
-            if self.fail_with is not None:
+            request = json.loads(body)
+            self.requests.append(request)
+            fails = not self.failing or request.get("method") in self.failing
+            if self.fail_with is not None and fails:
                 await send({"type": "http.response.start", "status": self.fail_with, "headers": []})
                 await send({"type": "http.response.body", "body": b"scripted failure"})
                 return

@@ -858,6 +858,31 @@ async def test_what_a_remote_agent_wrote_before_its_question_is_read_with_it(
     assert read_back == streams  # a stream does not carry the task's messages: read it back
 
 
+async def test_a_streamed_question_whose_task_cannot_be_read_back_keeps_what_streamed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    script = answers(
+        Answer("Which order is it?", "input_required", before=("I can refund it.",)),
+        Answer("Refund of A-17 started."),
+    )
+    unreadable = A2AServer(script, name="returns", fail_with=500, failing=frozenset({"GetTask"}))
+    async with unreadable as server:
+        returns = await card_of(server, name="returns")
+        triage = scripted_agent("triage", handoff_to("returns", "Refund a broken parcel."))
+        workflow = HandoffWorkflowBuilder(triage).with_handoff(triage, returns).build()
+        asked = await asks(workflow, USER, stream=True)
+        done = await answer(workflow, asked, "A-17.")
+
+    assert asked.question.text == "Which order is it?"
+    assert said(done.result.messages) == [
+        ("returns", "I can refund it. Which order is it?"),
+        ("returns", "Refund of A-17 started."),
+    ]
+    assert methods(server).count("GetTask") == 1
+    [warning] = [r for r in caplog.records if "could not be read back" in r.getMessage()]
+    assert warning.levelname == "WARNING"
+
+
 refunded: list[int] = []
 
 

@@ -334,6 +334,22 @@ class RemoteParticipant(Participant):
         read = (
             task.read if task is not None and now is not None and now.task_id == continued else ()
         )
+        return await self._read(response, now, read, sent, reading)
+
+    async def _read(
+        self,
+        response: AgentResponse,
+        now: RemoteTask | None,
+        read: tuple[str, ...],
+        sent: str,
+        reading: Reading,
+    ) -> _Answer:
+        """An exchange's answer, its task ``now`` (``read``: the artifacts read before in it).
+
+        Raises:
+            RemoteAgentError: its task ended failed, rejected or cancelled, or asks for
+                authentication.
+        """
         answer = answer_of(response, read)
         if now is not None and now.state in FAILED_STATES:
             said = answer or status_of(response)[0]
