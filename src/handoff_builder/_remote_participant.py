@@ -167,8 +167,13 @@ class RemoteParticipant(Participant):
         vet: HandoffVetter | None,
         gate: HandoffGate,
         delegations: Delegations | None = None,
+        earlier: Sequence[HandoffCall] = (),
     ) -> AgentRun:
-        """One run on its view: the new messages sent in its context; a finished task hands back."""
+        """One run on its view: the new messages sent in its context; a finished task hands back.
+
+        It has no delegates, so it never goes on after experts answered (``earlier``).
+        """
+        del earlier
         news, task = self._news(messages)
         answer, task, message_id = await self._ask(_text_of(news), task, on_update)
         properties = {REMOTE_TASK_KEY: task._asdict()} if task is not None else None
