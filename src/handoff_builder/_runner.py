@@ -208,6 +208,13 @@ class LocalAgentRunner:
         delegations = self._delegations(streams)
         answer = await delegations.run(frame)
         messages = [] if answer is None else [delegate_result(frame.call_id, answer, frame.caller)]
+        sink = None if streams is None else streams.agent(frame.caller)
+        if sink is not None and messages:  # the caller's stream shows the result, as it would
+            result = messages[0]
+            update = AgentResponseUpdate(
+                role="tool", contents=list(result.contents), author_name=frame.caller
+            )
+            await sink(update)
         run = AgentRun(AgentResponse(messages=messages), (), frozenset())
         return _with_delegations(run, delegations)
 
@@ -230,9 +237,12 @@ class LocalAgentRunner:
         view = await self._agent_view(call.agent)
         if so_far is not None:  # its own messages so far, as its tool loop would send them
             view = in_call_order([*view, *so_far.response.messages])
+        sink = None if streams is None else streams.agent(call.agent)
+        if sink is not None and delegations is not None and experts_apart:
+            sink = _without_due_calls(sink, delegations)
         run = await participant.run(
             view,
-            None if streams is None else streams.agent(call.agent),
+            sink,
             self._engine.manager.vet_handoff,
             self._gate_for(participant, no_handoffs=call.no_handoffs),
             delegations,
@@ -451,6 +461,26 @@ def _with_delegations(run: AgentRun, delegations: Delegations | None) -> AgentRu
         suspension=delegations.suspension,
         due=_due_experts(run, delegations),
     )
+
+
+def _without_due_calls(sink: Sink, delegations: Delegations) -> Sink:
+    """``sink`` without the updates that only mark due delegate calls as waiting.
+
+    Those calls are answered once their experts, run elsewhere, answer; the stream shows their
+    results then (:meth:`LocalAgentRunner.ask`), as it would have in one run.
+    """
+
+    async def send(update: AgentResponseUpdate) -> None:
+        due = {frame.call_id for frame, _ in delegations.due}
+        contents = update.contents
+        if contents and all(
+            c.type == "function_call" and c.user_input_request and str(c.call_id) in due
+            for c in contents
+        ):
+            return
+        await sink(update)
+
+    return send
 
 
 def _due_experts(run: AgentRun, delegations: Delegations) -> DueExperts | None:
