@@ -1,8 +1,9 @@
 """A Temporal worker process for the tests: ``python -m tests.temporal_worker ADDRESS QUEUE LOG``.
 
-It serves :func:`desk` (or :func:`experts` / :func:`streaming`, with ``TEMPORAL_WORKER_DESK`` set
-to ``experts`` / ``streaming``) on task queue QUEUE until it is killed, publishing its agents'
-updates to the Redis relay at ``TEMPORAL_WORKER_RELAY`` when it is set. Every model call of its
+It serves :func:`desk` (or :func:`experts` / :func:`fan_out` / :func:`streaming`, with
+``TEMPORAL_WORKER_DESK`` set to ``experts`` / ``fan_out`` / ``streaming``) on task queue QUEUE
+until it is killed, publishing its agents' updates to the Redis relay at
+``TEMPORAL_WORKER_RELAY`` when it is set. Every model call of its
 agents is appended to the file LOG as one JSON line (``{"pid", "agent", "user"}``) before it is
 answered.
 With ``TEMPORAL_WORKER_HANG`` set to an agent's name, that agent's model calls never answer
@@ -126,6 +127,30 @@ def experts(log: Path) -> HandoffWorkflowBuilder:
     return HandoffWorkflowBuilder(triage).with_delegate(triage, policy)
 
 
+def fan_out(log: Path) -> HandoffWorkflowBuilder:
+    """triage asks the experts policy and legal in one response (a fan-out), then answers with
+    both their answers, in call order: ``triage: <policy's> | <legal's>``."""
+
+    def triage_answer(call: ModelCall) -> Step:
+        last = call.messages[-1]
+        if last.role == "tool":
+            return reply("triage: " + " | ".join(str(c.result) for c in last.contents))
+        task = call.user_text
+        return respond(call_tool("ask_policy", task=task), call_tool("ask_legal", task=task))
+
+    def expert(name: str) -> Callable[[ModelCall], Step]:
+        return lambda call: reply(f"{name}: {call.messages[-1].text}")
+
+    triage = scripted_agent("triage", respond_with=logged("triage", log, triage_answer))
+    policy = scripted_agent("policy", respond_with=logged("policy", log, expert("policy")))
+    legal = scripted_agent("legal", respond_with=logged("legal", log, expert("legal")))
+    return (
+        HandoffWorkflowBuilder(triage)
+        .with_delegate(triage, policy, "refund policy")
+        .with_delegate(triage, legal, "legal questions")
+    )
+
+
 def streaming(log: Path) -> HandoffWorkflowBuilder:
     """triage writes a few words and hands over to billing, which writes a few, looks the charge
     up and answers with what it found, in several updates each.
@@ -161,7 +186,7 @@ def streaming(log: Path) -> HandoffWorkflowBuilder:
     return HandoffWorkflowBuilder(triage).with_handoff(triage, billing)
 
 
-DESKS = {"desk": desk, "experts": experts, "streaming": streaming}
+DESKS = {"desk": desk, "experts": experts, "fan_out": fan_out, "streaming": streaming}
 
 
 async def main(address: str, task_queue: str, log: Path) -> None:

@@ -529,9 +529,10 @@ async def test_a_turn_that_keeps_failing_is_retried_by_the_next_message(
     assert len(client_of(triage).calls) == 1  # the finished hop was not run again
 
 
-async def test_a_delegate_runs_in_its_callers_agent_call(client: Client, queue: str) -> None:
-    """with_delegate on Temporal: the expert runs inside the caller's activity; its answer is
-    the caller's tool result, the delegation is in the turn, and the history replays."""
+async def test_a_delegate_runs_in_an_activity_of_its_own(client: Client, queue: str) -> None:
+    """with_delegate on Temporal: the caller's activity returns its expert due, the expert runs
+    in an activity of its own, and the caller goes on in a third with the answer as its tool
+    result; the delegation is in the turn, and the history replays."""
     triage = scripted_agent(
         "triage",
         call_tool("ask_policy", task="May I get a refund after 40 days?"),
@@ -558,7 +559,7 @@ async def test_a_delegate_runs_in_its_callers_agent_call(client: Client, queue: 
         for e in events
         if e.HasField("activity_task_scheduled_event_attributes")
     ]
-    assert scheduled == ["1:invoke:triage"]  # the expert ran in the caller's call
+    assert scheduled == ["1:invoke:triage", "2:ask:policy", "3:invoke:triage"]
 
 
 async def test_an_approval_inside_an_expert_is_answered_and_replays(
@@ -603,8 +604,11 @@ async def test_an_approval_inside_an_expert_is_answered_and_replays(
         for e in events
         if e.HasField("activity_task_scheduled_event_attributes")
     ]
-    # the caller's call; the expert carrying on with the answer; the caller answering with it
-    assert scheduled == ["1:invoke:triage", "2:carry_on:triage", "3:invoke:triage"]
+    # the caller's call, its expert asking for the approval; the expert carrying on with the
+    # answer; the caller answering with it
+    assert scheduled == [
+        "1:invoke:triage", "2:ask:policy", "3:carry_on:triage", "4:invoke:triage"
+    ]  # fmt: skip
 
 
 async def test_payloads_are_json(client: Client, queue: str) -> None:
@@ -722,7 +726,8 @@ async def test_a_worker_killed_while_an_expert_answers(
     client: Client, queue: str, workers: Workers
 ) -> None:
     """SIGKILL while the expert policy answers triage's delegate call: another worker runs the
-    caller's call again, once, with its expert; nothing is stored twice."""
+    expert's activity again, once, and the caller goes on; the caller's first call, finished,
+    is not run again, and nothing is stored twice."""
     first = workers.start(TEMPORAL_WORKER_DESK="experts", TEMPORAL_WORKER_HANG="policy")
     host = TemporalConversationHost(client, task_queue=queue)
     conversation = cid()
@@ -736,9 +741,8 @@ async def test_a_worker_killed_while_an_expert_answers(
     assert [(c["pid"], c["agent"]) for c in workers.calls()] == [
         (first.pid, "triage"),
         (first.pid, "policy"),  # killed in the middle of this one
-        (second.pid, "triage"),  # the caller's call, run again once, elsewhere
-        (second.pid, "policy"),
-        (second.pid, "triage"),
+        (second.pid, "policy"),  # its activity, run again once, elsewhere
+        (second.pid, "triage"),  # the caller goes on with its answer
     ]
     assert [(d.expert, d.result) for d in result.delegations] == [
         ("policy", "policy: what is the policy?")

@@ -71,10 +71,13 @@ __all__ = [
     "DelegateToolMiddleware",
     "DelegationScope",
     "Delegations",
+    "DueExperts",
     "HistoryMode",
     "Suspension",
     "delegate_key",
+    "failed_delegation",
     "make_delegate_tool",
+    "refused_beside_waiting",
     "settle_waiting",
     "settlement",
     "waiting_apart",
@@ -134,6 +137,20 @@ class Suspension(NamedTuple):
     requests: tuple[Content, ...]
 
 
+class DueExperts(NamedTuple):
+    """A caller's delegate calls that were not carried out where it ran: they are due.
+
+    ``frames``: one per call, in call order, each with its task (not started); ``seconds``: each
+    expert's own time limit (``None``: none); ``goes_on``: whether the caller's run goes on once
+    they answered (``False``: another call of the response ended its loop, a handoff, a verdict
+    or a request, and the answers close the run).
+    """
+
+    frames: tuple[DelegationFrame, ...]
+    seconds: tuple[float | None, ...]
+    goes_on: bool
+
+
 class Expert(Protocol):
     """An agent as it answers a delegated task (a :class:`~handoff_builder.Participant`)."""
 
@@ -161,7 +178,9 @@ class DelegationScope:
     streaming); ``used`` counts each delegate's calls in this turn (``caller/tool``);
     ``max_parallel``: how many experts of one response run at once (``None``: all of them);
     ``timeouts``: seconds each delegate's expert may take to answer one call, by
-    ``caller/tool`` (none: no limit of its own).
+    ``caller/tool`` (none: no limit of its own). ``defer``: the participant's own delegate
+    calls are not carried out here but are due (:meth:`Delegations.due_experts`), for a
+    driver that runs each expert elsewhere; its experts' own delegations run where they run.
     """
 
     experts: Mapping[str, Expert]
@@ -172,6 +191,7 @@ class DelegationScope:
     used: dict[str, int] | None = None
     max_parallel: int | None = None
     timeouts: Mapping[str, float] = field(default_factory=dict[str, float])
+    defer: bool = False
 
 
 def delegate_key(caller: str, tool_name: str) -> str:
@@ -201,6 +221,37 @@ def failure(expert: str, error: Exception, seconds: float | None) -> tuple[str, 
     if isinstance(error, DeadlinePassedError) and seconds is not None:
         return TIMED_OUT_RESULT.format(expert=expert, seconds=seconds), "timed_out"
     return FAILED_RESULT.format(expert=expert, error=f"{type(error).__name__}: {error}"), "failed"
+
+
+def failed_delegation(
+    frame: DelegationFrame, error: Exception, seconds: float | None
+) -> tuple[str, DelegationEvent]:
+    """What the caller reads when ``frame``'s expert raised ``error``, and its record."""
+    result, outcome = failure(frame.expert, error, seconds)
+    return result, delegation_event(frame, result, outcome, frame.messages)
+
+
+def refused_beside_waiting(frame: DelegationFrame, waiting: str) -> tuple[str, DelegationEvent]:
+    """``frame``'s expert would wait too, beside ``waiting``'s: its call is refused, and recorded.
+
+    One delegation waits at a time; its caller may make the call again afterwards.
+    """
+    problem = ONE_WAITING_PROBLEM.format(waiting=waiting, tool=frame.tool_name)
+    result = REFUSED_RESULT.format(tool=frame.tool_name, problem=problem)
+    return result, delegation_event(frame, result, "refused", frame.messages)
+
+
+def delegation_event(
+    frame: DelegationFrame,
+    result: str,
+    outcome: DelegationOutcome,
+    messages: Sequence[Message],
+) -> DelegationEvent:
+    """The record of ``frame``'s delegation, finished with ``result`` (``outcome``)."""
+    return DelegationEvent(
+        frame.caller, frame.expert, frame.tool_name, frame.call_id, frame.task, result,
+        outcome, tuple(messages), frame.depth,
+    )  # fmt: skip
 
 
 def waiting_call(frame: DelegationFrame) -> Content:
@@ -251,6 +302,8 @@ class Delegations:
         self.depth = depth
         self.records: list[DelegationEvent] = [] if records is None else records
         self.suspension: Suspension | None = None
+        self.due: list[tuple[DelegationFrame, float | None]] = []  # with ``scope.defer``
+        self.stopped = False  # another call of the response ended the run's tool loop
         if scope.used is None:
             scope.used = {}
         # The calls of this run's response share its slots; an expert's own delegations have
@@ -312,7 +365,27 @@ class Delegations:
                 id=DELEGATE_APPROVAL_ID_PREFIX + call_id, function_call=call
             )
             return self._wait(Suspension((frame,), (request,)), frame)
+        if self.scope.defer and self.depth == 0:  # run elsewhere: the call waits for it
+            seconds = self.scope.timeouts.get(delegate_key(route.caller, route.tool_name))
+            self.due.append((frame, seconds))
+            return None
         return await self.run(frame)
+
+    def due_experts(self, calls: Sequence[str], *, goes_on: bool) -> DueExperts | None:
+        """The delegate calls of this run that are due (``None``: none).
+
+        In the order of ``calls`` (the response's call ids); ``goes_on``: nothing else of the
+        response ended the run.
+        """
+        if not self.due:
+            return None
+        order = {call_id: n for n, call_id in enumerate(calls)}
+        due = sorted(self.due, key=lambda item: order.get(item[0].call_id, len(order)))
+        return DueExperts(
+            tuple(frame for frame, _ in due),
+            tuple(seconds for _, seconds in due),
+            goes_on and not self.stopped and self.suspension is None,
+        )
 
     async def run(self, frame: DelegationFrame) -> str | None:
         """Run (or run again) ``frame``'s expert: its answer, or ``None`` when it waits."""
@@ -379,10 +452,8 @@ class Delegations:
         if self.suspension is None:
             self.suspension = suspension
             return None
-        result = REFUSED_RESULT.format(
-            tool=frame.tool_name, problem=self._one_waiting(frame.tool_name)
-        )
-        self._record(frame, result, "refused", frame.messages)
+        result, record = refused_beside_waiting(frame, self.suspension.frames[0].tool_name)
+        self.records.append(record)
         return result
 
     def _one_waiting(self, tool_name: str) -> str:
@@ -441,19 +512,7 @@ class Delegations:
         outcome: DelegationOutcome,
         messages: Sequence[Message],
     ) -> None:
-        self.records.append(
-            DelegationEvent(
-                frame.caller,
-                frame.expert,
-                frame.tool_name,
-                frame.call_id,
-                frame.task,
-                result,
-                outcome,
-                tuple(messages),
-                frame.depth,
-            )
-        )
+        self.records.append(delegation_event(frame, result, outcome, messages))
 
 
 def payload_json(payload: BaseModel | None) -> str:
@@ -477,7 +536,11 @@ class DelegateToolMiddleware(FunctionMiddleware):
         """Run the expert and give its answer as the call's result; or leave the call waiting."""
         route = self._delegates.get(context.function.name)
         if route is None:
-            await call_next()
+            try:
+                await call_next()
+            except MiddlewareTermination:  # a handoff, a verdict: the tool loop ends after it
+                self._delegations.stopped = True
+                raise
             return
         call_id = str(context.metadata.get("call_id") or "")
         result = await self._delegations.call(route, call_id, context.arguments)

@@ -62,7 +62,7 @@ from ._runner import (
     Streams,
     Views,
 )
-from ._state import HostState, decode_checkpoint, encode_host_state
+from ._state import DelegationFrame, HostState, decode_checkpoint, encode_host_state
 from ._timeouts import DeadlinePassedError
 from ._workflow import MessageBatch
 
@@ -332,13 +332,29 @@ class GroupChatHost(Executor):
         """
         return self._participants[name].route_of(tool_name)
 
-    async def run_here(self, call: AgentCall, streams: Streams | None = None) -> AgentRun:
+    async def run_here(
+        self,
+        call: AgentCall,
+        streams: Streams | None = None,
+        *,
+        experts_apart: bool = False,
+        so_far: AgentRun | None = None,
+    ) -> AgentRun:
         """Run ``call`` here, on the conversation as it stands, within ``call.seconds``.
 
         What :class:`LocalAgentRunner` does, and a worker does for a durable engine. The
         conversation is not changed: the host that sent the call takes the run and decides.
+        ``experts_apart``: the agent's delegate calls come back due instead of running here
+        (``AgentRun.due``); ``so_far``: the run goes on from there, once they answered.
         """
-        return await self._local.run(call, streams)
+        return await self._local.run(call, streams, experts_apart=experts_apart, so_far=so_far)
+
+    async def ask_here(self, frame: DelegationFrame, streams: Streams | None = None) -> AgentRun:
+        """Ask the due expert of ``frame`` here, as its caller's run would have.
+
+        A worker does this for a durable engine that runs each expert of a fan-out apart.
+        """
+        return await self._local.ask(frame, streams)
 
     # -- handlers ---------------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from ._tools import HandoffToolMiddleware, HandoffVetter
 from .exceptions import HandoffHookError, ModelConnectionError
 
 if TYPE_CHECKING:
-    from ._delegation import DelegateRoute, Delegations, Suspension
+    from ._delegation import DelegateRoute, Delegations, DueExperts, Suspension
     from ._events import DelegationEvent
 
 __all__ = ["AgentRun", "Participant"]
@@ -61,6 +61,9 @@ class AgentRun(NamedTuple):
     """The run's finished delegations, innermost first."""
     suspension: Suspension | None = None
     """A delegation of the run that waits for answers (an expert's approval, say)."""
+    due: DueExperts | None = None
+    """Delegate calls of the run not carried out where it ran (``DelegationScope.defer``): their
+    experts are due, and the run waits for their answers."""
 
 
 @dataclass(slots=True)
@@ -108,6 +111,7 @@ class Participant:
         vet: HandoffVetter | None,
         gate: HandoffGate,
         delegations: Delegations | None = None,
+        earlier: Sequence[HandoffCall] = (),
     ) -> AgentRun:
         """One agent invocation: its response, handoff calls and the handoffs it was not offered.
 
@@ -116,8 +120,10 @@ class Participant:
         have in this run is vetted too, as a call that can only be refused. Without ``vet``
         (an expert answering a delegated task) the run has no handoffs. Delegate calls are carried
         out by ``delegations``. Streams each update to ``on_update`` when it is given.
+        ``earlier``: the handoff calls the run made before (it goes on after its experts
+        answered elsewhere); the run's own are returned.
         """
-        calls: list[HandoffCall] = []
+        calls: list[HandoffCall] = list(earlier)
         verdicts: list[ReviewVerdict] = []
         middleware, tools = self._own_middleware(verdicts, delegations)
         options = self.options
@@ -141,7 +147,8 @@ class Participant:
             await _refuse_waiting(response, vetting)
         tool_limit = _drop_tool_limit_text(response)
         verdict = verdicts[0] if verdicts else None
-        return AgentRun(response, tuple(calls), disabled, verdict, tool_limit)
+        own = tuple(calls[len(earlier) :])
+        return AgentRun(response, own, disabled, verdict, tool_limit)
 
     async def _invoke(
         self,

@@ -190,11 +190,14 @@ class RemoteParticipant(Participant):
         vet: HandoffVetter | None,
         gate: HandoffGate,
         delegations: Delegations | None = None,
+        earlier: Sequence[HandoffCall] = (),
     ) -> AgentRun:
         """One run on its view: the new messages sent in its context; a finished task hands back.
 
-        A task that waits for input leaves its question in the reply, as a request.
+        A task that waits for input leaves its question in the reply, as a request. It has no
+        delegates, so it never goes on after experts answered (``earlier``).
         """
+        del earlier
         news, task = self._news(messages, REMOTE_TASK_KEY)
         found = await self._ask(_text_of(news), task, on_update)
         reply = self._reply(found, REMOTE_TASK_KEY)

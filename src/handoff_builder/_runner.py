@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING, Protocol
 
 from agent_framework import AgentResponse, AgentResponseUpdate, Content, Message
 
-from ._calls import call_id_of, delegate_result, in_call_order
+from ._calls import call_id_of, delegate_result, in_call_order, requests_in
 from ._decision import ReviewVerdict
 from ._delegation import (
     DEFAULT_MAX_DELEGATION_DEPTH,
     Delegations,
     DelegationScope,
+    DueExperts,
     HistoryMode,
     Suspension,
     delegate_key,
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from ._engine import AgentCall, TurnEngine
+    from ._events import DelegationEvent
 
 __all__ = ["AgentRunner", "LocalAgentRunner", "RunnerSetup", "Sink", "Streams", "Views"]
 
@@ -152,13 +154,24 @@ class LocalAgentRunner:
         self._expert_views: dict[tuple[str, HandoffToolCallFiltering], AgentView] = {}
         self._epoch = engine.ledger.epoch
 
-    async def run(self, call: AgentCall, streams: Streams | None) -> AgentRun:
+    async def run(
+        self,
+        call: AgentCall,
+        streams: Streams | None,
+        *,
+        experts_apart: bool = False,
+        so_far: AgentRun | None = None,
+    ) -> AgentRun:
         """Run ``call`` here, on the conversation as it stands, within ``call.seconds``.
 
         The conversation is not changed: whoever asked for the call gives the engine the run.
+        ``experts_apart``: the agent's delegate calls are not carried out here; they come back
+        due (``AgentRun.due``) for a driver that runs each expert elsewhere. ``so_far``: the
+        call's run goes on from there (its due experts answered, see ``_fanout``): the run
+        returned is what it adds.
         """
         if call.kind == "run":
-            work = self._invoke(call, streams)
+            work = self._invoke(call, streams, experts_apart, so_far)
         elif call.kind == "resolve":
             work = self._resolve(streams)
         else:
@@ -186,17 +199,54 @@ class LocalAgentRunner:
 
     # -- the three kinds of call -----------------------------------------------------------------
 
-    async def _invoke(self, call: AgentCall, streams: Streams | None) -> AgentRun:
+    async def ask(self, frame: DelegationFrame, streams: Streams | None) -> AgentRun:
+        """Ask ``frame``'s expert here, as its caller's run would have (a due expert).
+
+        Its run's one message is the result of the caller's delegate call; none when the
+        expert waits for answers (``suspension``).
+        """
+        delegations = self._delegations(streams)
+        answer = await delegations.run(frame)
+        messages = [] if answer is None else [delegate_result(frame.call_id, answer, frame.caller)]
+        sink = None if streams is None else streams.agent(frame.caller)
+        if sink is not None and messages:  # the caller's stream shows the result, as it would
+            result = messages[0]
+            update = AgentResponseUpdate(
+                role="tool", contents=list(result.contents), author_name=frame.caller
+            )
+            await sink(update)
+        run = AgentRun(AgentResponse(messages=messages), (), frozenset())
+        return _with_delegations(run, delegations)
+
+    async def _invoke(
+        self,
+        call: AgentCall,
+        streams: Streams | None,
+        experts_apart: bool,  # noqa: FBT001 - passed through from run()
+        so_far: AgentRun | None,
+    ) -> AgentRun:
         participant = self.setup.participants.get(call.agent)
         if participant is None:
             raise ValueError(f"No agent named {call.agent!r} in this workflow.")
-        delegations = self._delegations(streams) if participant.delegates else None
+        before = so_far.delegations if so_far is not None else ()
+        delegations = (
+            self._delegations(streams, defer=experts_apart, earlier=before)
+            if participant.delegates
+            else None
+        )
+        view = await self._agent_view(call.agent)
+        if so_far is not None:  # its own messages so far, as its tool loop would send them
+            view = in_call_order([*view, *so_far.response.messages])
+        sink = None if streams is None else streams.agent(call.agent)
+        if sink is not None and delegations is not None and experts_apart:
+            sink = _without_due_calls(sink, delegations)
         run = await participant.run(
-            await self._agent_view(call.agent),
-            None if streams is None else streams.agent(call.agent),
+            view,
+            sink,
             self._engine.manager.vet_handoff,
             self._gate_for(participant, no_handoffs=call.no_handoffs),
             delegations,
+            earlier=so_far.calls if so_far is not None else (),
         )
         return _with_delegations(run, delegations)
 
@@ -357,16 +407,20 @@ class LocalAgentRunner:
         waiting: Sequence[DelegationFrame] = (),
         *,
         history_end: int | None = None,
+        defer: bool = False,
+        earlier: Sequence[DelegationEvent] = (),
     ) -> Delegations:
         """What one run's delegations need, with this turn's calls of each delegate counted.
 
-        ``waiting``: the frames of a delegation that carries on; their calls count too.
+        ``waiting``: the frames of a delegation that carries on; their calls count too, as do
+        ``earlier`` delegations of the same run (it goes on after its due experts answered).
+        ``defer``: the run's own delegate calls are due, not carried out (``DueExperts``).
         ``history_end``: experts read the shared history up to there, not to its end (the
         caller's response that made the calls is in the history by then).
         """
         used: dict[str, int] = {}
         turn = self._engine.ledger.turn
-        finished = turn.delegations if turn is not None else ()
+        finished = [*(turn.delegations if turn is not None else ()), *earlier]
         calls = [(r.caller, r.tool_name) for r in finished if r.outcome != "refused"]
         calls += [(frame.caller, frame.tool_name) for frame in waiting]
         for caller, tool_name in calls:
@@ -390,12 +444,67 @@ class LocalAgentRunner:
             used=used,
             max_parallel=self.setup.max_parallel_delegations,
             timeouts=self.setup.delegate_timeouts,
+            defer=defer,
         )
         return Delegations(scope)
 
 
 def _with_delegations(run: AgentRun, delegations: Delegations | None) -> AgentRun:
-    """``run`` with what ``delegations`` did in it: its finished delegations and one that waits."""
+    """``run`` with what ``delegations`` did in it.
+
+    Its finished delegations, one that waits, and the experts that are due.
+    """
     if delegations is None:
         return run
-    return run._replace(delegations=tuple(delegations.records), suspension=delegations.suspension)
+    return run._replace(
+        delegations=tuple(delegations.records),
+        suspension=delegations.suspension,
+        due=_due_experts(run, delegations),
+    )
+
+
+def _without_due_calls(sink: Sink, delegations: Delegations) -> Sink:
+    """``sink`` without the updates that only mark due delegate calls as waiting.
+
+    Those calls are answered once their experts, run elsewhere, answer; the stream shows their
+    results then (:meth:`LocalAgentRunner.ask`), as it would have in one run.
+    """
+
+    async def send(update: AgentResponseUpdate) -> None:
+        due = {frame.call_id for frame, _ in delegations.due}
+        contents = update.contents
+        if contents and all(
+            c.type == "function_call" and c.user_input_request and str(c.call_id) in due
+            for c in contents
+        ):
+            return
+        await sink(update)
+
+    return send
+
+
+def _due_experts(run: AgentRun, delegations: Delegations) -> DueExperts | None:
+    """The run's due experts, in call order, and whether the run goes on once they answered.
+
+    It does not when another call of the response ended its tool loop: a handoff that stands
+    (only a refused one lets the agent go on), a reviewer's verdict, a call that waits for a
+    person, or a tool whose middleware ended the loop.
+    """
+    if not delegations.due:
+        return None
+    messages = run.response.messages
+    calls = [
+        str(c.call_id)
+        for m in messages
+        for c in m.contents
+        if c.type == "function_call" and not c.user_input_request
+    ]
+    due = {frame.call_id for frame, _ in delegations.due}
+    others = [r for r in requests_in(messages) if call_id_of(r) not in due]
+    ended = (
+        any(call.outcome != "rejected" for call in run.calls)
+        or run.verdict is not None
+        or run.tool_limit
+        or bool(others)
+    )
+    return delegations.due_experts(calls, goes_on=not ended)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -25,17 +25,28 @@ from temporalio.common import RetryPolicy
 from handoff_builder._builder import HandoffWorkflowBuilder
 from handoff_builder._engine import AgentCall
 from handoff_builder._host import GroupChatHost
+from handoff_builder._participant import AgentRun
+from handoff_builder._runner import Streams
 from handoff_builder.exceptions import CorruptStateError, HandoffBuilderError
 from handoff_builder.stores import MessageLog
 
 from ._chain import HistoryPage, LoggedHistory, last_page, page_of
 from ._failures import CONFIGURATION, misconfigured, too_large
-from ._payloads import AgentCallPayload, AgentCallResult, encode_run, load, payload_size
+from ._payloads import (
+    AgentCallPayload,
+    AgentCallResult,
+    decode_frame,
+    decode_run,
+    encode_run,
+    load,
+    payload_size,
+)
 from ._relay import RedisRelay, relaying
 
 ACTIVITY_NAME = "handoff_builder.invoke_agent"
 RESOLVE_ACTIVITY_NAME = "handoff_builder.resolve_answers"
 CARRY_ON_ACTIVITY_NAME = "handoff_builder.carry_on_delegation"
+ASK_ACTIVITY_NAME = "handoff_builder.ask_expert"
 READ_ACTIVITY_NAME = "handoff_builder.read_history"
 
 
@@ -110,21 +121,58 @@ class AgentActivities:
 
     @activity.defn(name=ACTIVITY_NAME)
     async def invoke_agent(self, call: AgentCallPayload) -> AgentCallResult:
-        """Run one agent on the conversation as it stood (its experts too, when it delegates)."""
+        """Run one agent on the conversation as it stood.
+
+        Its experts run here too, unless the call has them apart (``experts_apart``): then
+        the run stops at the response that asks them, and returns them due. With ``so_far``,
+        the run goes on from there, their answers in.
+        """
         run = AgentCall(call.agent, "run", call.no_handoffs)
-        return await self._run(call, run, f"the reply of agent {call.agent!r}")
+
+        async def work(host: GroupChatHost, streams: Streams | None) -> AgentRun:
+            so_far = None if call.so_far is None else decode_run(host, call.agent, call.so_far)
+            return await host.run_here(
+                run, streams, experts_apart=call.experts_apart, so_far=so_far
+            )
+
+        what = f"the reply of agent {call.agent!r}"
+        # tool_call_key(): a run that goes on counts its tools' calls apart from its start's
+        apart = "" if call.so_far is None else f"after/{len(call.so_far.messages)}"
+        return await self._run(call, call.agent, work, what, apart)
+
+    @activity.defn(name=ASK_ACTIVITY_NAME)
+    async def ask_expert(self, call: AgentCallPayload) -> AgentCallResult:
+        """Ask one due expert of a fan-out, as its caller's run would have.
+
+        The result's one message answers the caller's delegate call; none when the expert
+        waits for a person (its suspension).
+        """
+        if call.frame is None:
+            raise misconfigured(f"An expert call of agent {call.agent!r} names no expert.")
+        try:
+            frame = decode_frame(call.frame)
+        except CorruptStateError as error:
+            raise misconfigured(str(error)) from error
+
+        async def work(host: GroupChatHost, streams: Streams | None) -> AgentRun:
+            return await host.ask_here(frame, streams)
+
+        what = f"the answer of expert {frame.expert!r} to agent {call.agent!r}"
+        return await self._run(call, frame.expert, work, what, f"ask/{frame.call_id}")
 
     @activity.defn(name=RESOLVE_ACTIVITY_NAME)
     async def resolve_answers(self, call: AgentCallPayload) -> AgentCallResult:
         """Carry out the answered requests of the waiting agent (approved tools run here)."""
         run = AgentCall(call.agent, "resolve")
-        return await self._run(call, run, f"the approved calls of agent {call.agent!r}")
+        what = f"the approved calls of agent {call.agent!r}"
+        return await self._run(call, call.agent, _running(run), what)
 
     @activity.defn(name=CARRY_ON_ACTIVITY_NAME)
     async def carry_on_delegation(self, call: AgentCallPayload) -> AgentCallResult:
         """An expert whose delegation waited for answers carries on, and answers its caller."""
         run = AgentCall(call.agent, "carry_on")
-        return await self._run(call, run, f"the delegation of agent {call.agent!r}")
+        what = f"the delegation of agent {call.agent!r}"
+        return await self._run(call, call.agent, _running(run), what)
 
     @activity.defn(name=READ_ACTIVITY_NAME)
     async def read_history(self, history: LoggedHistory) -> HistoryPage:
@@ -149,18 +197,27 @@ class AgentActivities:
             )
         return self._messages
 
-    async def _run(self, payload: AgentCallPayload, call: AgentCall, what: str) -> AgentCallResult:
+    async def _run(
+        self, payload: AgentCallPayload, agent: str, work: _Work, what: str, apart: str = ""
+    ) -> AgentCallResult:
+        """``work`` on a host loaded with the conversation, relayed as ``agent``'s attempt.
+
+        ``apart``: what keeps its tools' keys apart from those of the same agent call's other
+        activities (:func:`tool_call_key`).
+        """
         async with (
-            self._replica(payload) as host,
-            relaying(self._relay, payload.relay, host, call.agent, payload.events) as streams,
+            self._replica(payload, apart) as host,
+            relaying(self._relay, payload.relay, host, agent, payload.events) as streams,
         ):
-            run = await host.run_here(call, streams)
+            run = await work(host, streams)
         result = encode_run(run)
         result.attempt = activity.info().attempt
         return _fitting(payload, what, result)
 
     @contextlib.asynccontextmanager
-    async def _replica(self, call: AgentCallPayload) -> AsyncGenerator[GroupChatHost, None]:
+    async def _replica(
+        self, call: AgentCallPayload, apart: str = ""
+    ) -> AsyncGenerator[GroupChatHost, None]:
         """A host of this worker loaded with the conversation as it stood, heartbeating."""
         history = await self._history(call)
         host = self._free.pop() if self._free else host_of(self._builder.build())
@@ -173,6 +230,8 @@ class AgentActivities:
                 ) from error
             host.conversation_id = call.conversation_id
             scope = f"{call.conversation_id}/{call.length}/{activity.info().activity_type}"
+            if apart:
+                scope = f"{scope}/{apart}"
             counts = _TOOL_CALLS.set(({}, scope))
             try:
                 if activity.info().is_local:
@@ -203,6 +262,17 @@ class AgentActivities:
             return await reference.read(log, call.conversation_id)
         except CorruptStateError as error:
             raise misconfigured(str(error)) from error
+
+
+_Work = Callable[[GroupChatHost, "Streams | None"], Awaitable[AgentRun]]
+"""What an activity does on its loaded host, with the attempt's streams."""
+
+
+def _running(call: AgentCall) -> _Work:
+    async def work(host: GroupChatHost, streams: Streams | None) -> AgentRun:
+        return await host.run_here(call, streams)
+
+    return work
 
 
 ACTIVITY_OF_CALL = {
@@ -280,6 +350,7 @@ async def _heartbeating() -> AsyncGenerator[None, None]:
 __all__ = [
     "ACTIVITY_NAME",
     "ACTIVITY_OF_CALL",
+    "ASK_ACTIVITY_NAME",
     "CARRY_ON_ACTIVITY_NAME",
     "READ_ACTIVITY_NAME",
     "RESOLVE_ACTIVITY_NAME",

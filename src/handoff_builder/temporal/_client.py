@@ -149,6 +149,7 @@ def conversation_worker(
             calls.invoke_agent,
             calls.resolve_answers,
             calls.carry_on_delegation,
+            calls.ask_expert,
             calls.read_history,
         ],
         **kwargs,

@@ -15,7 +15,7 @@ from temporalio.api.common.v1 import Payloads
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from handoff_builder._decision import CallOutcome, HandoffCall, ReviewVerdict
-from handoff_builder._delegation import Suspension
+from handoff_builder._delegation import DueExperts, Suspension
 from handoff_builder._events import (
     HANDOFF_BLOCKED_EVENT,
     HANDOFF_LIMIT_EVENT,
@@ -209,6 +209,14 @@ class AgentCallPayload(BaseModel):
     events: list[dict[str, Any]] = Field(default_factory=list[dict[str, Any]])
     """The turn's events so far that its result does not hold (:func:`encode_events`): the
     worker relays them before the call's updates."""
+    experts_apart: bool = False
+    """The agent's delegate calls come back due (``AgentCallResult.due``), not run here: the
+    workflow runs each expert as an activity of its own."""
+    so_far: AgentCallResult | None = None
+    """The agent's run goes on from here, its due experts answered (what it did so far)."""
+    frame: dict[str, Any] | None = None
+    """A due expert to ask (a ``DelegationFrame``): the call asks it instead of running
+    ``agent``, the caller."""
 
     @property
     def length(self) -> int:
@@ -254,9 +262,15 @@ class AgentCallResult(BaseModel):
     """The run's finished delegations (``DelegationEvent``), innermost first."""
     suspension: dict[str, Any] | None = None
     """A delegation of the run that waits: its frames and the requests it waits for."""
+    due: dict[str, Any] | None = None
+    """The run's delegate calls not run here (``experts_apart``): their frames, each
+    expert's own time limit, and whether the run goes on once they answered."""
     attempt: int = 0
     """The activity's attempt that ran it (1 for the first; 0 from a worker of an earlier
     release): a relayed turn names it, so that the client knows which attempt's updates held."""
+
+
+AgentCallPayload.model_rebuild()
 
 
 TRAVELLING_EVENTS: dict[str, type[Any]] = {
@@ -329,6 +343,7 @@ def encode_run(run: AgentRun) -> AgentCallResult:
         tool_limit=run.tool_limit,
         delegations=[_encode(DelegationEvent, record) for record in run.delegations],
         suspension=None if run.suspension is None else _encode_suspension(run.suspension),
+        due=None if run.due is None else _encode_due(run.due),
     )
 
 
@@ -341,6 +356,34 @@ def _encode_suspension(suspension: Suspension) -> dict[str, Any]:
         "frames": [_encode(DelegationFrame, frame) for frame in suspension.frames],
         "requests": [request.to_dict() for request in suspension.requests],
     }
+
+
+def _encode_due(due: DueExperts) -> dict[str, Any]:
+    return {
+        "frames": [_encode(DelegationFrame, frame) for frame in due.frames],
+        "seconds": list(due.seconds),
+        "goes_on": due.goes_on,
+    }
+
+
+def _decode_due(raw: dict[str, Any]) -> DueExperts:
+    frames = tuple(validated(DelegationFrame, frame, "a due expert") for frame in raw["frames"])
+    seconds = tuple(None if s is None else float(s) for s in raw["seconds"])
+    return DueExperts(frames, seconds, bool(raw["goes_on"]))
+
+
+def encode_frame(frame: DelegationFrame) -> dict[str, Any]:
+    """A due expert's frame, as an ``ask_expert`` call carries it."""
+    return _encode(DelegationFrame, frame)
+
+
+def decode_frame(raw: dict[str, Any]) -> DelegationFrame:
+    """Read back what :func:`encode_frame` wrote.
+
+    Raises:
+        CorruptStateError: it does not read.
+    """
+    return validated(DelegationFrame, raw, "a due expert")
 
 
 def _decode_suspension(raw: dict[str, Any]) -> Suspension:
@@ -379,6 +422,7 @@ def decode_run(host: GroupChatHost, agent: str, result: AgentCallResult) -> Agen
         result.tool_limit,
         tuple(validated(DelegationEvent, item, "a delegation") for item in result.delegations),
         None if result.suspension is None else _decode_suspension(result.suspension),
+        None if result.due is None else _decode_due(result.due),
     )
 
 

@@ -15,12 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import AsyncGenerator, Generator
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
-from agent_framework import Content, Message, Workflow
+from agent_framework import AgentResponse, Content, Message, Workflow
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutType
 from temporalio.exceptions import CancelledError as TemporalCancelledError
@@ -28,8 +29,11 @@ from temporalio.exceptions import TimeoutError as TimeoutError_
 from typing_extensions import override
 
 from handoff_builder._builder import HandoffWorkflowBuilder
+from handoff_builder._calls import delegate_result
+from handoff_builder._delegation import DueExperts, failed_delegation
 from handoff_builder._engine import AgentCall
 from handoff_builder._events import HandoffTurnResult, TurnAbandonedEvent
+from handoff_builder._fanout import goes_on, joined, with_answers
 from handoff_builder._host import GroupChatHost, ReissueRequests, UserTurn
 from handoff_builder._lifecycle import (
     KEPT_RECEIPTS,
@@ -39,6 +43,7 @@ from handoff_builder._lifecycle import (
 )
 from handoff_builder._participant import AgentRun
 from handoff_builder._runner import Streams
+from handoff_builder._state import DelegationFrame
 from handoff_builder._telemetry import QUIET_WHILE
 from handoff_builder._timeouts import DeadlinePassedError
 from handoff_builder.exceptions import (
@@ -84,6 +89,8 @@ from ._payloads import (
     carried,
     decode_run,
     encode_events,
+    encode_frame,
+    encode_run,
     encode_turn,
     load,
     payload_size,
@@ -104,6 +111,14 @@ up to a minute)."""
 
 ABANDON_AFTER_LAST_RETRY = "abandon-after-last-retry"
 """The patch under which a turn whose last retry failed is abandoned in the same Update."""
+
+EXPERTS_APART = "experts-apart"
+"""The patch under which the experts of a caller's response run as activities of their own
+(before it, inside the caller's activity)."""
+
+EXPERT_GRACE = 1.0
+"""Seconds an expert's activity has past the expert's own time limit: the worker stops the
+expert at its limit and returns the call's tool error; the activity's timeout is the backstop."""
 
 
 @dataclass(frozen=True)
@@ -634,7 +649,83 @@ class _ActivityRunner:
 
     async def run(self, call: AgentCall, streams: Streams | None) -> AgentRun:
         del streams
-        return decode_run(self.host, call.agent, await self._activity(call))
+        if call.kind != "run" or not workflow.patched(EXPERTS_APART):
+            return decode_run(self.host, call.agent, await self._activity(call))
+        return await self._fan_out(call)
+
+    async def _fan_out(self, call: AgentCall) -> AgentRun:
+        """``call``'s run, each expert it asks an activity of its own (see ``_fanout``).
+
+        The caller's activity returns the experts of a response as due; they run at once (at
+        most ``max_parallel_delegations`` at a time), and the caller goes on in an activity
+        that carries its run so far. Each finished activity is in the workflow's history: after
+        a crash, or a retry of one of them, the others are not run again. ``call.seconds``
+        bounds them all.
+        """
+        end = None if call.seconds is None else workflow.time() + call.seconds
+        result = await self._activity(call, experts_apart=True)
+        run = decode_run(self.host, call.agent, result)
+        while run.due is not None:
+            asked = await self._ask_all(call.agent, run.due, end)
+            answered = with_answers(run, asked)
+            if not goes_on(answered, run):
+                return answered
+            more = await self._activity(
+                call, experts_apart=True, so_far=encode_run(answered), seconds=_left(end)
+            )
+            run = joined(answered, decode_run(self.host, call.agent, more))
+        return run
+
+    async def _ask_all(self, caller: str, due: DueExperts, end: float | None) -> list[AgentRun]:
+        """Ask every due expert, each in an activity; their runs, in call order.
+
+        A turn's deadline that passes (or a cancellation) stops those still running.
+        """
+        limit = self.host.settings.max_parallel_delegations
+        slots = asyncio.Semaphore(limit) if limit is not None else contextlib.nullcontext()
+
+        async def ask(frame: DelegationFrame, seconds: float | None) -> AgentRun:
+            async with slots:  # its own time limit starts once it has a slot
+                return await self._ask(caller, frame, seconds, end)
+
+        tasks = [
+            asyncio.ensure_future(ask(frame, seconds))
+            for frame, seconds in zip(due.frames, due.seconds, strict=True)
+        ]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+
+    async def _ask(
+        self, caller: str, frame: DelegationFrame, seconds: float | None, end: float | None
+    ) -> AgentRun:
+        """One due expert's run, from its activity.
+
+        An expert past its own ``seconds``, or whose activity failed after its retries, is
+        its call's tool error (``timed_out``, ``failed``), as in one process; the turn's
+        deadline passing is the whole call's (``DeadlinePassedError``).
+        """
+        left = _left(end)
+        own = seconds is not None and (left is None or seconds < left)
+        limit = min(seconds + EXPERT_GRACE, left or math.inf) if own and seconds else left
+        call = self.payload(caller)
+        call.frame = encode_frame(frame)
+        call.events = self.turn_events()
+        try:
+            result = await self._execute(
+                AgentActivities.ask_expert, f"ask:{frame.expert}", call, limit
+            )
+        except DeadlinePassedError as error:
+            if not own:
+                raise
+            return _failed(frame, error, seconds)
+        except ActivityError as error:
+            return _failed(frame, innermost(error), seconds)
+        return decode_run(self.host, caller, result)
 
     @contextlib.contextmanager
     def relaying(self, relay: str) -> Generator[list[RelayedCall], None, None]:
@@ -737,30 +828,57 @@ class _ActivityRunner:
             reference=reference,
         )
 
-    async def _activity(self, agent_call: AgentCall) -> AgentCallResult:
-        """One activity for the call's agent, within the call's ``seconds``.
+    async def _activity(
+        self,
+        agent_call: AgentCall,
+        *,
+        experts_apart: bool = False,
+        so_far: AgentCallResult | None = None,
+        seconds: float | Literal["call"] | None = "call",
+    ) -> AgentCallResult:
+        """One activity for the call's agent, within the call's ``seconds`` (or ``seconds``).
 
-        Its id names the agent, so that a replay that would call another agent (a route that
-        decides differently) fails with a nondeterminism error instead of mixing them up.
+        ``experts_apart``, ``so_far``: see ``AgentCallPayload``; a run that goes on
+        (``so_far``) is not where a failed turn goes back to.
         """
-        agent, seconds = agent_call.agent, agent_call.seconds
+        agent = agent_call.agent
         name, method = ACTIVITY_OF_CALL[agent_call.kind]
         call = self.payload(agent, no_handoffs=agent_call.no_handoffs)
         call.events = self.turn_events()  # the worker relays them before the call's updates
-        if agent_call.kind == "run":  # a failed turn goes on from here (answers since are not)
-            history = call.history
+        call.experts_apart, call.so_far = experts_apart, so_far
+        if agent_call.kind == "run" and so_far is None:  # a failed turn goes on from here
+            history = call.history  # (answers since are not)
             if call.reference is not None and self.chain is not None:
                 history = self.chain.bodies()  # as digested: not serialized again every call
             self.checkpoint = Carried(history=history, host=call.host, logged=self.logged)
+        limit = agent_call.seconds if seconds == "call" else seconds
+        return await self._execute(method, f"{name}:{agent}", call, limit)
+
+    async def _execute(
+        self, method: Any, name: str, call: AgentCallPayload, seconds: float | None
+    ) -> AgentCallResult:
+        """One activity of ``method`` on ``call``, within ``seconds`` (``None``: no deadline).
+
+        Its id (``{n}:{name}``) names the agent, so that a replay that would call another
+        agent (a route that decides differently) fails with a nondeterminism error instead of
+        mixing them up.
+
+        Raises:
+            DeadlinePassedError: no result within ``seconds``.
+            PayloadTooLargeError: the call would not fit in a payload.
+        """
+        agent = call.agent
         size, limit = payload_size(call), self._start.payload_limit
         if size > limit:  # Temporal would refuse the command, and the workflow task with it
             raise PayloadTooLargeError(
                 self._conversation_id, f"the call of agent {agent!r}", size, limit
             )
+        if seconds is not None and seconds <= 0:
+            raise DeadlinePassedError(f"no time left for {name}")
         self._calls += 1
         options = self._options
         limit = None if seconds is None else timedelta(seconds=max(seconds, 0.001))
-        activity_id = f"{self._calls}:{name}:{agent}"
+        activity_id = f"{self._calls}:{name}"
         try:
             if self._start.local_activities:  # no deadline: see AgentCallOptions
                 result = await workflow.execute_local_activity_method(
@@ -801,6 +919,19 @@ class _ActivityRunner:
         if self.chain is not None and call.reference is not None:
             self.chain.logged(call.reference)
         return result
+
+
+def _left(end: float | None) -> float | None:
+    """Seconds until ``end`` on the workflow's clock (``None``: no end)."""
+    return None if end is None else end - workflow.time()
+
+
+def _failed(frame: DelegationFrame, error: BaseException, seconds: float | None) -> AgentRun:
+    """A due expert that gave no answer: its call's tool error, and its record."""
+    failure = error if isinstance(error, Exception) else HandoffBuilderError(str(error))
+    text, record = failed_delegation(frame, failure, seconds)
+    answer = delegate_result(frame.call_id, text, frame.caller)
+    return AgentRun(AgentResponse(messages=[answer]), (), frozenset(), delegations=(record,))
 
 
 def _next_run(
