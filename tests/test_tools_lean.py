@@ -48,7 +48,7 @@ async def test_the_built_in_goal_schema_is_lean() -> None:
             "parameters": {
                 "additionalProperties": False,
                 "properties": {
-                    "goal": {"description": "The user's goal, in one sentence.", "type": "string"}
+                    "goal": {"description": "The user's goal in one sentence.", "type": "string"}
                 },
                 "required": ["goal"],
                 "type": "object",

@@ -150,8 +150,9 @@ async def test_handoff_conversation_over_the_wire(fake_openai: StartServer, stre
     # A lean schema: no pydantic titles, and the tool's description is not repeated.
     assert "title" not in json.dumps(parameters)
     assert "description" not in parameters
-    # One tool call per response, and the default handoff instructions, which list no tool.
-    assert first["parallel_tool_calls"] is False
+    # Parallel tool calls left to the agent's options (unset here), and the default handoff
+    # instructions, which list no tool.
+    assert "parallel_tool_calls" not in first
     [system] = [m["content"] for m in first["messages"] if m["role"] == "system"]
     assert system.endswith(DEFAULT_HANDOFF_INSTRUCTIONS)
     assert "handoff_to_billing" not in system
@@ -664,6 +665,22 @@ async def test_an_agent_s_own_store_setting_is_kept(fake_openai: StartServer) ->
     await HandoffWorkflowBuilder(agent).build().run("hello")
     [body] = server.raw_bodies()
     assert body["store"] is True
+
+
+async def test_an_agent_s_own_parallel_tool_calls_setting_is_kept(fake_openai: StartServer) -> None:
+    """An agent with handoff tools sends ``parallel_tool_calls`` only as its own options say."""
+    server = fake_openai([text("One call at a time, as asked.")])
+    triage = Agent(
+        client=chat_client("openai", environ=server.environ),
+        name="triage",
+        instructions="Route.",
+        default_options={"allow_multiple_tool_calls": False},
+    )
+    billing = server.agent("billing", "Fix charges.")
+    await HandoffWorkflowBuilder(triage).with_handoff(triage, billing).build().run("hello")
+    [body] = server.bodies()
+    assert [tool["function"]["name"] for tool in body["tools"]] == ["handoff_to_billing"]
+    assert body["parallel_tool_calls"] is False
 
 
 async def test_recorded_model_inputs_are_what_went_over_the_wire(fake_openai: StartServer) -> None:

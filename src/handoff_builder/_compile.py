@@ -234,7 +234,7 @@ def _participant(
             agent, tools=delegate_tools, options=stateless or None, delegates=delegates,
             reviewer=reviewer, elsewhere=elsewhere,
         )  # fmt: skip
-    options: dict[str, Any] = {"allow_multiple_tool_calls": False, **stateless}
+    options: dict[str, Any] = dict(stateless)  # parallel tool calls: the agent's own options
     if instructions == DEFAULT_HANDOFF_INSTRUCTIONS:  # the default: the text of its edges' kind
         instructions = default_instructions(routes.values())
     text = render_instructions(instructions, list(routes))

@@ -39,7 +39,7 @@ class HandoffGoal(BaseModel):
     model_config = ConfigDict(extra="forbid", title="handoff")
 
     # Without a description a small model wrote the tool's description or one word as the goal.
-    goal: str = Field(description="The user's goal, in one sentence.")
+    goal: str = Field(description="The user's goal in one sentence.")
 
 
 class HandBackSummary(BaseModel):
