@@ -58,6 +58,7 @@ PUBLIC: dict[str, set[str]] = {
         "DEFAULT_AUTONOMOUS_TURN_LIMIT", "DEFAULT_MAX_DELEGATION_DEPTH", "DEFAULT_MAX_MODEL_CALLS",
         "DEFAULT_AGENT_TIMEOUT", "DEFAULT_TURN_TIMEOUT", "DEFAULT_HOOK_TIMEOUT",
         "DEFAULT_ESCALATION_MESSAGE", "DEFAULT_REVIEW_ESCALATION_MESSAGE",
+        "DEFAULT_REPLY_TOOL_DESCRIPTION",
     },
     "Code on an edge, and what the tools take": {
         "HandoffContext", "HandoffHook", "HandoffPredicate", "HandoffInput", "InputFilter",
