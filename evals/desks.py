@@ -11,6 +11,8 @@ back to triage with a summary (the seed's "Hand back" variant), at most 4 handof
 * ``builtin_desk``: the desk ``handoff-builder chat`` and ``eval`` run without ``--workflow``
   (its own short instructions, the SDK's default tool names).
 * ``seed_desk_bounce_guard``: ``seed_desk`` with ``with_bounce_guard()``.
+* ``seed_desk_reply_tool``: ``seed_desk`` with ``with_reply_tool()``: every agent also has
+  ``reply_to_user(text)``, to answer a greeting or a thanks in words.
 * ``seed_desk``: the seed's own prompts (shared/seeds, "Hand back") as the agents' instructions,
   its tool names (``transfer_to_billing``, ``transfer_to_tech``; the hand-back is the SDK's
   ``transfer_back_to_triage``, as the seed names it), and the SDK's default handoff instructions
@@ -34,7 +36,14 @@ from handoff_builder import HandoffWorkflowBuilder
 from handoff_builder.providers import agent_options, chat_client
 from handoff_builder.testing import ModelCall, Step, call_tool, handoff_to, reply, scripted_agent
 
-__all__ = ["COMPANY", "MAX_HANDOFFS", "builtin_desk", "seed_desk", "seed_desk_bounce_guard"]
+__all__ = [
+    "COMPANY",
+    "MAX_HANDOFFS",
+    "builtin_desk",
+    "seed_desk",
+    "seed_desk_bounce_guard",
+    "seed_desk_reply_tool",
+]
 
 COMPANY = "Contoso Telecom"
 MAX_HANDOFFS = 4
@@ -96,6 +105,13 @@ def seed_desk_bounce_guard(
 ) -> HandoffWorkflowBuilder:
     """The seed desk with ``with_bounce_guard()``: a first straight hand-back is refused."""
     return seed_desk(provider, max_output_tokens).with_bounce_guard()
+
+
+def seed_desk_reply_tool(
+    provider: str = "scripted", max_output_tokens: int | None = None
+) -> HandoffWorkflowBuilder:
+    """The seed desk with ``with_reply_tool()``: a greeting has a tool of its own."""
+    return seed_desk(provider, max_output_tokens).with_reply_tool()
 
 
 def _agent(

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from evals.desks import builtin_desk, seed_desk
+from evals.desks import builtin_desk, seed_desk, seed_desk_reply_tool
 
 from handoff_builder import DEFAULT_HANDOFF_INSTRUCTIONS, HandoffWorkflowBuilder
 from handoff_builder.evals import ESCALATED, FAILED, EvalCase, evaluate, load_cases
@@ -22,6 +22,7 @@ SET = Path(__file__).resolve().parents[1] / "evals" / "support_desk.jsonl"
 DESKS: dict[str, Callable[..., HandoffWorkflowBuilder]] = {
     "builtin": builtin_desk,
     "seed": seed_desk,
+    "seed-reply-tool": seed_desk_reply_tool,
 }
 KINDS = {"billing": 16, "tech": 16, "two-part": 12, "topic": 12, "stay": 8, "triage": 8}
 SPECIALISTS = ("billing", "tech")
@@ -171,3 +172,19 @@ async def test_agent_framework_handoff_builder_ends_a_bouncing_turn_at_the_seed_
     result = await run_case(first, "openai", 256)
     assert (result.answered, result.status) == (ESCALATED, "escalated")
     assert len(result.model_calls) == 5  # the fifth handoff ends the turn (the seed's cap is 4)
+
+
+async def test_the_reply_tool_desk_answers_a_greeting_through_the_tool(
+    cases: list[EvalCase], openai_server: Callable[..., FakeOpenAI]
+) -> None:
+    server = openai_server(
+        [tool_call("call_1", "reply_to_user", {"text": "Hello! How can I help?"})]
+    )
+    greeting = next(case for case in cases if case.id.startswith("triage-01"))
+    report = await evaluate(seed_desk_reply_tool("openai", max_output_tokens=256), [greeting])
+    assert report.correct == 1
+    [result] = report.results
+    assert (result.answered, result.reply) == ("triage", "Hello! How can I help?")
+    [triage] = server.bodies()
+    names = [tool["function"]["name"] for tool in triage["tools"]]
+    assert names == ["transfer_to_billing", "transfer_to_tech", "reply_to_user"]

@@ -179,6 +179,39 @@ async def test_hand_back(client: Client, queue: str) -> None:
     assert received(triage).sees("Invoice fixed; the crash is still open.")
 
 
+async def test_a_reply_tool_call_is_kept_as_the_agents_text(client: Client, queue: str) -> None:
+    """On Temporal as in a store: the reply tool's text is the agent's message, nothing else."""
+    triage = scripted_agent(
+        "triage",
+        call_tool("reply_to_user", text="Hello! How can I help?"),
+        call_tool("reply_to_user", text="You're welcome!"),
+    )
+    billing = scripted_agent("billing")
+    builder = HandoffWorkflowBuilder(triage).with_handoff(triage, billing).with_reply_tool()
+    conversation = cid()
+    async with serving(client, builder, queue) as host:
+        turn = await host.send(conversation, "Hi there!")
+        streamed = [
+            (event.data.author_name, event.data.text)
+            async for event in host.stream(conversation, "Thanks!")
+            if event.type == "output" and getattr(event.data, "text", "")
+        ]
+        history = await host.history(conversation)
+    assert (turn.active_agent, turn.text, turn.handoffs) == (
+        "triage",
+        "Hello! How can I help?",
+        (),
+    )
+    assert streamed == [("triage", "You're welcome!")]
+    assert [(str(m.role), m.author_name, m.text) for m in history] == [
+        ("user", None, "Hi there!"),
+        ("assistant", "triage", "Hello! How can I help?"),
+        ("user", None, "Thanks!"),
+        ("assistant", "triage", "You're welcome!"),
+    ]
+    assert all(c.type == "text" for m in history for c in m.contents)
+
+
 async def test_remembers_the_active_agent_on_a_new_worker(client: Client, queue: str) -> None:
     """The second message starts at billing on a worker that never saw the first: the workflow
     is replayed from its history, not one agent is called again."""

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from agent_framework import Agent, FunctionTool, tool
+from agent_framework import Agent, FunctionTool, Message, tool
 from pydantic import BaseModel, ConfigDict, Field
 
 from handoff_builder import (
@@ -622,8 +622,6 @@ async def test_the_end_to_end_sample_over_the_wire(
 async def test_an_input_filter_decides_what_the_target_receives_over_the_wire(
     fake_openai: StartServer,
 ) -> None:
-    from agent_framework import Message
-
     from handoff_builder import HandoffInput
 
     def note_only(data: HandoffInput) -> list[Message]:
@@ -718,3 +716,57 @@ async def test_recorded_model_inputs_are_what_went_over_the_wire(fake_openai: St
         "user: I was charged twice.\nuser[handoff_host]: Goal: Refund the double charge."
     )
     assert contents(bodies[-1])[-1] == turn.received("billing").texts[-1]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_the_reply_tool_over_the_wire(fake_openai: StartServer, stream: bool) -> None:
+    """The reply tool goes out strict beside the handoff; its call comes back as the agent's text.
+
+    The next request carries that text as an assistant message, with no call of the tool.
+    """
+    server = fake_openai(
+        [
+            tool_call("call_a", "reply_to_user", {"text": "Hello! How can I help?"}),
+            text("Glad to help."),
+        ]
+    )
+    triage = server.agent("triage", "Route the user.")
+    billing = server.agent("billing", "Fix charges.", description="charges, invoices, plans")
+    workflow = (
+        HandoffWorkflowBuilder(triage).with_handoff(triage, billing).with_reply_tool().build()
+    )
+
+    if stream:
+        events = [event async for event in workflow.run("Hi there!", stream=True)]
+        [turn] = [event.data for event in events if event.type == HANDOFF_TURN_EVENT]
+        updates = [event.data for event in events if event.type == "output"]
+        assert [(u.author_name, u.text) for u in updates if u.text] == [
+            ("triage", "Hello! How can I help?")
+        ]
+        assert not [c for u in updates for c in u.contents if c.type.startswith("function")]
+    else:
+        turn = (await workflow.run("Hi there!")).get_outputs()[-1]
+    assert (turn.active_agent, turn.text, turn.handoffs) == ("triage", "Hello! How can I help?", ())
+    await workflow.run([*turn.conversation, Message("user", ["Thanks!"])])
+
+    first, second = server.bodies()
+    names = [t["function"]["name"] for t in first["tools"]]
+    assert names == ["handoff_to_billing", "reply_to_user"]
+    function = first["tools"][1]["function"]
+    assert function["description"] == "A greeting, a thanks: answer in words."
+    assert function["parameters"] == {
+        "additionalProperties": False,
+        "properties": {
+            "text": {"description": "Your answer to the user, in words.", "type": "string"}
+        },
+        "required": ["text"],
+        "type": "object",
+    }
+    assert function.get("strict", False) is STRICT_SENT[server.api]
+    assert wire_lines(second) == [
+        "user: Hi there!",
+        "assistant: Hello! How can I help?",
+        "user: Thanks!",
+    ]
+    for body in (first, second):
+        assert_provider_accepts(body)

@@ -29,10 +29,13 @@ from ._instructions import DEFAULT_HANDOFF_INSTRUCTIONS
 from ._settings import (
     DEFAULT_LOGGED_ARGUMENT_LENGTH,
     DEFAULT_MAX_MODEL_CALLS,
+    DEFAULT_REPLY_TOOL_DESCRIPTION,
+    DEFAULT_REPLY_TOOL_NAME,
     ArgumentLogging,
     HandoffToolCallFiltering,
     ModelInputs,
     Redaction,
+    ReplyToolSettings,
 )
 from .exceptions import HandoffArgumentError
 
@@ -94,6 +97,45 @@ class HandoffWorkflowBuilder(EdgeDeclarations, LimitDeclarations):
         """
         self._config.instructions = (
             DEFAULT_HANDOFF_INSTRUCTIONS if instructions is None else instructions
+        )
+        return self
+
+    def with_reply_tool(
+        self,
+        *agents: Agent | Iterable[Agent],
+        description: str = DEFAULT_REPLY_TOOL_DESCRIPTION,
+        name: str = DEFAULT_REPLY_TOOL_NAME,
+    ) -> HandoffWorkflowBuilder:
+        """Give agents that hand off one more tool: ``reply_to_user(text)``, to answer in words.
+
+        Off by default. Small models given handoff tools tend to call one for every message, a
+        greeting included; a tool for the answers that are no handoff (its ``description``,
+        default :data:`DEFAULT_REPLY_TOOL_DESCRIPTION`) gives them somewhere else to go. A call
+        to it ends the agent's run, like a handoff: its ``text`` becomes the agent's reply, an
+        assistant text message of the agent's (the conversation keeps no call of the tool, and
+        streams show the text as the agent's update). A handoff that stands in the same
+        response is followed as usual, with the text as the agent's words before it. A call
+        without text gets a tool error, and the agent may try again.
+
+        With no ``agents``, every agent that has handoff tools gets the tool; named agents limit
+        it to them, and a named agent without handoff tools is a build error. The tool costs
+        one tool schema in each model request of those agents. The last call wins.
+        """
+        chosen = [
+            agent
+            for index, item in enumerate(agents)
+            for agent in agents_argument(item, f"agents[{index}]", "reply tool agents")
+        ]
+        if not isinstance(description, str) or not description.strip():  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise HandoffArgumentError(
+                "description", "The reply tool's description must be a non-blank string."
+            )
+        if not isinstance(name, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise HandoffArgumentError(
+                "name", f"The reply tool's name must be a str, not {type(name).__name__}."
+            )
+        self._config.reply_tool = ReplyToolSettings(
+            tuple(chosen) if chosen else None, name, description
         )
         return self
 

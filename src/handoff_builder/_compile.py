@@ -21,6 +21,7 @@ from ._model_inputs import ModelCallLog, ModelInputRecorder
 from ._plan import Plan, plan_of
 from ._remote import is_remote
 from ._remote_participant import RemoteParticipant
+from ._reply_tool import ReplyTool
 from ._review import REVIEW_TOOL_KINDS, review_tools
 from ._routes import HandoffRoute, default_instructions
 from ._settings import (
@@ -147,6 +148,7 @@ def compile_workflow(
             config.instructions,
             plan.delegates.get(name, {}),
             reviewer=name in reviewers,
+            reply=plan.replies.get(name),
             elsewhere={
                 tool: route
                 for tool, route in every_route.items()
@@ -212,13 +214,14 @@ def _participant(
     delegates: Mapping[str, DelegateRoute],
     *,
     reviewer: bool = False,
+    reply: ReplyTool | None = None,
     elsewhere: Mapping[str, HandoffRoute] | None = None,
 ) -> Participant:
     """An agent as the host runs it.
 
-    Its handoff tools (with their instructions), its delegates and, for a reviewer, the review
-    tools. ``elsewhere``: the workflow's handoff tools of other agents. A remote agent gets no
-    tools: its hand-back is made by its run (:mod:`._remote_participant`).
+    Its handoff tools (with their instructions) and its ``reply`` tool, its delegates and, for a
+    reviewer, the review tools. ``elsewhere``: the workflow's handoff tools of other agents. A
+    remote agent gets no tools: its hand-back is made by its run (:mod:`._remote_participant`).
     """
     if is_remote(agent):
         return RemoteParticipant(
@@ -240,9 +243,12 @@ def _participant(
     text = render_instructions(instructions, list(routes))
     if text.strip():
         options["instructions"] = text
+    handoff_tools: list[FunctionTool] = [make_handoff_tool(route) for route in routes.values()]
+    if reply is not None:
+        handoff_tools.append(reply.tool())
     return Participant(
         agent,
-        tools=[*(make_handoff_tool(route) for route in routes.values()), *delegate_tools],
+        tools=[*handoff_tools, *delegate_tools],
         options=options,
         routes=routes,
         policies=policies,
@@ -250,6 +256,7 @@ def _participant(
         reviewer=reviewer,
         elsewhere=elsewhere,
         instructions=instructions,
+        reply=reply,
     )
 
 
@@ -270,8 +277,12 @@ def _stateless_options(agent: Agent) -> dict[str, Any]:
 
 
 def _handoff_tools(plan: Plan) -> frozenset[str]:
-    """The tools other agents' views filter as handoffs: handoff tools, and the review tools."""
+    """The tools other agents' views filter as handoffs: handoff, review and reply tools.
+
+    A reply tool's call stays in the conversation only when it was refused.
+    """
     names = {name for by in plan.routes.values() for name in by}
+    names.update(reply.name for reply in plan.replies.values())
     if plan.reviews:
         names.update(REVIEW_TOOL_KINDS)
     return frozenset(names)

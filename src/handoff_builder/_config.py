@@ -25,6 +25,7 @@ from ._settings import (
     EdgePolicy,
     HandoffToolCallFiltering,
     HistoryMode,
+    ReplyToolSettings,
 )
 
 if TYPE_CHECKING:
@@ -146,3 +147,4 @@ class BuildConfig:
     reviews: list[tuple[Any, Any, int]] = field(default_factory=list[tuple[Any, Any, int]])
     checkpoint_storage: Any = None
     model_inputs: ModelInputs | None = None
+    reply_tool: ReplyToolSettings | None = None

@@ -22,6 +22,7 @@ from agent_framework import (
 from ._decision import HandoffCall, ReviewVerdict
 from ._hooks import EdgePolicy, HandoffGate
 from ._instructions import render_instructions
+from ._reply_tool import Replies, ReplyTool
 from ._review import ReviewToolMiddleware
 from ._routes import HandoffRoute
 from ._strays import RunHandoffs, StrayHandoffMiddleware
@@ -93,6 +94,9 @@ class Participant:
     instructions: str = ""
     """The handoff instructions' template: a run that does not offer every tool names only those
     it offers."""
+    reply: ReplyTool | None = None
+    """The reply tool (``with_reply_tool``), among ``tools``: offered in a run that offers a
+    handoff."""
 
     @property
     def name(self) -> str:
@@ -129,22 +133,26 @@ class Participant:
         options = self.options
         disabled = frozenset[str]()
         vetting: HandoffToolMiddleware | None = None
+        replies = self.reply.replies() if self.reply is not None else None
+        if replies is not None:
+            middleware = [replies.middleware(), *middleware]
         if vet is not None:
             handoffs = await self.handoffs(gate)
             vetting = HandoffToolMiddleware(handoffs, vet, gate, calls)
             middleware = [StrayHandoffMiddleware(handoffs), vetting, *middleware]
             disabled = frozenset(self.routes).difference(handoffs.offered)
             if disabled:
-                tools = [tool for tool in tools if tool.name not in disabled]
-                options = self._options_offering([tool.name for tool in tools])
+                tools, options = self._offering(tools, disabled, any_handoff=bool(handoffs.offered))
         kwargs: dict[str, Any] = {
             "tools": tools or None,
             "options": options,
             "middleware": middleware or None,
         }
-        response = await self._invoke(messages, on_update, kwargs)
+        response = await self._invoke(messages, on_update, kwargs, replies)
         if vetting is not None:
             await _refuse_waiting(response, vetting)
+        if replies is not None:
+            response = replies.response(response)
         tool_limit = _drop_tool_limit_text(response)
         verdict = verdicts[0] if verdicts else None
         own = tuple(calls[len(earlier) :])
@@ -155,11 +163,13 @@ class Participant:
         messages: Sequence[Message],
         on_update: Callable[[AgentResponseUpdate], Awaitable[None]] | None,
         kwargs: dict[str, Any],
+        replies: Replies | None = None,
     ) -> AgentResponse:
         """``agent.run``, streamed to ``on_update`` when it is given.
 
-        An edge's hook that failed is raised as its :class:`HandoffHookError`, a model that
-        could not be reached as a :class:`ModelConnectionError` naming its URL.
+        A stream shows the run's reply-tool calls as the agent's text (``replies``). An edge's
+        hook that failed is raised as its :class:`HandoffHookError`, a model that could not be
+        reached as a :class:`ModelConnectionError` naming its URL.
         """
         try:
             if on_update is None:
@@ -169,8 +179,11 @@ class Participant:
             async for update in stream:
                 if not _is_tool_limit_text(update.contents) and not _closes_the_run(update):
                     news = restated.news(update)
-                    if news is not None:
-                        await on_update(news)
+                    shown = [] if news is None else [news]
+                    if replies is not None and news is not None:
+                        shown = replies.shown(news)
+                    for each in shown:
+                        await on_update(each)
             return await stream.get_final_response()
         except MiddlewareFailure as failure:
             if isinstance(failure.__cause__, HandoffHookError):
@@ -227,6 +240,18 @@ class Participant:
         """One run as an expert answering a delegated task: no handoff tools, its own delegates."""
         run = await self.run(messages, on_update, None, _NO_GATE, delegations)
         return run.response
+
+    def _offering(
+        self, tools: list[FunctionTool], disabled: frozenset[str], *, any_handoff: bool
+    ) -> tuple[list[FunctionTool], dict[str, Any]]:
+        """The run's tools and options when the ``disabled`` handoffs are not offered.
+
+        The reply tool goes with the handoffs: a run that offers none does not offer it either.
+        """
+        reply = self.reply.name if self.reply is not None else None
+        gone = disabled if any_handoff or reply is None else disabled | {reply}
+        tools = [tool for tool in tools if tool.name not in gone]
+        return tools, self._options_offering([tool.name for tool in tools if tool.name != reply])
 
     def _options_offering(self, tool_names: Sequence[str]) -> dict[str, Any]:
         """The run's options when only ``tool_names`` are offered.

@@ -18,9 +18,10 @@ from ._delegation import DelegateRoute
 from ._handoff_manager import HandoffManager
 from ._lint import LintFinding, lint_graph, renamed_tools
 from ._manager import AutonomousMode, CodeRoute
-from ._remote import remote_url
+from ._remote import is_remote, remote_url
+from ._reply_tool import ReplyTool
 from ._review import REVIEW_TOOL_KINDS, Review
-from ._routes import HandoffRoute, default_tool_name
+from ._routes import MAX_TOOL_NAME_LENGTH, HandoffRoute, default_tool_name, is_valid_tool_name
 from ._settings import DELEGATE_TOOL_PREFIX, PLAIN, EdgePolicy
 from ._validation import (
     delegate_problems,
@@ -56,6 +57,7 @@ class Plan(NamedTuple):
     delegates: dict[str, dict[str, DelegateRoute]] = {}  # noqa: RUF012 - a NamedTuple default
     experts: dict[str, Agent] = {}  # noqa: RUF012 - the agents that answer delegates, by name
     reviews: dict[str, Review] = {}  # noqa: RUF012 - by producer
+    replies: dict[str, ReplyTool] = {}  # noqa: RUF012 - the reply tool, by agent that has it
 
 
 def lint(config: BuildConfig) -> list[LintFinding]:
@@ -91,6 +93,7 @@ def survey(config: BuildConfig) -> tuple[list[LintFinding], Plan | None]:
     }
     problems += review_problems(config.reviews, safe_agents)
     tool_names = _tool_names(config, edges)
+    replies = _reply_agents(config, tool_names, problems)
     problems += tool_name_problems(tool_names)
     autonomous = _autonomous(config, participants, problems)
     code_routes = _code_routes(config, participants, problems)
@@ -103,6 +106,7 @@ def survey(config: BuildConfig) -> tuple[list[LintFinding], Plan | None]:
         autonomous=autonomous,
         output_agents=output_agents,
         intermediate_agents=intermediate_agents,
+        replies=replies,
     )
     return problems, plan
 
@@ -165,6 +169,61 @@ def _tool_names(config: BuildConfig, edges: Sequence[Edge]) -> ToolNames:
             (tool, None, "review") for tool in REVIEW_TOOL_KINDS
         )
     return tool_names
+
+
+def _reply_agents(
+    config: BuildConfig, tool_names: ToolNames, problems: list[LintFinding]
+) -> dict[str, ReplyTool]:
+    """The reply tool by agent that gets it; each gets it among ``tool_names`` too.
+
+    Every agent offered a handoff, or those named: a named agent with no handoff to offer, or no
+    participant, is a problem, and so is a name that is no valid tool name.
+    """
+    settings = config.reply_tool
+    if settings is None:
+        return {}
+    if not is_valid_tool_name(settings.name):
+        problems.append(
+            problem(
+                "invalid-tool-name",
+                [],
+                f"The reply tool's name {settings.name!r} (with_reply_tool) must use only "
+                f"[A-Za-z0-9_-] and be 1 to {MAX_TOOL_NAME_LENGTH} characters long.",
+            )
+        )
+    hands_off = [
+        agent
+        for agent, tools in tool_names.items()
+        if not is_remote(agent) and any(kind == "handoff" for _, _, kind in tools)
+    ]
+    chosen = hands_off
+    if settings.agents is not None:
+        offered = {id(agent) for agent in hands_off}
+        chosen = [agent for agent in settings.agents if id(agent) in offered]
+        for agent in settings.agents:
+            if id(agent) not in config.participants:
+                problems.append(
+                    problem(
+                        "not-a-participant",
+                        [agent],
+                        f"with_reply_tool names agent {label(agent)}, which is not a participant "
+                        "in this handoff workflow; add it with add_participants or a handoff.",
+                    )
+                )
+            elif id(agent) not in offered:
+                problems.append(
+                    problem(
+                        "no-handoff-tools",
+                        [agent],
+                        f"with_reply_tool names agent {label(agent)}, which has no handoff "
+                        "tools: the reply tool is offered beside them. Give it a handoff, or "
+                        "leave it out of with_reply_tool.",
+                    )
+                )
+    reply = ReplyTool(settings.name, settings.description)
+    for agent in chosen:
+        tool_names[agent].append((settings.name, None, "reply"))
+    return {str(agent.name): reply for agent in chosen}
 
 
 def _compiled_edges(edges: Sequence[Edge], tool_names: Mapping[Any, Sequence[Any]]) -> list[Edge]:

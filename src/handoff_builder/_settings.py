@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from agent_framework import Message
 from pydantic import BaseModel
@@ -33,6 +33,8 @@ __all__ = [
     "DEFAULT_MAX_MODEL_CALLS",
     "DEFAULT_MAX_REJECTED_HANDOFFS",
     "DEFAULT_MAX_REVIEW_ROUNDS",
+    "DEFAULT_REPLY_TOOL_DESCRIPTION",
+    "DEFAULT_REPLY_TOOL_NAME",
     "DEFAULT_REVIEW_ESCALATION_MESSAGE",
     "DEFAULT_TURN_TIMEOUT",
     "DELEGATE_TOOL_PREFIX",
@@ -48,6 +50,7 @@ __all__ = [
     "HistoryMode",
     "ModelInputs",
     "Redaction",
+    "ReplyToolSettings",
 ]
 
 # -- deadlines and apologies (with_timeouts, with_escalation_message) ------------------------------
@@ -206,3 +209,24 @@ class ModelInputs(NamedTuple):
     redact: Redaction | None = None
     max_calls: int = DEFAULT_MAX_MODEL_CALLS
     trace: bool = False
+
+
+# -- the reply tool (with_reply_tool) --------------------------------------------------------------
+
+DEFAULT_REPLY_TOOL_NAME = "reply_to_user"
+"""The reply tool's name unless ``with_reply_tool(name=...)`` gives another."""
+DEFAULT_REPLY_TOOL_DESCRIPTION = "A greeting, a thanks: answer in words."
+"""The reply tool's description unless ``with_reply_tool(description=...)`` gives another: what a
+small model reads beside the handoff tools' descriptions, so that a greeting or a thanks has a
+tool of its own instead of a handoff."""
+
+
+class ReplyToolSettings(NamedTuple):
+    """``with_reply_tool`` arguments: the agents (``None``: every agent with handoff tools).
+
+    And the tool's name and description.
+    """
+
+    agents: tuple[Any, ...] | None
+    name: str
+    description: str

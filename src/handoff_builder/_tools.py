@@ -73,12 +73,12 @@ def handoff_request(route: HandoffRoute, call_id: str, arguments: Any) -> Handof
         arguments = arguments.model_dump(mode="json")
     sent = arguments
     if route.payload is None:
-        sent = _own_fields(route.model, arguments)
+        sent = own_fields(route.model, arguments)
     payload, problem = validate_arguments(route.model, sent)
     return HandoffRequest(route, call_id, payload, arguments, problem)
 
 
-def _own_fields(model: type[BaseModel], arguments: Any) -> Any:
+def own_fields(model: type[BaseModel], arguments: Any) -> Any:
     """``arguments`` (a JSON object, as text or a mapping) with only ``model``'s fields.
 
     Anything that is not a JSON object is returned as it came, for validation to name.
@@ -112,7 +112,7 @@ def approval_request(call: HandoffCall, arguments: str) -> Content:
     )
 
 
-def _never_called(**_: Any) -> str:  # pragma: no cover - the middleware intercepts every call
+def never_called(**_: Any) -> str:  # pragma: no cover - the middleware intercepts every call
     raise RuntimeError("this tool is read by a middleware of the workflow and never executed")
 
 
@@ -144,7 +144,7 @@ def schema_tool(name: str, description: str, model: type[BaseModel]) -> HandoffT
     return HandoffTool(
         name=name,
         description=description,
-        func=_never_called,
+        func=never_called,
         input_model=lean_schema(model),
         approval_mode="never_require",
     )

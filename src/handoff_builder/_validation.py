@@ -212,7 +212,8 @@ def tool_name_problems(
     """Per agent: the tools the workflow gives it have unique names, unlike its own tools.
 
     ``tool_names`` maps each agent to its ``(tool name, target, kind)`` triples; ``kind`` is
-    ``"handoff"``, ``"delegate"`` or ``"review"`` (the review tools have no target).
+    ``"handoff"``, ``"delegate"``, ``"review"`` or ``"reply"`` (the review and reply tools have no
+    target).
     """
     problems: list[LintFinding] = []
     for source, triples in tool_names.items():
@@ -224,7 +225,16 @@ def tool_name_problems(
             by_name.setdefault(name, []).append((target, kind))
         for name, found in by_name.items():
             kinds = {kind for _, kind in found}
-            if len(found) > 1:
+            if len(found) > 1 and "reply" in kinds:
+                problems.append(
+                    problem(
+                        "tool-name-collision",
+                        [source, *(target for target, _ in found if target is not None)],
+                        f"Agent {label(source)} would get two tools named {name!r}, one of "
+                        "them the reply tool; pass name= to with_reply_tool.",
+                    )
+                )
+            elif len(found) > 1:
                 names = " and ".join(label(target) for target, _ in found)
                 how = " or ".join(f"with_{kind}" for kind in sorted(kinds) if kind != "review")
                 noun = "handoff tools" if kinds == {"handoff"} else "tools"
@@ -238,19 +248,24 @@ def tool_name_problems(
                 )
             if name in own:
                 target, kind = found[0]
-                what = (
-                    "the review tool" if kind == "review" else f"its {kind} tool to {label(target)}"
-                )
                 problems.append(
                     problem(
                         "tool-name-collision",
                         [source],
                         f"Agent {label(source)} already has a tool named {name!r}, the name of "
-                        f"{what}; rename its tool"
-                        + ("." if kind == "review" else " or pass tool_name=."),
+                        f"{_workflow_tool(kind, target)}",
                     )
                 )
     return problems
+
+
+def _workflow_tool(kind: str, target: Any) -> str:
+    """The tool of the workflow's that an agent's own tool is named like, and how to fix it."""
+    if kind == "review":
+        return "the review tool; rename its tool."
+    if kind == "reply":
+        return "the reply tool; rename its tool or pass name= to with_reply_tool."
+    return f"its {kind} tool to {label(target)}; rename its tool or pass tool_name=."
 
 
 def delegate_problems(delegates: Sequence[Any], in_graph: set[int]) -> list[LintFinding]:
