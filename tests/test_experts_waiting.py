@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from agent_framework import Agent, Content, FunctionTool, Message, Workflow, WorkflowEvent, tool
+from agent_framework import Agent, Content, FunctionTool, Workflow, WorkflowEvent, tool
 
 from handoff_builder import (
     HANDOFF_TURN_EVENT,
@@ -71,7 +71,7 @@ def desk() -> tuple[HandoffWorkflowBuilder, dict[str, Agent]]:
 
 def results_read(caller: Agent) -> list[tuple[str, str]]:
     """The tool results the caller's last model call read: (tool name, result), in order."""
-    messages: list[Message] = received(caller).messages
+    messages = list(received(caller).messages)
     names = {
         str(c.call_id): str(c.name)
         for m in messages
