@@ -106,7 +106,7 @@ async def test_checkpoint_state_is_versioned_json(storage: CheckpointStorage) ->
     checkpoint = await checkpoint_after_first_hop(storage)
     state = checkpoint.state["_executor_state"]["handoff_host"]
     assert json.loads(json.dumps(state)) == state
-    assert state["schema_version"] == 4
+    assert state["schema_version"] == 5
     assert state["manager"] == {
         "invocations": 2,
         "handoffs": 1,
@@ -135,7 +135,7 @@ async def test_restore_refuses_a_newer_schema(storage: CheckpointStorage) -> Non
     assert isinstance(cause, SchemaVersionError)
     assert str(cause) == (
         "Saved state of executor 'handoff_host' has schema version 99; this version of "
-        "handoff_builder reads up to 4. Upgrade handoff_builder to read it."
+        "handoff_builder reads up to 5. Upgrade handoff_builder to read it."
     )
 
 

@@ -1123,39 +1123,6 @@ async def test_a_slow_expert_times_out_the_callers_agent_call() -> None:
 # -- regressions: bugs found in review, fixed ------------------------------------------------------
 
 
-async def test_of_two_waiting_delegate_calls_in_one_response_the_second_is_refused() -> None:
-    """One delegation waits at a time: the second is a tool error the caller can retry."""
-    triage = scripted_agent(
-        "triage",
-        respond(call_tool("ask_policy", task="P?"), call_tool("ask_legal", task="L?")),
-        reply("Both answered."),
-    )
-    policy = scripted_agent("policy", reply("P."))
-    legal = scripted_agent("legal", reply("L."))
-    workflow = (
-        HandoffWorkflowBuilder(triage)
-        .with_delegate(triage, policy, "policy", approval=True)
-        .with_delegate(triage, legal, "legal", approval=True)
-        .build()
-    )
-    first = list(await workflow.run("go"))
-
-    [request] = requests_of(first)
-    assert request.data.function_call.name == "ask_policy"
-    result = result_of(await answer(workflow, request, approved=True))
-    assert result.text == "Both answered."
-    assert [(d.tool_name, d.outcome) for d in result.delegations] == [
-        ("ask_legal", "refused"),
-        ("ask_policy", "answered"),
-    ]
-    refused = result.delegations[0].result
-    assert "ask_policy is waiting for a person" in refused
-    assert "call ask_legal again once it is answered" in refused
-    assert received(triage).sees(refused)  # the caller read why, with ask_policy's answer
-    assert received(triage).sees("P.")
-    assert client_of(legal).calls == []
-
-
 async def test_max_calls_of_a_nested_delegate_holds_after_an_approval() -> None:
     ran: list[str] = []
     builder, _, _, c = chain(

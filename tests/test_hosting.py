@@ -121,7 +121,7 @@ async def test_the_log_is_append_only_and_written_per_hop(store: ConversationSto
     assert record.version == 3
     assert record.state["host"]["turn"] is None
     assert record.state["host"]["speaker"] == "billing"
-    assert record.state["host"]["schema_version"] == 4
+    assert record.state["host"]["schema_version"] == 5
 
 
 async def test_idle_conversation_starts_again_at_the_initial_agent(

@@ -66,7 +66,7 @@ async def test_a_conversation_stored_by_schema_1_continues() -> None:
     )
     record = await store.load("conv-v1")
     assert record is not None
-    assert record.state["host"]["schema_version"] == 4
+    assert record.state["host"]["schema_version"] == 5
 
 
 async def test_a_checkpoint_written_by_schema_1_restores_mid_turn() -> None:
@@ -261,7 +261,7 @@ async def test_a_failed_turn_stored_by_schema_3_is_abandoned_and_left_out_of_vie
     assert client_of(billing).calls == []
     record = await store.load("c")
     assert record is not None
-    assert record.state["host"]["schema_version"] == 4
+    assert record.state["host"]["schema_version"] == 5
     assert record.state["host"]["left_out"] == [[2, 5]]  # the user's message to the results
 
 
@@ -333,7 +333,7 @@ async def test_a_safe_agent_interrupted_in_the_release_before_resumes_without_ha
 
 
 async def test_a_safe_agent_waiting_is_stored_under_the_keys_the_release_before_reads() -> None:
-    """Written now, the record has the shape the release before wrote: that release reads it."""
+    """Written now, the record has the shape the release before wrote, and what schema 5 adds."""
     store = InMemoryConversationStore()
     builder, _ = safe_agent_desk(call_tool("page_on_call", team="sre"))
     with pytest.raises(PendingRequestsError):
@@ -343,7 +343,9 @@ async def test_a_safe_agent_waiting_is_stored_under_the_keys_the_release_before_
     assert record is not None
     written = record.state["host"]
     before = data("conversation-schema-4-safe-agent-waiting.json")["state"]["host"]
-    assert keys_of(written) == keys_of(before)
+    shape = keys_of(written)
+    assert shape["pending"].pop("beside") == []  # schema 5 adds it (delegations side by side)
+    assert shape == keys_of(before)
     assert (written["next_closed"], written["pending"]["then"]["last"]) == (True, True)
     assert written["manager"]["forced"] == ["safe", "handoff_cap"]
 

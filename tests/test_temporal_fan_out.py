@@ -301,3 +301,35 @@ async def test_a_worker_killed_mid_fan_out_runs_only_the_unfinished_expert_again
     ]
     history = await host.history(conversation)
     assert [m.role for m in history] == ["user", "assistant", "tool", "assistant"]
+
+
+@pytest.mark.parametrize("local", [False, True], ids=["activities", "local_activities"])
+async def test_two_experts_that_need_approval_both_wait_on_temporal(
+    client: Client, queue: str, local: bool
+) -> None:
+    """Each expert an activity: two delegate calls that need approval both wait (the
+    workflow's requests), the third expert answers once; one ``respond`` with both answers
+    lets each expert run, and triage reads the three answers in call order."""
+    from tests.test_experts_waiting import desk, results_read
+
+    builder, agents = desk()
+    conversation = cid()
+    async with serving(client, builder, queue, local_activities=local) as host:
+        with pytest.raises(PendingRequestsError) as waiting:
+            await host.send(conversation, "go")
+        pending = await host.pending(conversation)
+        answers = {str(r.id): r.to_function_approval_response(approved=True) for r in pending}
+        result = await host.respond(conversation, answers)
+        await replays(client, conversation)
+
+    names = [r.function_call.name for r in waiting.value.requests if r.function_call]
+    assert names == ["ask_policy", "ask_legal"]
+    assert [r.to_dict() for r in pending] == [r.to_dict() for r in waiting.value.requests]
+    assert result.text == "All answered."
+    assert results_read(agents["triage"]) == [
+        ("ask_policy", "P."),
+        ("ask_legal", "L."),
+        ("ask_facts", "F."),
+    ]
+    calls = {name: len(client_of(agent).calls) for name, agent in agents.items()}
+    assert calls == {"triage": 2, "policy": 1, "legal": 1, "facts": 1}

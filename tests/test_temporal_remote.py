@@ -129,6 +129,70 @@ async def test_a_remote_expert_and_a_remote_specialist_on_temporal(
     assert ("returns", "Refund of A-17 started.") in said
 
 
+@pytest.mark.parametrize("how", ["send", "stream"])
+async def test_the_next_message_answers_a_remote_question_on_temporal(
+    client: Client, queue: str, how: str
+) -> None:
+    """As with a ``ConversationHost``: while the turn waits for the remote specialist's question
+    alone, the next message is its answer, sent in the same A2A context and task, and the
+    waiting turn goes on to its end (the task completes and hands the conversation back)."""
+    returns_script = answers(
+        Answer("Which order is it?", "input_required"),
+        Answer("Refund of A-17 started.", "completed"),
+    )
+    async with A2AServer(returns_script, name="returns") as returns_server:
+        triage = scripted_agent(
+            "triage",
+            handoff_to("returns", "Refund a broken parcel."),
+            reply("Your refund is on its way. Anything else?"),
+        )
+        returns = A2AAgent(url=returns_server.url, name="returns")
+        builder = (
+            HandoffWorkflowBuilder(triage)
+            .with_handoff(triage, returns, "returns and refunds")
+            .with_hand_back(triage, [returns])
+        )
+        conversation = cid()
+        async with serving(client, builder, queue) as host:
+            with pytest.raises(PendingRequestsError) as waiting:
+                await host.send(conversation, USER)
+            if how == "send":
+                second = await host.send(conversation, "It is order A-17.")
+            else:
+                streamed = [e async for e in host.stream(conversation, "It is order A-17.")]
+                [second] = [e.data for e in streamed if isinstance(e.data, HandoffTurnResult)]
+            left = await host.pending(conversation)
+            history = await host.history(conversation)
+            await replays(client, conversation)
+
+    [asked] = waiting.value.requests
+    assert getattr(RemoteQuestion.of(asked), "text", None) == "Which order is it?"
+    # The message went to the remote agent as the answer, in its waiting task.
+    opened, continued = returns_server.received
+    assert (continued.text, continued.continued) == ("It is order A-17.", True)
+    assert texts(returns_server.sent[1]) == ["It is order A-17."]
+    assert returns_server.sent[1]["contextId"] == opened.context_id
+    assert returns_server.sent[1]["taskId"] == opened.task_id
+    # The waiting turn went on: the task completed and handed back to triage, which answered.
+    assert second.status == "completed"
+    assert [(h.source, h.target) for h in second.handoffs] == [
+        ("triage", "returns"),
+        ("returns", "triage"),
+    ]
+    assert received(triage, 1).rendered.endswith(
+        "Hand-back from returns to you (triage). Summary: Refund of A-17 started."
+    )
+    assert second.active_agent == "triage"
+    assert [(m.author_name, m.text) for m in second.messages if m.text] == [
+        ("returns", "Which order is it?"),
+        (None, "It is order A-17."),
+        ("returns", "Refund of A-17 started."),
+        ("triage", "Your refund is on its way. Anything else?"),
+    ]  # one turn, which waited for the answer
+    assert left == []
+    assert [m.text for m in history if m.role == "user"] == [USER, "It is order A-17."]
+
+
 async def card_of(server: A2AServer, *, name: str) -> A2AAgent:
     """An ``A2AAgent`` made from ``server``'s agent card (which says it streams)."""
     async with httpx.AsyncClient() as http:

@@ -20,6 +20,7 @@ __all__ = [
     "UNANSWERED_RESULT",
     "call_id_of",
     "call_of",
+    "calls_in",
     "dangling_calls",
     "delegate_result",
     "in_call_order",
@@ -115,6 +116,11 @@ def call_of(request: Content) -> Content:
 def call_id_of(request: Content) -> str | None:
     """The id of the call a request is about (see :func:`call_of`)."""
     return call_of(request).call_id
+
+
+def calls_in(messages: Sequence[Message]) -> list[str]:
+    """The call ids of the function calls in ``messages``, in call order."""
+    return [str(c.call_id) for m in messages for c in m.contents if c.type == "function_call"]
 
 
 def delegate_result(call_id: str, result: str, author: str) -> Message:

@@ -80,6 +80,7 @@ __all__ = [
     "refused_beside_waiting",
     "settle_waiting",
     "settlement",
+    "together",
     "waiting_apart",
 ]
 
@@ -131,10 +132,42 @@ def make_delegate_tool(route: DelegateRoute) -> HandoffTool:
 
 
 class Suspension(NamedTuple):
-    """A delegation that waits: its frames (outermost first) and the requests it waits for."""
+    """A delegation that waits: its frames (outermost first) and the requests it waits for.
+
+    ``beside``: the other delegate calls of the same response that wait too, each alone, in
+    call order after this one; ``requests`` then holds every one's requests.
+    """
 
     frames: tuple[DelegationFrame, ...]
     requests: tuple[Content, ...]
+    beside: tuple[Suspension, ...] = ()
+
+    @property
+    def chains(self) -> tuple[Suspension, ...]:
+        """Each delegation that waits, alone: this one, then those beside it."""
+        theirs = {str(r.id) for other in self.beside for r in other.requests}
+        own = tuple(r for r in self.requests if str(r.id) not in theirs)
+        return (Suspension(self.frames, own), *self.beside)
+
+    def with_beside(self, other: Suspension) -> Suspension:
+        """This suspension and ``other``'s delegations, waiting side by side."""
+        return Suspension(
+            self.frames, (*self.requests, *other.requests), (*self.beside, *other.chains)
+        )
+
+    def ordered(self, call_ids: Sequence[str]) -> Suspension:
+        """The same delegations, in the order of their callers' ``call_ids``."""
+        order = {call_id: n for n, call_id in enumerate(call_ids)}
+        chains = sorted(self.chains, key=lambda c: order.get(c.frames[0].call_id, len(order)))
+        return together(chains)
+
+
+def together(chains: Sequence[Suspension]) -> Suspension:
+    """One suspension of delegations that wait side by side (``chains``: at least one)."""
+    first, *rest = chains
+    for other in rest:
+        first = first.with_beside(other)
+    return first
 
 
 class DueExperts(NamedTuple):
@@ -259,30 +292,37 @@ def waiting_call(frame: DelegationFrame) -> Content:
     return Content.from_function_call(call_id=frame.call_id, name=frame.tool_name)
 
 
-def settle_waiting(frames: Sequence[DelegationFrame], status: str) -> list[Message]:
-    """The result that closes the outermost delegate call when its turn ends without an answer."""
-    return unanswered([waiting_call(frames[0])], frames[0].caller, status)
+def settle_waiting(chains: Sequence[Sequence[DelegationFrame]], status: str) -> list[Message]:
+    """The results that close the waiting delegate calls when their turn ends without answers.
+
+    ``chains``: each delegation that waits, its frames outermost first.
+    """
+    calls = [waiting_call(frames[0]) for frames in chains]
+    return unanswered(calls, chains[0][0].caller, status)
 
 
 def settlement(
-    requests: Sequence[Content], frames: Sequence[DelegationFrame], agent: str, status: str
+    requests: Sequence[Content],
+    chains: Sequence[Sequence[DelegationFrame]],
+    agent: str,
+    status: str,
 ) -> list[Message]:
-    """Results for requests a turn ends without: the waiting delegate call's, or each one's."""
-    if frames:
-        return settle_waiting(frames, status)
+    """Results for requests a turn ends without: the waiting delegate calls', or each one's."""
+    if chains:
+        return settle_waiting(chains, status)
     return unanswered(requests, agent, status)
 
 
 def waiting_apart(
     waiting: Suspension, requests: Sequence[Content], agent: str
 ) -> tuple[list[Message], list[Content]]:
-    """The caller's delegate call waits with its expert: what settles the rest, what waits.
+    """The caller's delegate calls wait with their experts: what settles the rest, what waits.
 
-    The results that settle the caller's other requests, and the expert's requests, which the
+    The results that settle the caller's other requests, and the experts' requests, which the
     turn waits for.
     """
-    held = waiting.frames[0].call_id
-    others = [r for r in requests if call_id_of(r) != held]
+    held = {chain.frames[0].call_id for chain in waiting.chains}
+    others = [r for r in requests if call_id_of(r) not in held]
     text = BESIDE_WAITING_RESULT.format(tool=waiting.frames[0].tool_name)
     settled = unanswered(others, agent, "waiting", text=text) if others else []
     return settled, list(waiting.requests)
@@ -345,7 +385,7 @@ class Delegations:
         if problem is None and route.max_calls is not None and count >= route.max_calls:
             problem = USED_UP_PROBLEM.format(count=count)
         asks = route.approval and not approved
-        if problem is None and asks and self.suspension is not None:
+        if problem is None and asks and self.suspension is not None and self.depth > 0:
             problem = self._one_waiting(route.tool_name)
         frame = DelegationFrame(
             route.caller, route.expert, route.tool_name, call_id, task, self.depth + 1,
@@ -444,13 +484,18 @@ class Delegations:
             return result
 
     def _wait(self, suspension: Suspension, frame: DelegationFrame) -> str | None:
-        """Let ``frame`` wait (``None``), unless another call of this run waits already.
+        """Let ``frame`` wait (``None``).
 
-        agent_framework runs one response's tool calls concurrently: the first that waits
-        holds the turn; a later one is refused, and its caller may call it again afterwards.
+        agent_framework runs one response's tool calls concurrently: a participant's calls
+        that wait all wait, side by side (``Suspension.beside``). Inside an expert, where one
+        delegation of a response waits at a time, a later one is refused, and its caller may
+        call it again afterwards.
         """
         if self.suspension is None:
             self.suspension = suspension
+            return None
+        if self.depth == 0:
+            self.suspension = self.suspension.with_beside(suspension)
             return None
         result, record = refused_beside_waiting(frame, self.suspension.frames[0].tool_name)
         self.records.append(record)

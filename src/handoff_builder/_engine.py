@@ -45,7 +45,7 @@ from ._decision import (
     ReviewVerdict,
     TurnStart,
 )
-from ._delegation import settle_waiting, settlement, waiting_apart
+from ._delegation import Suspension, settle_waiting, settlement, waiting_apart
 from ._events import (
     HandoffTurnResult,
     TurnAbandonedEvent,
@@ -196,7 +196,7 @@ class _InFlight:
     call: AgentCall
     limit: Limit
     saved: PendingState | None = None  # resolve / carry_on: the requests as they waited
-    frames: tuple[DelegationFrame, ...] = ()
+    chains: tuple[tuple[DelegationFrame, ...], ...] = ()  # carry_on: the delegations
 
 
 class TurnEngine:
@@ -302,7 +302,7 @@ class TurnEngine:
             return self._carry_out(self._timed_out(flight.limit, name), now, source=name)
         saved = flight.saved
         requests = [Content.from_dict(item) for item in saved.requests] if saved else []
-        self.ledger.extend_after_wait(settlement(requests, flight.frames, name, "timed out"))
+        self.ledger.extend_after_wait(settlement(requests, flight.chains, name, "timed out"))
         self.ledger.pending = PendingRequests()
         return self._carry_out(self._timed_out(flight.limit, name), now)
 
@@ -329,7 +329,7 @@ class TurnEngine:
         limit, seconds = self._time_left(now)
         kind: CallKind = "carry_on" if pending.frames else "resolve"
         call = AgentCall(str(pending.agent), kind, seconds=seconds)
-        self._in_flight = _InFlight(call, limit, pending.to_state(), pending.frames)
+        self._in_flight = _InFlight(call, limit, pending.to_state(), pending.chains)
         return RunAgent(call, ledger.take_trail())
 
     def abandon(self, event: TurnAbandonedEvent) -> HandoffTurnResult:
@@ -339,8 +339,8 @@ class TurnEngine:
         requests = list(ledger.pending.requests.values())
         if requests:
             agent = str(ledger.pending.agent or ledger.speaker or self.rules.author)
-            frames = ledger.pending.frames
-            ledger.extend_after_wait(settlement(requests, frames, agent, "abandoned"))
+            chains = ledger.pending.chains
+            ledger.extend_after_wait(settlement(requests, chains, agent, "abandoned"))
         ledger.pending = PendingRequests()
         ledger.leave_out(turn)
         self._in_flight = None
@@ -369,11 +369,11 @@ class TurnEngine:
             verdict=run.verdict, tool_limit=run.tool_limit,
         )  # fmt: skip
         decision = unless_cut_short(reply, await self.manager.decide(ledger.history, reply))
-        frames = waiting.frames if waiting is not None else ()
         if requests and isinstance(decision, NextAgent):
-            return self._wait_for(name, requests, decision, frames)
+            return self._wait_for(name, requests, decision, waiting)
         if requests:
-            ledger.history.extend(settlement(requests, frames, name, status_of(decision)))
+            chains = [chain.frames for chain in waiting.chains] if waiting is not None else []
+            ledger.history.extend(settlement(requests, chains, name, status_of(decision)))
         return self._carry_out(decision, now, source=name)
 
     async def _after_resolve(
@@ -391,23 +391,27 @@ class TurnEngine:
         decision, decides = await self._answered(name, then, messages, calls, verdict)
         if isinstance(decision, NextAgent):
             requests = list(waiting.requests)
-            return self._wait_for(name, requests, decision, waiting.frames, traced=not decides)
-        # the turn ends now: the waiting delegation's call is closed
-        ledger.history.extend(settle_waiting(waiting.frames, status_of(decision)))
+            return self._wait_for(name, requests, decision, waiting, traced=not decides)
+        # the turn ends now: the waiting delegations' calls are closed
+        chains = [chain.frames for chain in waiting.chains]
+        ledger.history.extend(settle_waiting(chains, status_of(decision)))
         return self._carry_out(decision, now, source=name)
 
     async def _after_carry_on(
         self, caller: str, then: Continuation, run: AgentRun, now: float
     ) -> Step:
-        """The waiting expert carried on: its caller's delegate call has its result.
+        """The waiting experts carried on: their caller's delegate calls have their results.
 
-        Or it waits again (no message: an expert waits for answers in turn).
+        Or some wait again (an expert waits for answers in turn): the results of the others
+        join the history, and the turn waits for those.
         """
         ledger = self.ledger
         waiting = ledger.add_delegations(run)
         ledger.pending = PendingRequests()
-        if waiting is not None and not run.response.messages:
-            ledger.pending.open(caller, list(waiting.requests), then, waiting.frames)
+        if waiting is not None:
+            if run.response.messages:
+                ledger.extend_after_wait(list(run.response.messages))
+            ledger.pending.open(caller, list(waiting.requests), then, waiting)
             self.deadline = None
             return Wait(tuple(waiting.requests), ledger.take_trail(), self._saved())
         return await self._go_on(caller, then, list(run.response.messages), (), None, now)
@@ -528,18 +532,18 @@ class TurnEngine:
         name: str,
         requests: list[Content],
         then: NextAgent,
-        frames: Sequence[DelegationFrame] = (),
+        waiting: Suspension | None = None,
         *,
         traced: bool = False,
     ) -> Wait:
         """The turn waits for ``name``'s requests; ``then`` is carried out once all are answered.
 
-        A handoff made in the same response stands. ``frames``: the requests are an expert's,
-        in a delegation of ``name`` that waits. ``traced``: ``then`` was traced already (the
+        A handoff made in the same response stands. ``waiting``: the requests are experts', in
+        delegations of ``name`` that wait. ``traced``: ``then`` was traced already (the
         turn waited before, and waits again).
         """
         traced_by = None if traced else self._manager_name
-        self.ledger.wait(name, requests, then, tuple(frames), traced_by)
+        self.ledger.wait(name, requests, then, waiting, traced_by)
         self.deadline = None  # a person may take long: the turn's deadline starts again after
         return Wait(tuple(requests), self.ledger.take_trail(), self._saved())
 

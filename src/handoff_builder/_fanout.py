@@ -17,7 +17,8 @@ from collections.abc import Sequence
 
 from agent_framework import AgentResponse, Content, Message
 
-from ._delegation import refused_beside_waiting
+from ._calls import calls_in
+from ._delegation import together
 from ._events import DelegationEvent
 from ._participant import AgentRun
 
@@ -28,13 +29,13 @@ def with_answers(run: AgentRun, asked: Sequence[AgentRun]) -> AgentRun:
     """``run`` with its due experts' runs (``asked``, in the order of ``run.due``) in place.
 
     Each answer becomes its call's result where the call waited. An expert that waits for a
-    person holds the caller's call open (the run's suspension), unless another delegation of
-    the response already waits: then its call is refused, as when both run in one process.
+    person holds the caller's call open (the run's suspension), beside any other delegation
+    of the response that waits, as when they run in one process.
     """
     due = run.due
     if due is None:
         return run
-    held = run.suspension
+    waiting = [run.suspension] if run.suspension is not None else []
     results: dict[str, Content] = {}
     records: list[DelegationEvent] = list(run.delegations)
     for frame, answer in zip(due.frames, asked, strict=True):
@@ -42,16 +43,9 @@ def with_answers(run: AgentRun, asked: Sequence[AgentRun]) -> AgentRun:
         found = [c for m in answer.response.messages for c in m.contents]
         if found:
             results[frame.call_id] = found[0]
-        elif answer.suspension is not None and held is None:
-            held = answer.suspension
         elif answer.suspension is not None:
-            text, record = refused_beside_waiting(
-                answer.suspension.frames[0], held.frames[0].tool_name if held else ""
-            )
-            results[frame.call_id] = Content.from_function_result(
-                call_id=frame.call_id, result=text
-            )
-            records.append(record)
+            waiting.append(answer.suspension)
+    held = together(waiting).ordered(calls_in(run.response.messages)) if waiting else None
     messages = _answered_in_place(run.response.messages, results)
     return run._replace(
         response=AgentResponse(messages=messages),

@@ -27,7 +27,7 @@ from ._events import (
 )
 from ._reply import hidden_after, steps_of
 from ._requests import PendingRequests
-from ._state import Continuation, DelegationFrame, HostState, TurnRecord, TurnState, active_agent
+from ._state import Continuation, HostState, TurnRecord, TurnState, active_agent
 
 if TYPE_CHECKING:
     from ._delegation import Suspension
@@ -149,18 +149,18 @@ class Ledger:
         name: str,
         requests: list[Content],
         then: NextAgent,
-        frames: tuple[DelegationFrame, ...],
+        waiting: Suspension | None,
         traced_by: str | None,
     ) -> None:
         """The turn waits for ``name``'s requests; ``then`` is carried out once all are answered.
 
-        A handoff made in the same response stands. ``frames``: the requests are an expert's,
-        in a delegation of ``name`` that waits. ``traced_by``: the manager whose steps ``then``
+        A handoff made in the same response stands. ``waiting``: the requests are experts', in
+        delegations of ``name`` that wait. ``traced_by``: the manager whose steps ``then``
         adds to the trace (``None``: it was traced already, when the turn waited before).
         """
         carried = tuple(message.to_dict() for message in then.input)
-        waiting = Continuation(then.agent, then.handoff, carried, then.no_handoffs)
-        self.pending.open(name, requests, waiting, frames)
+        continuation = Continuation(then.agent, then.handoff, carried, then.no_handoffs)
+        self.pending.open(name, requests, continuation, waiting)
         if self.turn is not None and traced_by is not None:
             steps = steps_of(then, name, self.turn, traced_by)
             if then.handoff is None and then.step is None and then.agent == name:

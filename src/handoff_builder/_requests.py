@@ -29,12 +29,12 @@ from ._hooks import HandoffGate
 from ._participant import Participant
 from ._review import ONE_VERDICT_RESULT, REVIEW_TOOL_KINDS, judge
 from ._routes import HandoffRoute
-from ._state import Continuation, DelegationFrame, PendingState
+from ._state import Continuation, DelegationFrame, PendingState, WaitingDelegation
 from ._telemetry import handoff_span, settle_handoff_span
 from ._tools import HandoffVetter, handoff_request, handoff_result
 
 if TYPE_CHECKING:
-    from ._delegation import Delegations
+    from ._delegation import Delegations, Suspension
 
 REJECTED_RESULT = "Error: the user did not approve this call, so it was not made."
 HANDOFF_DECLINED_RESULT = (
@@ -60,7 +60,8 @@ class PendingRequests:
     """The open requests of the one agent that is waiting (their ids, in the agent's order).
 
     ``then`` is what happens once they are all answered. ``frames``: the requests are an
-    expert's, in a delegation of ``agent`` that waits (outermost first).
+    expert's, in a delegation of ``agent`` that waits (outermost first); ``beside``: other
+    delegations of the same response that wait too (their requests are theirs).
     """
 
     agent: str | None = None
@@ -68,20 +69,48 @@ class PendingRequests:
     answers: dict[str, Content] = field(default_factory=dict[str, Content])
     then: Continuation | None = None
     frames: tuple[DelegationFrame, ...] = ()
+    beside: tuple[WaitingDelegation, ...] = ()
 
     def open(
         self,
         agent: str,
         requests: Sequence[Content],
         then: Continuation,
-        frames: tuple[DelegationFrame, ...] = (),
+        waiting: Suspension | None = None,
     ) -> None:
-        """Start waiting for ``agent``'s requests (or its delegation's)."""
+        """Start waiting for ``agent``'s requests (or for its delegations' that wait)."""
         self.agent = agent
         self.requests = {str(request.id): request for request in requests}
         self.answers = {}
         self.then = then
-        self.frames = frames
+        self.frames = waiting.frames if waiting is not None else ()
+        self.beside = tuple(
+            WaitingDelegation(other.frames, tuple(str(r.id) for r in other.requests))
+            for other in (waiting.beside if waiting is not None else ())
+        )
+
+    @property
+    def chains(self) -> tuple[tuple[DelegationFrame, ...], ...]:
+        """The frames of each delegation that waits, in call order (none: the agent's own)."""
+        if not self.frames:
+            return ()
+        return (self.frames, *(other.frames for other in self.beside))
+
+    def apart(self) -> list[PendingRequests]:
+        """Each delegation that waits, with its own requests and answers, in call order."""
+        theirs = {request_id for other in self.beside for request_id in other.requests}
+        parts = [(self.frames, [i for i in self.requests if i not in theirs])]
+        parts += [(other.frames, list(other.requests)) for other in self.beside]
+        return [
+            PendingRequests(
+                self.agent,
+                {i: self.requests[i] for i in ids if i in self.requests},
+                {i: self.answers[i] for i in ids if i in self.answers},
+                self.then,
+                frames,
+            )
+            for frames, ids in parts
+        ]
 
     @property
     def unanswered(self) -> list[Content]:
@@ -200,6 +229,7 @@ class PendingRequests:
             answers={key: answer.to_dict() for key, answer in self.answers.items()},
             then=self.then,
             delegation=self.frames,
+            beside=self.beside,
         )
 
     @classmethod
@@ -214,6 +244,7 @@ class PendingRequests:
             answers={k: Content.from_dict(v) for k, v in state.answers.items()},
             then=state.then or Continuation(state.agent),
             frames=state.delegation,
+            beside=state.beside,
         )
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from agent_framework import AgentResponse, AgentResponseUpdate, Content, Message
 
-from ._calls import call_id_of, delegate_result, in_call_order, requests_in
+from ._calls import call_id_of, calls_in, delegate_result, in_call_order, requests_in
 from ._decision import ReviewVerdict
 from ._delegation import (
     DEFAULT_MAX_DELEGATION_DEPTH,
@@ -30,11 +30,13 @@ from ._delegation import (
     HistoryMode,
     Suspension,
     delegate_key,
+    together,
 )
 from ._hooks import DEFAULT_HOOK_TIMEOUT, HandoffGate
 from ._input_filters import HandoffInput, filtered_input
 from ._participant import AgentRun, Participant
 from ._payloads import validate_arguments
+from ._requests import PendingRequests
 from ._state import Continuation, DelegationFrame
 from ._timeouts import within
 from ._views import AgentView, HandoffToolCallFiltering
@@ -276,44 +278,58 @@ class LocalAgentRunner:
         return _with_delegations(run, delegations)
 
     async def _carry_on(self, streams: Streams | None) -> AgentRun:
-        """The answers are an expert's, in a delegation that waited: the expert carries on.
+        """The answers are experts', in delegations that waited: each expert carries on.
 
-        Its answer goes out through the frames above it. The run's one message is the result of
-        the caller's delegate call for the shared history; none when an expert waits again
-        (``suspension``).
+        Each answer goes out through the frames above it, one delegation after the other, in
+        call order. The run's messages are the results of the caller's delegate calls for the
+        shared history; a delegation whose expert waits again has none (``suspension``).
         """
-        pending = self._engine.ledger.pending
+        messages: list[Message] = []
+        records: list[DelegationEvent] = []
+        again: list[Suspension] = []
+        for part in self._engine.ledger.pending.apart():
+            result, delegations = await self._carry_on_one(part, streams)
+            records.extend(delegations.records)
+            outer = part.frames[0]
+            if result is None and delegations.suspension is not None:
+                again.append(delegations.suspension)
+            else:
+                messages.append(delegate_result(outer.call_id, str(result), outer.caller))
+        run = AgentRun(AgentResponse(messages=messages), (), frozenset())
+        return run._replace(
+            delegations=tuple(records), suspension=together(again) if again else None
+        )
+
+    async def _carry_on_one(
+        self, pending: PendingRequests, streams: Streams | None
+    ) -> tuple[str | None, Delegations]:
+        """One delegation that waited, carried on with its answers.
+
+        The outermost call's result (``None``: it waits again, see the delegations'
+        ``suspension``), and the delegations that made it.
+        """
         frames = pending.frames
         inner = frames[-1]
         delegations = self._delegations(streams, frames, history_end=frames[0].history_end)
-        result: str | None = None
         if not inner.started:  # the delegate call itself waited for approval
             answer = next(iter(pending.answers.values()))
             if answer.approved:
                 result = await delegations.run(replace(inner, started=True))
             else:
                 result = delegations.decline(inner)
-            result = await delegations.carry_on(frames, result)
-        else:
-            expert = self.setup.experts[inner.expert]
-            nested = Delegations(delegations.scope, inner.depth, delegations.records)
-            vet = self._engine.manager.vet_handoff
-            resolved, _ = await pending.resolve(
-                expert, vet, self._gate_for(expert), delegations=nested
+            return await delegations.carry_on(frames, result), delegations
+        expert = self.setup.experts[inner.expert]
+        nested = Delegations(delegations.scope, inner.depth, delegations.records)
+        vet = self._engine.manager.vet_handoff
+        resolved, _ = await pending.resolve(expert, vet, self._gate_for(expert), delegations=nested)
+        moved = replace(inner, messages=(*inner.messages, *resolved))
+        if nested.suspension is not None:  # an approved delegate of the expert waits in turn
+            inside = nested.suspension
+            delegations.suspension = Suspension(
+                (*frames[:-1], moved, *inside.frames), inside.requests
             )
-            moved = replace(inner, messages=(*inner.messages, *resolved))
-            if nested.suspension is not None:  # an approved delegate of the expert waits in turn
-                inside = nested.suspension
-                delegations.suspension = Suspension(
-                    (*frames[:-1], moved, *inside.frames), inside.requests
-                )
-            else:
-                result = await delegations.carry_on(frames, await delegations.run(moved))
-        outer = frames[0]
-        waits = result is None and delegations.suspension is not None
-        messages = [] if waits else [delegate_result(outer.call_id, str(result), outer.caller)]
-        run = AgentRun(AgentResponse(messages=messages), (), frozenset())
-        return _with_delegations(run, delegations)
+            return None, delegations
+        return await delegations.carry_on(frames, await delegations.run(moved)), delegations
 
     # -- what an agent reads ---------------------------------------------------------------------
 
@@ -456,9 +472,12 @@ def _with_delegations(run: AgentRun, delegations: Delegations | None) -> AgentRu
     """
     if delegations is None:
         return run
+    waiting = delegations.suspension
+    if waiting is not None and waiting.beside:  # they waited as their experts ran: call order
+        waiting = waiting.ordered(calls_in(run.response.messages))
     return run._replace(
         delegations=tuple(delegations.records),
-        suspension=delegations.suspension,
+        suspension=waiting,
         due=_due_experts(run, delegations),
     )
 

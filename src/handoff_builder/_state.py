@@ -63,6 +63,7 @@ __all__ = [
     "RecordedHandoff",
     "TurnRecord",
     "TurnState",
+    "WaitingDelegation",
     "active_agent",
     "adapter_for",
     "decode_checkpoint",
@@ -76,10 +77,11 @@ __all__ = [
     "validated",
 ]
 
-STATE_SCHEMA_VERSION = 4
+STATE_SCHEMA_VERSION = 5
 """Version of the host state written by this release (1: handoff_builder 0.1's first format;
 2: without delegations and reviews, which 3 adds; 4 adds the abandoned turns no agent reads any
-more. A release refuses a newer version, so a worker of it never drops what it cannot see)."""
+more; 5 the delegations that wait beside another. A release refuses a newer version, so a
+worker of it never drops what it cannot see)."""
 
 HANDOFF_RECORD_KEY = "handoff_builder"
 """Key, in a handoff call's function result ``additional_properties``, of its record."""
@@ -209,6 +211,17 @@ class DelegationFrame:
 
 
 @dataclass(frozen=True)
+class WaitingDelegation:
+    """A delegation that waits beside another of the same response.
+
+    Its frames (outermost first) and the ids of the requests it waits for.
+    """
+
+    frames: tuple[DelegationFrame, ...]
+    requests: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class PendingState:
     """The requests one agent waits for (``Content.to_dict()`` forms) and the answers so far.
 
@@ -220,6 +233,9 @@ class PendingState:
     answers: dict[str, dict[str, Any]] = field(default_factory=dict[str, dict[str, Any]])
     then: Continuation | None = None
     delegation: tuple[DelegationFrame, ...] = ()
+    beside: tuple[WaitingDelegation, ...] = ()
+    """Other delegate calls of ``agent``'s response that wait too, in call order after
+    ``delegation``'s; the requests not theirs are ``delegation``'s."""
 
 
 @dataclass(frozen=True)
@@ -415,7 +431,7 @@ def decode_host_state(raw: Mapping[str, Any], where: str) -> HostState:
         raise SchemaVersionError(where, version, STATE_SCHEMA_VERSION)
     if version == 1:
         raw = _upgrade_from_1(raw)
-    if version < STATE_SCHEMA_VERSION:  # every field 3 and 4 add has its default, but one
+    if version < STATE_SCHEMA_VERSION:  # every field 3 to 5 add has its default, but one
         raw = {**raw, "schema_version": STATE_SCHEMA_VERSION}
         turn = raw.get("turn")
         if isinstance(turn, Mapping) and "since" not in turn:  # the invocation's start: unknown

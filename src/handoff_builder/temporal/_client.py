@@ -306,9 +306,13 @@ class TemporalConversationHost:
 
         ``idempotency_key`` marks the call: a retried call with the same key returns the turn
         it ran instead of running the message again (the conversation keeps the last 64 keys).
+        When the conversation waits for a remote agent's question alone (a
+        :class:`~handoff_builder.RemoteQuestion`), the message is its answer: the waiting turn
+        goes on, as :meth:`respond` would (as with ``ConversationHost``).
 
         Raises:
-            PendingRequestsError: the turn waits for answers (:meth:`respond`), or waited already.
+            PendingRequestsError: the turn waits for answers (:meth:`respond`), or waited already
+                (for anything but a remote agent's question alone).
             TemporalTurnError: the turn failed (the next message retries it), or no worker took
                 the message within ``worker_wait`` seconds (send it again with the same key).
             PayloadTooLargeError: the message, or the conversation with it, would not fit in a

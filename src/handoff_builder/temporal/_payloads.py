@@ -355,6 +355,7 @@ def _encode_suspension(suspension: Suspension) -> dict[str, Any]:
     return {
         "frames": [_encode(DelegationFrame, frame) for frame in suspension.frames],
         "requests": [request.to_dict() for request in suspension.requests],
+        "beside": [_encode_suspension(other) for other in suspension.beside],
     }
 
 
@@ -390,7 +391,9 @@ def _decode_suspension(raw: dict[str, Any]) -> Suspension:
     frames = tuple(
         validated(DelegationFrame, frame, "a waiting delegation") for frame in raw["frames"]
     )
-    return Suspension(frames, tuple(Content.from_dict(request) for request in raw["requests"]))
+    requests = tuple(Content.from_dict(request) for request in raw["requests"])
+    beside = tuple(_decode_suspension(other) for other in raw.get("beside", ()))
+    return Suspension(frames, requests, beside)
 
 
 def decode_run(host: GroupChatHost, agent: str, result: AgentCallResult) -> AgentRun:

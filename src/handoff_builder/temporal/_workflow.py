@@ -42,6 +42,7 @@ from handoff_builder._lifecycle import (
     turn_result,
 )
 from handoff_builder._participant import AgentRun
+from handoff_builder._remote_input import message_answers
 from handoff_builder._runner import Streams
 from handoff_builder._state import DelegationFrame
 from handoff_builder._telemetry import QUIET_WHILE
@@ -115,6 +116,10 @@ ABANDON_AFTER_LAST_RETRY = "abandon-after-last-retry"
 EXPERTS_APART = "experts-apart"
 """The patch under which the experts of a caller's response run as activities of their own
 (before it, inside the caller's activity)."""
+
+NEXT_MESSAGE_ANSWERS = "next-message-answers"
+"""The patch under which a message answers the remote agent's question the turn waits for
+alone (before it, the message was refused: the turn waited)."""
 
 EXPERT_GRACE = 1.0
 """Seconds an expert's activity has past the expert's own time limit: the worker stops the
@@ -367,19 +372,28 @@ class ConversationWorkflow:
 
     @workflow.update
     async def send(self, message: UserInputPayload) -> TurnOutcome:
-        """Run one user turn; its result, or the requests it waits for."""
+        """Run one user turn; its result, or the requests it waits for.
+
+        When the turn waits for a remote agent's question alone, the message is its answer
+        (``message_answers``, as for ``ConversationHost``): the waiting turn goes on.
+        """
         async with self._turn():
             key = _client_key()
             if key in self._receipts:  # a client's retry, in this run or an earlier one
                 return TurnOutcome.model_validate(self._receipts[key])
+            messages = [Message.from_dict(item) for item in message.messages]
+            answers = message_answers(self._host.pending_requests, messages)
+            if answers is not None and workflow.patched(NEXT_MESSAGE_ANSWERS):
+                with self._runner.relaying(message.relay) as relayed:
+                    outcome = await self._answered(answers)
+                if message.relay:
+                    outcome.relayed = relayed
+                return self._receipted(key, outcome)
             try:
                 recovered = await finish_interrupted(self, self._start.max_turn_retries)
             except PendingRequestsError:
                 raise pending(self._host) from None
-            turn = UserTurn(
-                [Message.from_dict(item) for item in message.messages],
-                return_to_previous=not self._idle,
-            )
+            turn = UserTurn(messages, return_to_previous=not self._idle)
             self._idle = False
             with self._runner.relaying(message.relay) as relayed:
                 outcome = self._outcome(await self._attempt(turn))
@@ -408,12 +422,7 @@ class ConversationWorkflow:
                 responses = answers_by_request(self._conversation_id, given, host.pending_requests)
             except UnexpectedAnswersError as error:  # the caller's mistake: nothing ran
                 raise unexpected(error) from None
-            before = carried(host)  # a failure goes back to waiting for these answers
-            if self._reissue:  # a workflow compiled anew: its runner knows no requests yet
-                await self._workflow.run(ReissueRequests())
-                self._reissue = False
-            outcome = self._outcome(await self._attempt(responses=responses, checkpoint=before))
-            return self._receipted(key, outcome)
+            return self._receipted(key, await self._answered(responses))
 
     @respond.validator
     def _check_respond(self, answers: Answers) -> None:
@@ -548,6 +557,17 @@ class ConversationWorkflow:
             finally:
                 self._turns += 1
                 self._arm_idle_timer()
+
+    async def _answered(self, responses: dict[str, Content]) -> TurnOutcome:
+        """The waiting turn carried on with ``responses`` (by request id): what it came to.
+
+        A failure goes back to waiting for these answers.
+        """
+        before = carried(self._host)
+        if self._reissue:  # a workflow compiled anew: its runner knows no requests yet
+            await self._workflow.run(ReissueRequests())
+            self._reissue = False
+        return self._outcome(await self._attempt(responses=responses, checkpoint=before))
 
     async def _attempt(
         self, *args: Any, checkpoint: Carried | None = None, **kwargs: Any
