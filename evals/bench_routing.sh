@@ -10,7 +10,8 @@
 #                       (../shared/real-model/README.md says how to make it)
 #      REAL_MODEL_DIR   the folder of start_server.sh (default: ../shared/real-model)
 #      REAL_MODEL_PORT  the server's port (default 8089, as start_server.sh's)
-#      DESKS            the desks of evals/desks.py to run (default: seed_desk builtin_desk)
+#      DESKS            the desks of evals/desks.py to run (default: seed_desk seed_desk_reply_tool
+#                       builtin_desk)
 #      REPEAT           --repeat (default 1)
 # A server this script starts, it stops; one that was running already is left running.
 # Everything runs under nice -n 19: the machines are shared.
@@ -35,7 +36,7 @@ export OPENAI_BASE_URL OPENAI_API_KEY OPENAI_MODEL
 
 cd "$ROOT"
 mkdir -p "$OUT"
-for desk in ${DESKS:-seed_desk builtin_desk}; do
+for desk in ${DESKS:-seed_desk seed_desk_reply_tool builtin_desk}; do
     echo "== $desk ($(date -u +%Y-%m-%dT%H:%MZ))"
     nice -n 19 "$BIN/handoff-builder" eval evals/support_desk.jsonl \
         --workflow "evals.desks:$desk" --provider openai --max-output-tokens 256 \

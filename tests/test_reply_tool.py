@@ -64,9 +64,7 @@ async def test_the_reply_tool_is_offered_with_a_strict_lean_schema() -> None:
             "description": "A greeting, a thanks: answer in words.",
             "parameters": {
                 "additionalProperties": False,
-                "properties": {
-                    "text": {"description": "Your answer to the user, in words.", "type": "string"}
-                },
+                "properties": {"text": {"type": "string"}},
                 "required": ["text"],
                 "type": "object",
             },

@@ -756,9 +756,7 @@ async def test_the_reply_tool_over_the_wire(fake_openai: StartServer, stream: bo
     assert function["description"] == "A greeting, a thanks: answer in words."
     assert function["parameters"] == {
         "additionalProperties": False,
-        "properties": {
-            "text": {"description": "Your answer to the user, in words.", "type": "string"}
-        },
+        "properties": {"text": {"type": "string"}},
         "required": ["text"],
         "type": "object",
     }
