@@ -12,7 +12,8 @@ agent's run, an answer, a deadline that passed) and returns the next :data:`Step
   (or tell :meth:`TurnEngine.cut_short` that its deadline passed, :meth:`TurnEngine.failed` that
   it raised);
 * :class:`Wait`: the turn waits for these requests (approvals, external calls), answered one by
-  one with :meth:`TurnEngine.answer`, then carried on with :meth:`TurnEngine.after_answers`;
+  one with :meth:`TurnEngine.answer` (the answers so far saved from
+  :meth:`TurnEngine.answered_so_far`), then carried on with :meth:`TurnEngine.after_answers`;
 * :class:`Done`: the turn is over, with its result.
 
 Each step carries its ``trail``: the routing steps and events since the step before, in the order
@@ -320,6 +321,14 @@ class TurnEngine:
             TypeError, ValueError: ``response`` does not answer the request (it stays pending).
         """
         return self.ledger.pending.answer(request_id, response)
+
+    def answered_so_far(self) -> HostSnapshot | None:
+        """Some requests are answered, not all: the snapshot that keeps those answers.
+
+        Saved, an answer given in one call survives a restart and is carried out with the
+        others once they come. ``None`` when nothing saves snapshots (``saves``).
+        """
+        return self._saved()
 
     def after_answers(self, now: float) -> RunAgent:
         """Every request is answered: carry them out (or let the waiting expert carry on)."""

@@ -415,7 +415,9 @@ class GroupChatHost(Executor):
         """An answer to a tool approval or an external function call; the turn goes on.
 
         A wrong answer (the wrong content type) is reported as an ``error`` event and the request
-        stays pending under the same id, so nothing is lost: answer it again.
+        stays pending under the same id, so nothing is lost: answer it again. An answer that
+        leaves other requests waiting is saved (a hosted conversation's store), and the turn
+        waits for the others.
         """
         request_id = str(original_request.id)
         try:
@@ -426,9 +428,11 @@ class GroupChatHost(Executor):
             if request_id in self._engine.ledger.pending.requests:
                 await ctx.request_info(original_request, Content, request_id=request_id)
             return
-        if complete:
-            with self._outlet.failing():
-                await self._drive(self._engine.after_answers(_now()), ctx)
+        if not complete:  # saved, so that a restart or the next call keeps this answer
+            await self._record(self._engine.answered_so_far())
+            return
+        with self._outlet.failing():
+            await self._drive(self._engine.after_answers(_now()), ctx)
 
     # -- the driver ---------------------------------------------------------------------------
 
