@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from agent_framework import Agent
 
-from handoff_builder import HandoffWorkflowBuilder, PendingRequestsError
+from handoff_builder import HandoffWorkflowBuilder, PendingRequestsError, UnexpectedAnswersError
 from handoff_builder.testing import (
     ModelCall,
     Step,
@@ -333,3 +333,46 @@ async def test_two_experts_that_need_approval_both_wait_on_temporal(
     ]
     calls = {name: len(client_of(agent).calls) for name, agent in agents.items()}
     assert calls == {"triage": 2, "policy": 1, "legal": 1, "facts": 1}
+
+
+async def test_two_experts_that_need_approval_answered_one_at_a_time_on_temporal(
+    client: Client, queue: str
+) -> None:
+    """One ``respond`` answers one of the two requests: the turn still waits for the other
+    alone, and the worker that answers it (a new one: the first was stopped) carries the turn
+    on with both answers; no expert runs before."""
+    from tests.test_experts_waiting import desk, results_read
+
+    builder, agents = desk()
+    conversation = cid()
+    async with serving(client, builder, queue) as host:
+        with pytest.raises(PendingRequestsError) as waiting:
+            await host.send(conversation, "go")
+        policy, legal = waiting.value.requests
+        with pytest.raises(PendingRequestsError) as still:
+            await host.respond(
+                conversation, {str(legal.id): legal.to_function_approval_response(approved=True)}
+            )
+        assert [str(r.id) for r in still.value.requests] == [str(policy.id)]
+        assert [str(r.id) for r in await host.pending(conversation)] == [str(policy.id)]
+    assert model_calls(agents) == {"triage": 1, "policy": 0, "legal": 0, "facts": 1}
+
+    async with serving(client, builder, queue) as host:  # a new worker, replaying the history
+        with pytest.raises(UnexpectedAnswersError) as again:
+            await host.respond(
+                conversation, {str(legal.id): legal.to_function_approval_response(approved=True)}
+            )
+        assert again.value.unknown == (str(legal.id),)
+        assert again.value.waiting == (str(policy.id),)
+        result = await host.respond(
+            conversation, {str(policy.id): policy.to_function_approval_response(approved=True)}
+        )
+        await replays(client, conversation)
+
+    assert result.text == "All answered."
+    assert results_read(agents["triage"]) == [
+        ("ask_policy", "P."),
+        ("ask_legal", "L."),
+        ("ask_facts", "F."),
+    ]
+    assert model_calls(agents) == {"triage": 2, "policy": 1, "legal": 1, "facts": 1}
