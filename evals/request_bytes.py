@@ -9,6 +9,7 @@ that answers from that script, so what is counted is exactly what would go over 
 
 Run from the repository's root:
     .venv/bin/python -m evals.request_bytes                      # handoff_builder, N = 0 and 100
+    .venv/bin/python -m evals.request_bytes --framework handoff_builder_reply_tool   # with_reply_tool
     VENV/bin/python -m evals.request_bytes --framework openai_agents   # pip install openai-agents
 
 It prints one line per N: the requests' bytes, the bytes of their ``tools``, and the tool
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import importlib
 import json
 import sys
@@ -120,8 +122,11 @@ def prior_messages(count: int) -> list[tuple[str, str]]:
     ]
 
 
-async def handoff_builder_turn(capture: Capture, prior: int) -> str:
-    """One turn of handoff_builder's default workflow over the capturing transport."""
+async def handoff_builder_turn(capture: Capture, prior: int, *, reply_tool: bool = False) -> str:
+    """One turn of handoff_builder's default workflow over the capturing transport.
+
+    ``reply_tool``: the workflow with ``with_reply_tool()``.
+    """
     from agent_framework import Agent, Message
     from agent_framework.openai import OpenAIChatCompletionClient
     from openai import AsyncOpenAI
@@ -142,6 +147,8 @@ async def handoff_builder_turn(capture: Capture, prior: int) -> str:
     builder = HandoffWorkflowBuilder(agents["triage"])
     for source, target in TARGET.items():
         builder = builder.with_handoff(agents[source], agents[target])
+    if reply_tool:
+        builder = builder.with_reply_tool()
     history = [Message(role=role, contents=[text]) for role, text in prior_messages(prior)]
     result = await builder.build().run([*history, Message(role="user", contents=[USER_TEXT])])
     return result.get_outputs()[-1].text
@@ -176,6 +183,7 @@ async def openai_agents_turn(capture: Capture, prior: int) -> str:  # pragma: no
 
 FRAMEWORKS: dict[str, Callable[[Capture, int], Any]] = {
     "handoff_builder": handoff_builder_turn,
+    "handoff_builder_reply_tool": functools.partial(handoff_builder_turn, reply_tool=True),
     "openai_agents": openai_agents_turn,
 }
 

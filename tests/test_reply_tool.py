@@ -61,7 +61,7 @@ async def test_the_reply_tool_is_offered_with_a_strict_lean_schema() -> None:
         "type": "function",
         "function": {
             "name": "reply_to_user",
-            "description": "A greeting, a thanks: answer in words.",
+            "description": "A greeting, a thanks, no request yet: answer in words.",
             "parameters": {
                 "additionalProperties": False,
                 "properties": {"text": {"type": "string"}},
@@ -71,7 +71,7 @@ async def test_the_reply_tool_is_offered_with_a_strict_lean_schema() -> None:
             "strict": True,
         },
     }
-    assert DEFAULT_REPLY_TOOL_DESCRIPTION == "A greeting, a thanks: answer in words."
+    assert DEFAULT_REPLY_TOOL_DESCRIPTION == "A greeting, a thanks, no request yet: answer in words."
     assert "reply_to_user" not in str(call.options.get("instructions"))
 
 

@@ -753,7 +753,7 @@ async def test_the_reply_tool_over_the_wire(fake_openai: StartServer, stream: bo
     names = [t["function"]["name"] for t in first["tools"]]
     assert names == ["handoff_to_billing", "reply_to_user"]
     function = first["tools"][1]["function"]
-    assert function["description"] == "A greeting, a thanks: answer in words."
+    assert function["description"] == "A greeting, a thanks, no request yet: answer in words."
     assert function["parameters"] == {
         "additionalProperties": False,
         "properties": {"text": {"type": "string"}},

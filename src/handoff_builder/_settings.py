@@ -215,7 +215,7 @@ class ModelInputs(NamedTuple):
 
 DEFAULT_REPLY_TOOL_NAME = "reply_to_user"
 """The reply tool's name unless ``with_reply_tool(name=...)`` gives another."""
-DEFAULT_REPLY_TOOL_DESCRIPTION = "A greeting, a thanks: answer in words."
+DEFAULT_REPLY_TOOL_DESCRIPTION = "A greeting, a thanks, no request yet: answer in words."
 """The reply tool's description unless ``with_reply_tool(description=...)`` gives another: what a
 small model reads beside the handoff tools' descriptions, so that a greeting or a thanks has a
 tool of its own instead of a handoff."""
