@@ -9,7 +9,7 @@ that answers from that script, so what is counted is exactly what would go over 
 
 Run from the repository's root:
     .venv/bin/python -m evals.request_bytes                      # handoff_builder, N = 0 and 100
-    .venv/bin/python -m evals.request_bytes --framework handoff_builder_reply_tool   # with_reply_tool
+    .venv/bin/python -m evals.request_bytes --framework handoff_builder_reply_tool  # reply tool
     VENV/bin/python -m evals.request_bytes --framework openai_agents   # pip install openai-agents
 
 It prints one line per N: the requests' bytes, the bytes of their ``tools``, and the tool

@@ -71,7 +71,9 @@ async def test_the_reply_tool_is_offered_with_a_strict_lean_schema() -> None:
             "strict": True,
         },
     }
-    assert DEFAULT_REPLY_TOOL_DESCRIPTION == "A greeting, a thanks, no request yet: answer in words."
+    assert (
+        DEFAULT_REPLY_TOOL_DESCRIPTION == "A greeting, a thanks, no request yet: answer in words."
+    )
     assert "reply_to_user" not in str(call.options.get("instructions"))
 
 
