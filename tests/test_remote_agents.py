@@ -3,8 +3,8 @@
 Each test starts an a2a-sdk server on 127.0.0.1 (:mod:`tests.a2a_servers`) whose agent answers
 from a script, and checks what went over the wire (the A2A messages the server received, their
 context and task ids) as well as what the local models received. Sections: a remote delegate's
-expert, its failures, a remote handoff target, the builder's and the lint's refusals, and what
-of its agent card reaches a prompt.
+expert, two remote experts that ask at once, its failures, a remote handoff target, the
+builder's and the lint's refusals, and what of its agent card reaches a prompt.
 """
 
 from __future__ import annotations
@@ -61,7 +61,15 @@ from handoff_builder.testing import (
     respond,
     scripted_agent,
 )
-from tests.a2a_servers import A2AServer, Answer, Before, answers, closed_port_url, serving
+from tests.a2a_servers import (
+    A2AServer,
+    Answer,
+    Before,
+    Script,
+    answers,
+    closed_port_url,
+    serving,
+)
 from tests.helpers import Turn, run_turn
 from tests.test_telemetry import EXPORTER, named
 
@@ -322,6 +330,145 @@ async def test_a_hosted_remote_expert_question_waits_through_a_restart(
     assert (continued.task_id, continued.continued) == (opened.task_id, True)
     assert result.text == "30 days."
     assert results_in(received(triage).messages)[0][1] == ANSWER
+
+
+# -- 1a. two remote experts that ask at once -------------------------------------------------------
+
+ASK_POLICY = call_tool("ask_policy", task="Can a damaged parcel be refunded?")
+ASK_LEGAL = call_tool("ask_legal", task="Does the law require a refund?")
+POLICY_ANSWER = "Damaged parcels: a refund within 30 days."
+LEGAL_ANSWER = "The law requires a refund within 14 days."
+
+
+def both_ask() -> tuple[Script, Script]:
+    """The scripts of two remote experts that each ask a question, then answer."""
+    return (
+        answers(Answer("Which parcel do you mean?", "input_required"), POLICY_ANSWER),
+        answers(Answer("In which country was it bought?", "input_required"), LEGAL_ANSWER),
+    )
+
+
+def asks_both(policy: A2AServer, legal: A2AServer) -> tuple[HandoffWorkflowBuilder, Agent]:
+    """triage asks the remote ``policy`` and ``legal`` experts in one response."""
+    triage = scripted_agent("triage", respond(ASK_POLICY, ASK_LEGAL), reply("Both answered."))
+    builder = (
+        HandoffWorkflowBuilder(triage)
+        .with_delegate(triage, remote(policy), "refund policy")
+        .with_delegate(triage, remote(legal, name="legal"), "consumer law")
+    )
+    return builder, triage
+
+
+def questions_by_agent(requests: Sequence[Content]) -> dict[str, RemoteQuestion]:
+    """Each pending request read as a remote question, by the agent that asks it."""
+    questions = [RemoteQuestion.of(r) for r in requests]
+    assert all(q is not None for q in questions), f"not all remote questions: {requests!r}"
+    return {q.agent: q for q in questions if q is not None}
+
+
+def assert_asked(question: RemoteQuestion, server: A2AServer, text: str) -> None:
+    """``question`` is ``text``, asked in the context and task ``server`` opened first."""
+    opened = server.received[0]
+    assert (question.text, question.context_id, question.task_id) == (
+        text,
+        opened.context_id,
+        opened.task_id,
+    )
+
+
+def assert_continued(server: A2AServer, answer: str) -> None:
+    """``server`` read its task, then ``answer`` in the same context and task, on the wire too."""
+    opened, continued = server.received
+    assert (continued.text, continued.continued) == (answer, True)
+    assert (continued.context_id, continued.task_id) == (opened.context_id, opened.task_id)
+    first, second = server.sent
+    assert "taskId" not in first
+    assert (second["taskId"], second["contextId"]) == (opened.task_id, opened.context_id)
+    assert texts(second) == [answer]
+
+
+def assert_both_answered(triage: Agent, result: HandoffTurnResult) -> None:
+    """triage read both experts' answers, in call order, and the turn ended."""
+    assert results_in(received(triage).messages) == [
+        (str(ASK_POLICY.contents[0].call_id), POLICY_ANSWER),
+        (str(ASK_LEGAL.contents[0].call_id), LEGAL_ANSWER),
+    ]
+    assert len(client_of(triage).calls) == 2
+    assert result.text == "Both answered."
+    assert [(d.expert, d.outcome, d.result) for d in result.delegations] == [
+        ("policy", "answered", POLICY_ANSWER),
+        ("legal", "answered", LEGAL_ANSWER),
+    ]
+
+
+async def test_two_remote_experts_that_ask_at_once_wait_together_and_each_goes_on_in_its_task(
+    store: ConversationStore,
+) -> None:
+    """Both questions are the turn's; one ``respond`` answers both, and each answer continues
+    its own expert's A2A task."""
+    policy_script, legal_script = both_ask()
+    async with (
+        A2AServer(policy_script) as policy,
+        A2AServer(legal_script, name="legal", description="Knows consumer law.") as legal,
+    ):
+        builder, triage = asks_both(policy, legal)
+        host = ConversationHost(builder, store)
+        with pytest.raises(PendingRequestsError) as waiting:
+            await host.send("c-1", USER)
+        questions = questions_by_agent(waiting.value.requests)
+        assert sorted(questions) == ["legal", "policy"]
+        assert_asked(questions["policy"], policy, "Which parcel do you mean?")
+        assert_asked(questions["legal"], legal, "In which country was it bought?")
+        assert len(client_of(triage).calls) == 1  # the caller waits with both calls open
+        assert (len(policy.sent), len(legal.sent)) == (1, 1)
+
+        result = await host.respond(
+            "c-1",
+            {
+                questions["policy"].request_id: RemoteQuestion.answer("The blue one."),
+                questions["legal"].request_id: RemoteQuestion.answer("In Germany."),
+            },
+        )
+
+    assert_continued(policy, "The blue one.")
+    assert_continued(legal, "In Germany.")
+    assert_both_answered(triage, result)
+    assert await host.pending("c-1") == []
+
+
+async def test_two_remote_questions_answered_one_at_a_time_over_a_new_host(
+    store: ConversationStore,
+) -> None:
+    """The first answer is kept with the conversation and sent to nobody yet; a new host over
+    the same store takes the second, and each expert's task goes on with its own answer."""
+    policy_script, legal_script = both_ask()
+    async with (
+        A2AServer(policy_script) as policy,
+        A2AServer(legal_script, name="legal", description="Knows consumer law.") as legal,
+    ):
+        builder, triage = asks_both(policy, legal)
+        host = ConversationHost(builder, store)
+        with pytest.raises(PendingRequestsError) as waiting:
+            await host.send("c-1", USER)
+        questions = questions_by_agent(waiting.value.requests)
+        first, second = questions["legal"], questions["policy"]  # the later expert's first
+
+        with pytest.raises(PendingRequestsError) as still:
+            await host.respond("c-1", {first.request_id: RemoteQuestion.answer("In Germany.")})
+        assert [str(r.id) for r in still.value.requests] == [second.request_id]
+        assert (len(policy.sent), len(legal.sent)) == (1, 1)  # the turn goes on with both
+        assert len(client_of(triage).calls) == 1
+
+        host = ConversationHost(builder, store)  # a restart: nothing but the store
+        assert [str(r.id) for r in await host.pending("c-1")] == [second.request_id]
+        result = await host.respond(
+            "c-1", {second.request_id: RemoteQuestion.answer("The blue one.")}
+        )
+
+    assert_continued(policy, "The blue one.")
+    assert_continued(legal, "In Germany.")
+    assert_both_answered(triage, result)
+    assert await host.pending("c-1") == []
 
 
 # -- 1b. when the remote expert fails --------------------------------------------------------------
