@@ -164,13 +164,21 @@ def local_desk(provider: str, policy_url: str, returns_url: str) -> Conversation
     return ConversationHost(builder, InMemoryConversationStore())
 
 
-def show(turn: HandoffTurnResult) -> None:
-    """A turn as the user sees it, with the delegations and handoffs where they happened."""
+def show(turn: HandoffTurnResult, answer: str | None = None) -> None:
+    """A turn as the user sees it, with the delegations and handoffs where they happened.
+
+    ``answer``: the message that answered a question the turn waited for; what was written up to
+    it (the question, the answer) is on screen already and is not printed again.
+    """
     handoffs = {handoff.call_id: handoff for handoff in turn.handoffs}
     asked = {delegation.call_id: delegation for delegation in turn.delegations}
+    seen = answer is not None
     for message in turn.messages:
-        if message.text and (message.role == "assistant" or message.author_name is None):
+        shown = message.text and (message.role == "assistant" or message.author_name is None)
+        if shown and not seen:
             print(f"{message.author_name or 'user'}: {message.text}")
+        if seen and message.role == "user" and message.text == answer:
+            seen = False
         for content in message.contents:
             if content.type != "function_call":
                 continue
@@ -210,12 +218,13 @@ async def main(provider: str = "scripted") -> list[HandoffTurnResult | RemoteQue
         turns: list[HandoffTurnResult | RemoteQuestion] = []
         for text in MESSAGES:
             print(f"\nuser: {text}")
+            waited = bool(turns) and isinstance(turns[-1], RemoteQuestion)
             turns.append(await send(desk, text))
             if isinstance(turns[-1], RemoteQuestion):  # the next message answers it
                 print(f"  [{turns[-1].agent} asks, over A2A] {turns[-1].text}")
                 print("  (the turn waits for the answer)")
             else:
-                show(turns[-1])
+                show(turns[-1], answer=text if waited else None)
     print(f"\n(refunds made on the returns server: {REFUNDS})")
     return turns
 

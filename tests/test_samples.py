@@ -568,8 +568,6 @@ async def test_remote_desk(capsys: pytest.CaptureFixture[str]) -> None:
         "",
         "user: approve",
         "  [handoff] triage -> returns: Refund order A-17 (24.90 EUR): the parcel arrived broken.",
-        f"returns: {question}",
-        "user: approve",
         f"returns: {REFUNDED}",
         f"  [hand_back] returns -> triage: {REFUNDED}",
         "triage: Your refund is on its way. Anything else I can do for you?",
