@@ -29,9 +29,8 @@ from agent_framework import (
 from pydantic import BaseModel, ConfigDict
 from typing_extensions import override
 
-from ._payloads import validate_arguments
 from ._settings import DEFAULT_REPLY_TOOL_DESCRIPTION, DEFAULT_REPLY_TOOL_NAME
-from ._tools import HandoffTool, lean_schema, never_called, own_fields
+from ._tools import HandoffTool, lean_schema, never_called, validate_own_fields
 
 __all__ = [
     "DEFAULT_REPLY_TOOL_DESCRIPTION",
@@ -225,10 +224,7 @@ class ReplyToolMiddleware(FunctionMiddleware):
             await call_next()
             return
         call_id = str(context.metadata.get("call_id") or "")
-        arguments = context.arguments
-        if isinstance(arguments, BaseModel):
-            arguments = arguments.model_dump(mode="json")
-        payload, problem = validate_arguments(ReplyText, own_fields(ReplyText, arguments))
+        payload, problem = validate_own_fields(ReplyText, context.arguments)
         text = payload.text.strip() if isinstance(payload, ReplyText) else ""
         if problem is not None:
             context.result = INVALID_REPLY_ERROR.format(tool=self.tool_name, problem=problem)

@@ -71,11 +71,24 @@ def handoff_request(route: HandoffRoute, call_id: str, arguments: Any) -> Handof
     """
     if isinstance(arguments, BaseModel):
         arguments = arguments.model_dump(mode="json")
-    sent = arguments
     if route.payload is None:
-        sent = own_fields(route.model, arguments)
-    payload, problem = validate_arguments(route.model, sent)
+        payload, problem = validate_own_fields(route.model, arguments)
+    else:
+        payload, problem = validate_arguments(route.model, arguments)
     return HandoffRequest(route, call_id, payload, arguments, problem)
+
+
+def validate_own_fields(
+    model: type[BaseModel], arguments: Any
+) -> tuple[BaseModel | None, str | None]:
+    """``arguments`` validated with one of the package's own models, other keys ignored.
+
+    Small models copy keys of the schema (``"type"``, ``"title"``) beside the argument; the
+    built-in goal, summary and reply text take their field and leave the rest.
+    """
+    if isinstance(arguments, BaseModel):
+        arguments = arguments.model_dump(mode="json")
+    return validate_arguments(model, own_fields(model, arguments))
 
 
 def own_fields(model: type[BaseModel], arguments: Any) -> Any:
